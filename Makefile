@@ -1,0 +1,50 @@
+# Developer and CI entry points. Everything runs from the project's own virtualenv in .venv.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Extra arguments for `make run`, e.g. make run ARGS="--kafka-port 0 --log-level debug"
+ARGS ?=
+
+# Debian packages the tests need beyond Python itself (none yet). Installed only when missing.
+SYSTEM_PACKAGES :=
+
+# Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
+# refreshed whenever pyproject.toml changes.
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: run test bench system-packages
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -e '.[test]'
+	touch $@ $(RUN_STAMP)
+
+run: $(RUN_STAMP)
+	$(BIN)/gateway serve $(ARGS)
+
+test: $(TEST_STAMP) system-packages
+	$(BIN)/pytest -q
+
+bench: $(RUN_STAMP)
+	$(BIN)/python -m bench.run
+
+# apt-get only when a listed package is missing; sudo only when not already root.
+system-packages:
+	@missing=""; \
+	for package in $(SYSTEM_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$package" 2>/dev/null | grep -q "install ok installed" \
+			|| missing="$$missing $$package"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi; \
+		echo "installing system packages:$$missing"; \
+		$$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; \
+	fi

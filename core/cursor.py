@@ -1,0 +1,163 @@
+"""Cursors: a named consumer position on a partition.
+
+A cursor is a committed offset (everything below it is consumed: Pulsar's mark-delete position,
+Kafka's committed offset) plus the set of offsets above it acknowledged one by one (per-message
+acks of shared subscriptions and AMQP queues). Acknowledging the offset at the committed position
+moves the position past every contiguous acknowledged offset.
+
+Persisted at /cursors/<tenant>/<namespace>/<topic>/<partition>/<cursor name>:
+
+    {"committed": int, "acked": [[first, end), ...], "metadata": str, "updated_ms": int}
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass
+
+from core.clock import Clock
+from core.names import TopicName, check_name
+from storage.api import MetadataStore, NoNode
+
+
+class AckSet:
+    """Disjoint, sorted, half-open ranges [first, end) of acknowledged offsets."""
+
+    __slots__ = ("_starts", "_ends")
+
+    def __init__(self, ranges: list[tuple[int, int]] | None = None) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        for first, end in ranges or ():
+            self.add(first, end)
+
+    def add(self, first: int, end: int) -> None:
+        if end <= first:
+            return
+        # every range that overlaps or touches [first, end) merges into it
+        lo = bisect.bisect_left(self._ends, first)
+        hi = bisect.bisect_right(self._starts, end)
+        if lo < hi:
+            first = min(first, self._starts[lo])
+            end = max(end, self._ends[hi - 1])
+        self._starts[lo:hi] = [first]
+        self._ends[lo:hi] = [end]
+
+    def __contains__(self, offset: int) -> bool:
+        i = bisect.bisect_right(self._starts, offset) - 1
+        return i >= 0 and offset < self._ends[i]
+
+    def drop_below(self, offset: int) -> None:
+        """Forget everything below `offset` (it is covered by the committed position)."""
+        i = bisect.bisect_right(self._ends, offset)
+        del self._starts[:i], self._ends[:i]
+        if self._starts and self._starts[0] < offset:
+            self._starts[0] = offset
+
+    def run_from(self, offset: int) -> int:
+        """The end of the acknowledged run that starts at `offset` (offset itself if none)."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i >= 0 and self._starts[i] <= offset < self._ends[i]:
+            return self._ends[i]
+        return offset
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return list(zip(self._starts, self._ends))
+
+    def __len__(self) -> int:
+        return sum(e - s for s, e in zip(self._starts, self._ends))
+
+
+@dataclass(slots=True)
+class CursorState:
+    committed: int
+    acked: AckSet
+    metadata: str = ""
+
+
+class Cursor:
+    """One cursor; owned by the event loop. Changes are in memory until `flush`."""
+
+    def __init__(self, store: MetadataStore, clock: Clock, topic: TopicName, partition: int, name: str,
+                 state: CursorState, version: int | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.name = name
+        self._store = store
+        self._clock = clock
+        self._state = state
+        self._version = version
+        self._dirty = False
+
+    @staticmethod
+    def path(topic: TopicName, partition: int, name: str) -> str:
+        return f"/cursors/{topic.path}/{partition}/{name}"
+
+    @classmethod
+    async def load(cls, store: MetadataStore, clock: Clock, topic: TopicName, partition: int, name: str,
+                   *, initial_offset: int = 0) -> "Cursor":
+        check_name("cursor", name)
+        node = await store.get(cls.path(topic, partition, name))
+        if node is None:
+            return cls(store, clock, topic, partition, name, CursorState(initial_offset, AckSet()), None)
+        doc = json.loads(node.value)
+        state = CursorState(doc["committed"], AckSet([tuple(r) for r in doc["acked"]]), doc.get("metadata", ""))
+        return cls(store, clock, topic, partition, name, state, node.version)
+
+    @property
+    def committed_offset(self) -> int:
+        return self._state.committed
+
+    @property
+    def metadata(self) -> str:
+        return self._state.metadata
+
+    @property
+    def exists(self) -> bool:
+        return self._version is not None or self._dirty
+
+    def is_acked(self, offset: int) -> bool:
+        return offset < self._state.committed or offset in self._state.acked
+
+    def acked_ranges(self) -> list[tuple[int, int]]:
+        return self._state.acked.ranges()
+
+    def commit(self, offset: int, metadata: str = "") -> None:
+        """Kafka-style: the position becomes `offset`, forwards or backwards (a reset)."""
+        self._state.committed = offset
+        self._state.metadata = metadata
+        self._state.acked.drop_below(offset)
+        self._dirty = True
+
+    def ack(self, first: int, end: int | None = None) -> None:
+        """Acknowledge [first, end) (one offset without end); the position moves past any run at it."""
+        end = first + 1 if end is None else end
+        self._state.acked.add(max(first, self._state.committed), end)
+        run_end = self._state.acked.run_from(self._state.committed)
+        if run_end > self._state.committed:
+            self._state.committed = run_end
+            self._state.acked.drop_below(run_end)
+        self._dirty = True
+
+    async def flush(self) -> None:
+        """Persist the cursor if it changed. Durable when it returns."""
+        if not self._dirty:
+            return
+        doc = json.dumps({"committed": self._state.committed, "acked": self._state.acked.ranges(),
+                          "metadata": self._state.metadata, "updated_ms": self._clock.now_ms()},
+                         separators=(",", ":")).encode()
+        self._dirty = False
+        try:
+            self._version = await self._store.put(self.path(self.topic, self.partition, self.name), doc)
+        except BaseException:
+            self._dirty = True
+            raise
+
+    async def delete(self) -> None:
+        try:
+            await self._store.delete(self.path(self.topic, self.partition, self.name))
+        except NoNode:
+            pass
+        self._version = None
+        self._dirty = False

@@ -1,0 +1,167 @@
+"""Decode a RecordBatch v2 into individual records (AMQP delivery, delayed messages, tests).
+
+Never used on the Kafka pass-through path. The record layout is documented in
+builder.py. The input is untrusted, so every declared count and length is checked
+against the bytes actually left before anything is allocated or looped over, and
+every failure is an InvalidBatch: CorruptBatch when the bytes are damaged (CRC,
+length, undecodable compressed data), InvalidRecord when intact bytes describe
+impossible records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.records.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptBatch,
+    InvalidRecord,
+    TimestampType,
+    check_batch,
+)
+from core.records.compression import (
+    Compression,
+    CorruptCompressedData,
+    DecompressionTooLarge,
+    decompress,
+)
+from core.records.varint import MalformedVarint, decode_varint, decode_varlong
+
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+
+# length, attributes, timestampDelta, offsetDelta, keyLength, valueLength and
+# headersCount take at least one byte each.
+_MIN_RECORD_BYTES = 7
+# A header needs at least its key length and value length.
+_MIN_HEADER_BYTES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord:
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def decode_batch(
+    batch: bytes | bytearray | memoryview,
+    *,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> tuple[BatchHeader, list[DecodedRecord]]:
+    """Validate one batch and return its header and records with absolute offsets and times."""
+    header = check_batch(batch)
+    records = _records_section(memoryview(batch)[HEADER_SIZE:], header, max_decompressed_bytes)
+    if header.records_count > len(records) // _MIN_RECORD_BYTES:
+        raise InvalidRecord(
+            f"{header.records_count} records cannot fit in {len(records)} bytes"
+        )
+    # Log-append-time batches carry the broker's time in maxTimestamp for every record.
+    append_time = (
+        header.max_timestamp
+        if header.timestamp_type is TimestampType.LOG_APPEND_TIME
+        else None
+    )
+    reader = _Reader(records)
+    decoded = []
+    for _ in range(header.records_count):
+        decoded.append(_read_record(reader, header, append_time))
+    if reader.remaining:
+        raise InvalidRecord(f"{reader.remaining} bytes follow the last record")
+    return header, decoded
+
+
+def _records_section(
+    payload: memoryview, header: BatchHeader, max_decompressed_bytes: int
+) -> memoryview:
+    if header.compression is Compression.NONE:
+        return payload
+    try:
+        return memoryview(
+            decompress(header.compression, payload, max_bytes=max_decompressed_bytes)
+        )
+    except DecompressionTooLarge as exc:
+        raise InvalidRecord(f"records section is too large: {exc}") from exc
+    except CorruptCompressedData as exc:
+        raise CorruptBatch(f"records section does not decompress: {exc}") from exc
+
+
+def _read_record(
+    reader: _Reader, header: BatchHeader, append_time: int | None
+) -> DecodedRecord:
+    length = reader.varint()
+    record = _Reader(reader.take(length))
+    record.take(1)  # attributes: unused in v2
+    timestamp_delta = record.varlong()
+    offset_delta = record.varint()
+    key = record.nullable_bytes()
+    value = record.nullable_bytes()
+    headers_count = record.varint()
+    if not 0 <= headers_count <= record.remaining // _MIN_HEADER_BYTES:
+        raise InvalidRecord(f"{headers_count} headers cannot fit in {record.remaining} bytes")
+    headers = tuple(_read_header(record) for _ in range(headers_count))
+    if record.remaining:
+        raise InvalidRecord(f"record declares {length} bytes but uses {length - record.remaining}")
+    return DecodedRecord(
+        offset=header.base_offset + offset_delta,
+        timestamp_ms=(
+            append_time if append_time is not None else header.base_timestamp + timestamp_delta
+        ),
+        key=key,
+        value=value,
+        headers=headers,
+    )
+
+
+def _read_header(record: _Reader) -> tuple[str, bytes | None]:
+    key = record.nullable_bytes()
+    if key is None:
+        raise InvalidRecord("record header key is null")
+    try:
+        name = key.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(f"record header key is not UTF-8: {exc}") from exc
+    return name, record.nullable_bytes()
+
+
+class _Reader:
+    """A cursor over a bounded slice; every read is checked and fails as InvalidRecord."""
+
+    __slots__ = ("_buf", "_pos")
+
+    def __init__(self, buf: memoryview) -> None:
+        self._buf = buf
+        self._pos = 0
+
+    @property
+    def remaining(self) -> int:
+        return len(self._buf) - self._pos
+
+    def varint(self) -> int:
+        try:
+            value, self._pos = decode_varint(self._buf, self._pos)
+        except MalformedVarint as exc:
+            raise InvalidRecord(f"malformed record: {exc}") from exc
+        return value
+
+    def varlong(self) -> int:
+        try:
+            value, self._pos = decode_varlong(self._buf, self._pos)
+        except MalformedVarint as exc:
+            raise InvalidRecord(f"malformed record: {exc}") from exc
+        return value
+
+    def take(self, length: int) -> memoryview:
+        if not 0 <= length <= self.remaining:
+            raise InvalidRecord(f"length {length} does not fit in the {self.remaining} bytes left")
+        start = self._pos
+        self._pos += length
+        return self._buf[start : self._pos]
+
+    def nullable_bytes(self) -> bytes | None:
+        length = self.varint()
+        if length == -1:
+            return None
+        return bytes(self.take(length))

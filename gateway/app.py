@@ -1,0 +1,246 @@
+"""The `gateway serve` process: start storage, core and listeners, announce READY, stop on a signal.
+
+Lifecycle: STARTING -> RUNNING -> STOPPING -> STOPPED. The first SIGTERM/SIGINT starts an orderly
+shutdown (while starting: once the current start-up step is done, without announcing READY); a
+second one exits at once with code 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import importlib.metadata
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TextIO
+
+from core.service import Core
+from gateway.admin import AdminServer, GatewayInfo, create_admin_app
+from gateway.config import GatewayConfig
+from gateway.listeners import ConnectionHandler, Listener, bind_socket, close_at_once, format_address
+from gateway.metrics import GatewayMetrics
+from storage.embedded import EmbeddedStorage
+
+log = logging.getLogger("gateway")
+
+READY_PREFIX = "GATEWAY READY "
+SHUTDOWN_GRACE_S = 5.0   # how long open connections get to finish their in-flight work
+CLOSE_TIMEOUT_S = 10.0   # bound on core.close() and storage.close(), so a hang cannot stall the exit
+EXIT_OK = 0
+EXIT_FAILURE = 1
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class State(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+_ALLOWED_TRANSITIONS = {
+    State.STARTING: {State.RUNNING, State.STOPPING},
+    State.RUNNING: {State.STOPPING},
+    State.STOPPING: {State.STOPPED},
+    State.STOPPED: set(),
+}
+
+
+class _Server(Protocol):
+    """What shutdown needs from a client-facing server (protocol listeners and the admin API)."""
+
+    name: str
+    address: str  # "host:port" it listens on
+
+    def stop_accepting(self) -> None: ...
+
+    async def close_connections(self, grace_s: float) -> None: ...
+
+
+class _StopRequested(Exception):
+    """A signal arrived while starting: abandon the remaining start-up steps."""
+
+
+class StartupError(Exception):
+    """An expected start-up failure (e.g. a port in use); its message says it all, no traceback."""
+
+
+def run(config: GatewayConfig) -> int:
+    """Run the gateway until it is told to stop; returns the process exit code."""
+    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+        return runner.run(Gateway(config).run())
+
+
+def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None  # asyncio's default loop; slower but equivalent
+    return uvloop.new_event_loop
+
+
+def protocol_handlers(core: Core) -> dict[str, ConnectionHandler]:
+    """The connection handler of each protocol listener.
+
+    The protocol front ends plug in here once they land, each as a handler built on the core.
+    """
+    return {"kafka": close_at_once, "amqp": close_at_once}
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, *, stdout: TextIO | None = None) -> None:
+        self.config = config
+        self.state = State.STARTING
+        self.version = _installed_version()
+        self.metrics = GatewayMetrics(self.version)
+        self._stdout = stdout if stdout is not None else sys.stdout
+        self._stop_requested = asyncio.Event()
+        self._storage: EmbeddedStorage | None = None
+        self._core: Core | None = None
+        self._unserved_sockets: dict[str, socket.socket] = {}  # bound, not yet owned by a server
+        self._servers: list[_Server] = []
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in _STOP_SIGNALS:
+            loop.add_signal_handler(sig, self._on_stop_signal, sig)
+        log.info("starting gateway %s (pid %d), data dir %s", self.version, os.getpid(), self.config.data_dir)
+        log.debug("configuration: %s", self.config)
+        try:
+            await self._start()
+        except _StopRequested:
+            log.info("stop requested during start-up")
+            return await self._shut_down()
+        except StartupError as exc:
+            log.error("start-up failed: %s", exc)
+            await self._shut_down()
+            return EXIT_FAILURE
+        except Exception:
+            log.exception("start-up failed")
+            await self._shut_down()
+            return EXIT_FAILURE
+        self._transition(State.RUNNING)
+        self.metrics.up.set(1)
+        self._announce_ready()
+        await self._stop_requested.wait()
+        return await self._shut_down()
+
+    # --- start-up ---------------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        config = self.config
+        # Bind first: a port conflict is reported before the data directory is touched.
+        for name, port in (("kafka", config.kafka_port), ("amqp", config.amqp_port), ("admin", config.admin_port)):
+            try:
+                self._unserved_sockets[name] = bind_socket(config.host, port)
+            except OSError as exc:
+                raise StartupError(f"cannot bind the {name} listener to {config.host}:{port}: {exc.strerror or exc}") from exc
+        self._check_stop()
+
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._storage = await EmbeddedStorage.open(config.data_dir, config.storage)
+        self._check_stop()
+
+        self._core = Core(self._storage.metadata, self._storage.logs)
+        await self._core.start()
+        self._check_stop()
+
+        handlers = protocol_handlers(self._core)
+        listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp")]
+        self._servers.extend(listeners)
+        self.metrics.track_listeners(listeners)
+        admin_socket = self._unserved_sockets.pop("admin")
+        info = GatewayInfo(
+            version=self.version,
+            listeners={**{l.name: l.address for l in listeners}, "admin": format_address(admin_socket)},
+            data_dir=config.data_dir,
+        )
+        admin = AdminServer(admin_socket, create_admin_app(info, self.metrics), SHUTDOWN_GRACE_S)
+        self._servers.append(admin)
+        for server in (*listeners, admin):
+            await server.start()
+        self._check_stop()
+
+    def _check_stop(self) -> None:
+        if self._stop_requested.is_set():
+            raise _StopRequested
+
+    def _announce_ready(self) -> None:
+        addresses = {server.name: server.address for server in self._servers}
+        payload = {
+            "kafka": addresses["kafka"],
+            "amqp": addresses["amqp"],
+            "admin": addresses["admin"],
+            "data_dir": str(self.config.data_dir),
+            "pid": os.getpid(),
+        }
+        # The single line on stdout that launchers and tests wait for; everything else is on stderr.
+        self._stdout.write(READY_PREFIX + json.dumps(payload) + "\n")
+        self._stdout.flush()
+        log.info("gateway ready: kafka %s, amqp %s, admin %s", payload["kafka"], payload["amqp"], payload["admin"])
+
+    # --- shutdown ---------------------------------------------------------------------------------
+
+    def _on_stop_signal(self, sig: signal.Signals) -> None:
+        if self._stop_requested.is_set():
+            log.error("received %s while stopping; exiting immediately", sig.name)
+            logging.shutdown()  # flush stderr before the hard exit
+            os._exit(EXIT_FAILURE)
+        log.info("received %s; shutting down", sig.name)
+        self._stop_requested.set()
+
+    async def _shut_down(self) -> int:
+        self._stop_requested.set()  # from here on, any signal means "exit now"
+        self._transition(State.STOPPING)
+        self.metrics.up.set(0)
+        for server in self._servers:
+            server.stop_accepting()
+        for sock in self._unserved_sockets.values():
+            sock.close()
+        self._unserved_sockets.clear()
+        outcomes = await asyncio.gather(
+            *(server.close_connections(SHUTDOWN_GRACE_S) for server in self._servers), return_exceptions=True
+        )
+        for server, outcome in zip(self._servers, outcomes):
+            if isinstance(outcome, BaseException):
+                log.error("closing the %s connections failed", server.name, exc_info=outcome)
+
+        clean = True
+        if self._core is not None:
+            clean &= await _close_step("core", self._core.close)
+        if self._storage is not None:
+            clean &= await _close_step("storage", self._storage.close)
+        self._transition(State.STOPPED)
+        log.info("gateway stopped%s", "" if clean else " (with errors)")
+        return EXIT_OK if clean else EXIT_FAILURE
+
+    def _transition(self, new_state: State) -> None:
+        if new_state not in _ALLOWED_TRANSITIONS[self.state]:
+            raise RuntimeError(f"invalid gateway state transition {self.state.name} -> {new_state.name}")
+        log.debug("state %s -> %s", self.state.name, new_state.name)
+        self.state = new_state
+
+
+async def _close_step(what: str, close: Callable[[], Awaitable[None]]) -> bool:
+    try:
+        await asyncio.wait_for(close(), CLOSE_TIMEOUT_S)
+    except TimeoutError:
+        log.error("closing %s took longer than %.0fs; giving up on it", what, CLOSE_TIMEOUT_S)
+        return False
+    except Exception:
+        log.exception("closing %s failed", what)
+        return False
+    return True
+
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("gateway")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"  # running from a source tree that was never installed

@@ -1,0 +1,72 @@
+"""The `gateway` command line (console script `gateway`, also `python -m gateway`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gateway.config import ConfigError, resolve_config
+
+# Usage errors exit with 2 (as click does); start-up and shutdown failures with 1.
+EXIT_CONFIG_ERROR = 2
+
+cli = typer.Typer(
+    name="gateway",
+    help="A message gateway speaking the Kafka wire protocol and AMQP 0.9.1 over one core.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,  # plain tracebacks: they end up in log files, not terminals
+)
+
+
+@cli.callback()
+def _group() -> None:
+    """Keep `serve` a subcommand even while it is the only one."""
+
+
+# Every option defaults to None, meaning "not given", so gateway.config can apply the precedence
+# defaults < TOML < environment < flags; the real defaults live in GatewayConfig.
+@cli.command()
+def serve(
+    config: Annotated[Path | None, typer.Option("--config", help="TOML config file.", dir_okay=False)] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Data directory.", show_default="./data")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on.", show_default="127.0.0.1")] = None,
+    kafka_port: Annotated[int | None, typer.Option(help="Kafka port; 0 picks a free one.", show_default="9092")] = None,
+    amqp_port: Annotated[int | None, typer.Option(help="AMQP port; 0 picks a free one.", show_default="5672")] = None,
+    admin_port: Annotated[int | None, typer.Option(help="Admin HTTP port; 0 picks a free one.", show_default="8080")] = None,
+    log_level: Annotated[
+        str | None, typer.Option(help="critical, error, warning, info or debug.", show_default="info")
+    ] = None,
+) -> None:
+    """Serve Kafka, AMQP and the admin API until SIGTERM or SIGINT.
+
+    Settings come from defaults < the --config TOML file < GATEWAY_DATA_DIR, GATEWAY_HOST, GATEWAY_KAFKA_PORT, GATEWAY_AMQP_PORT, GATEWAY_ADMIN_PORT, GATEWAY_LOG_LEVEL < flags.
+
+    Once listening, prints one line `GATEWAY READY {json}` on stdout; logs go to stderr.
+    """
+    flags = {
+        "data_dir": data_dir,
+        "host": host,
+        "kafka_port": kafka_port,
+        "amqp_port": amqp_port,
+        "admin_port": admin_port,
+        "log_level": log_level,
+    }
+    try:
+        gateway_config = resolve_config(config_file=config, flags=flags)
+    except ConfigError as exc:
+        typer.echo(f"gateway: configuration error: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG_ERROR) from None
+
+    # Imported here so that `gateway --help` and config errors stay fast and need no event loop.
+    from gateway import app
+    from gateway.logging import configure_logging
+
+    configure_logging(gateway_config.log_level)
+    raise typer.Exit(app.run(gateway_config))
+
+
+def main() -> None:
+    cli(prog_name="gateway")

@@ -1,0 +1,169 @@
+"""The gateway's settings, resolved once from defaults < TOML file < environment < command-line flags.
+
+Everything else in the process reads the frozen `GatewayConfig` this module produces; nothing else
+looks at the environment or the config file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storage.config import StorageConfig
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+# The settings that may come from every source, and the environment variable naming each.
+ENV_VARS: Mapping[str, str] = {
+    "data_dir": "GATEWAY_DATA_DIR",
+    "host": "GATEWAY_HOST",
+    "kafka_port": "GATEWAY_KAFKA_PORT",
+    "amqp_port": "GATEWAY_AMQP_PORT",
+    "admin_port": "GATEWAY_ADMIN_PORT",
+    "log_level": "GATEWAY_LOG_LEVEL",
+}
+PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
+STORAGE_TABLE = "storage"
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message says which setting and where it came from."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    data_dir: Path = Path("data")
+    host: str = "127.0.0.1"
+    kafka_port: int = 9092
+    amqp_port: int = 5672
+    admin_port: int = 8080
+    log_level: str = "info"
+    storage: StorageConfig = field(default_factory=StorageConfig)
+
+    def __post_init__(self) -> None:
+        # Validated here so that no GatewayConfig, however built, can hold an unusable value.
+        for name in PORT_SETTINGS:
+            port = getattr(self, name)
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                raise ConfigError(f"{name} must be an integer in 0..65535 (0 picks a free port), got {port!r}")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        if not self.host:
+            raise ConfigError("host must not be empty")
+        if not isinstance(self.data_dir, Path):
+            raise ConfigError(f"data_dir must be a path, got {self.data_dir!r}")
+
+
+def resolve_config(
+    *,
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> GatewayConfig:
+    """Merge the sources (later ones win) and validate the result.
+
+    `env` defaults to os.environ; `flags` holds only the options given on the command line (None
+    values count as not given). A relative data_dir is taken relative to the working directory.
+    """
+    env = os.environ if env is None else env
+    settings: dict[str, Any] = {}
+    storage_table: Mapping[str, Any] = {}
+    if config_file is not None:
+        file_settings, storage_table = _read_toml(config_file)
+        settings.update(file_settings)
+    settings.update(_settings_from_env(env))
+    settings.update({name: value for name, value in (flags or {}).items() if value is not None})
+
+    unknown_flags = set(settings) - set(ENV_VARS)
+    if unknown_flags:
+        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown_flags))}")
+    if "data_dir" in settings:
+        settings["data_dir"] = Path(settings["data_dir"]).expanduser()
+    if isinstance(settings.get("log_level"), str):
+        settings["log_level"] = settings["log_level"].lower()
+
+    config = GatewayConfig(**settings, storage=_storage_config(storage_table, config_file))
+    # The READY line and the storage layer want one unambiguous directory, whatever the cwd later is.
+    return dataclasses.replace(config, data_dir=Path(os.path.abspath(config.data_dir)))
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any]]:
+    try:
+        with path.open("rb") as file:
+            document = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+    storage_table = document.pop(STORAGE_TABLE, {})
+    if not isinstance(storage_table, dict):
+        raise ConfigError(f"{path}: [{STORAGE_TABLE}] must be a table")
+    unknown = set(document) - set(ENV_VARS)
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key(s) {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}]"
+        )
+    for name, value in document.items():
+        expected = int if name in PORT_SETTINGS else str
+        if isinstance(value, bool) or not isinstance(value, expected):
+            raise ConfigError(f"{path}: {name} must be a {expected.__name__}, got {value!r}")
+    return document, storage_table
+
+
+def _settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for name, var in ENV_VARS.items():
+        raw = env.get(var, "").strip()
+        if not raw:
+            continue  # an empty variable (FOO= in a compose file) means "not set"
+        if name in PORT_SETTINGS:
+            try:
+                settings[name] = int(raw)
+            except ValueError:
+                raise ConfigError(f"{var} must be an integer port, got {raw!r}") from None
+        else:
+            settings[name] = raw
+    return settings
+
+
+def _storage_config(table: Mapping[str, Any], source: Path | None) -> StorageConfig:
+    where = f"{source}: [{STORAGE_TABLE}]" if source else f"[{STORAGE_TABLE}]"
+    field_types = typing.get_type_hints(StorageConfig)
+    unknown = set(table) - set(field_types)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(field_types)}"
+        )
+    values = {}
+    for name, value in table.items():
+        expected = field_types[name]
+        if not _fits(value, expected):
+            raise ConfigError(f"{where}: {name} must be a {_type_name(expected)}, got {value!r}")
+        values[name] = float(value) if expected is float else value
+    try:
+        return StorageConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _fits(value: Any, expected: Any) -> bool:
+    # TOML booleans are Python ints; never let `true` pass as a size or a count.
+    if isinstance(value, bool):
+        return expected is bool
+    if expected is float:
+        return isinstance(value, (int, float))  # TOML writes 2 for 2.0
+    if isinstance(expected, type):
+        return isinstance(value, expected)
+    return True  # a type this check does not model: StorageConfig validates it itself
+
+
+def _type_name(expected: Any) -> str:
+    return expected.__name__ if isinstance(expected, type) else str(expected)

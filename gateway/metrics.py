@@ -1,0 +1,58 @@
+"""The process's Prometheus metrics, in a registry the gateway owns (not the library's global one, so
+tests and several gateways in one interpreter never collide)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Gauge, Info
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+
+class ConnectionStats(Protocol):
+    """What a listener reports about its client connections."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def accepted_total(self) -> int: ...
+
+    @property
+    def open_connections(self) -> int: ...
+
+
+class GatewayMetrics:
+    def __init__(self, version: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.build_info = Info("gateway_build", "Version of the running gateway", registry=self.registry)
+        self.build_info.info({"version": version})
+        self.up = Gauge("gateway_up", "1 while the gateway serves clients, 0 while starting or stopping",
+                        registry=self.registry)
+        self.up.set(0)
+
+    def track_listeners(self, listeners: Sequence[ConnectionStats]) -> None:
+        self.registry.register(_ListenerCollector(listeners))
+
+
+class _ListenerCollector(Collector):
+    """Reads the listeners' counters at scrape time, so listeners need not know about Prometheus."""
+
+    def __init__(self, listeners: Sequence[ConnectionStats]) -> None:
+        self._listeners = tuple(listeners)
+
+    def collect(self) -> Iterator[Metric]:
+        accepted = CounterMetricFamily("gateway_connections_accepted", "Client connections accepted",
+                                       labels=["listener"])
+        current = GaugeMetricFamily("gateway_connections_open", "Client connections currently open",
+                                    labels=["listener"])
+        for listener in self._listeners:
+            accepted.add_metric([listener.name], listener.accepted_total)
+            current.add_metric([listener.name], listener.open_connections)
+        yield accepted
+        yield current
+
+    def describe(self) -> Iterable[Metric]:
+        return self.collect()

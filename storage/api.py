@@ -1,0 +1,263 @@
+"""The storage layer as the rest of the gateway sees it.
+
+Storage vocabulary only: ledgers and entries, managed logs of opaque entries with dense positions
+("offsets"), and a versioned metadata store. Nothing here knows what a topic, a Kafka batch or an
+AMQP queue is. `core/` imports this module and nothing else from `storage/`; the concrete
+implementations are wired in by `gateway/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+class StorageError(Exception):
+    """Base of every storage failure."""
+
+
+class LedgerFenced(StorageError):
+    """The ledger was fenced by a recovering reader: this writer lost ownership. Ambiguous for the
+    entry that got it (it may or may not be stored), like a timeout."""
+
+
+class LedgerClosed(StorageError):
+    """An add on a ledger that is already closed."""
+
+
+class NoSuchLedger(StorageError):
+    pass
+
+
+class NoSuchEntry(StorageError):
+    pass
+
+
+class CorruptEntry(StorageError):
+    """A stored entry failed its checksum. It is never served."""
+
+
+class NotEnoughBookies(StorageError):
+    """Fewer bookies are writable than the ensemble needs."""
+
+
+class BookieReadOnly(StorageError):
+    """The bookie stopped accepting writes (a failed fsync, a full disk). Never retried."""
+
+
+class CookieMismatch(StorageError):
+    """The data directory does not belong to the instance the metadata store knows (wiped or swapped)."""
+
+
+class BadVersion(StorageError):
+    """A compare-and-set lost: the node changed since it was read."""
+
+
+class NodeExists(StorageError):
+    pass
+
+
+class NoNode(StorageError):
+    pass
+
+
+class PositionOutOfRange(StorageError):
+    """A managed-log read below the log start or above the end."""
+
+
+class LogClosed(StorageError):
+    """The managed log was closed (shutdown or lost ownership)."""
+
+
+# --- metadata store -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Versioned:
+    value: bytes
+    version: int
+
+
+WatchCallback = Callable[[str], None]
+"""Called with the changed path, on the event loop, after a put/create/delete of that path."""
+
+
+class MetadataStore(Protocol):
+    """A hierarchical key-value store with versions, as ZooKeeper and BookKeeper's `Versioned<T>` have.
+
+    Paths look like "/a/b/c". Every write is durable when it returns. Versions start at 0 on create
+    and grow by one per put.
+    """
+
+    async def get(self, path: str) -> Versioned | None: ...
+
+    async def create(self, path: str, value: bytes) -> int:
+        """Create `path`; raises NodeExists. Returns the version (0)."""
+
+    async def put(self, path: str, value: bytes, expected_version: int | None = None) -> int:
+        """Write `path`. With expected_version, a compare-and-set: BadVersion if it differs, NoNode
+        if absent. Without, create-or-overwrite. Returns the new version."""
+
+    async def delete(self, path: str, expected_version: int | None = None) -> None:
+        """Delete `path` (NoNode if absent, BadVersion on a lost compare-and-set)."""
+
+    async def children(self, path: str) -> list[str]:
+        """Names of the direct children of `path`, sorted."""
+
+    async def next_id(self, counter: str) -> int:
+        """A durable counter: a new, never reused value on every call."""
+
+    def watch(self, path: str, callback: WatchCallback) -> Callable[[], None]:
+        """Call `callback` whenever `path` changes; returns a function that cancels the watch."""
+
+    async def close(self) -> None: ...
+
+
+# --- bookie (the entry store) ---------------------------------------------------------------------
+
+
+class EntryStore(Protocol):
+    """A bookie as a ledger client sees it. Entries are addressed by (ledger id, entry id)."""
+
+    def add(self, ledger_id: int, entry_id: int, payload: bytes, lac: int, *, recovery: bool = False) -> Awaitable[None]:
+        """Store one entry; durable (journal fsynced) when the awaitable resolves. `lac` is the writer's
+        LastAddConfirmed, piggybacked. Raises LedgerFenced once the ledger is fenced, unless
+        `recovery` (a recovering reader rewriting the tail). Idempotent for the same entry."""
+
+    async def read(self, ledger_id: int, entry_id: int) -> bytes:
+        """One entry (NoSuchEntry, CorruptEntry)."""
+
+    async def read_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int) -> list[bytes]:
+        """Entries first..last in order, stopping early once `max_bytes` is reached (at least one)."""
+
+    async def fence(self, ledger_id: int) -> int:
+        """Fence the ledger durably; idempotent, never undone. Returns the last entry id stored (-1)."""
+
+    async def last_add_confirmed(self, ledger_id: int) -> int: ...
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Forget the ledger; its space is reclaimed by garbage collection. Idempotent."""
+
+
+# --- ledgers --------------------------------------------------------------------------------------
+
+
+class LedgerWriter(Protocol):
+    """The single writer of one open ledger. Not thread-safe; owned by one task."""
+
+    ledger_id: int
+
+    @property
+    def last_add_confirmed(self) -> int: ...
+
+    def add(self, payload: bytes) -> asyncio.Future[int]:
+        """Queue one entry (pipelined). The future resolves to its entry id once it is durable on an
+        ack quorum and every earlier entry is too, so completions arrive in entry order."""
+
+    async def close(self) -> int:
+        """Wait for pending adds, then seal the ledger; returns its last entry id."""
+
+
+class LedgerReader(Protocol):
+    ledger_id: int
+
+    @property
+    def last_add_confirmed(self) -> int: ...
+
+    async def read(self, first_entry_id: int, last_entry_id: int, max_bytes: int = 1 << 62) -> list[bytes]: ...
+
+
+class LedgerClient(Protocol):
+    async def create(self, *, ensemble_size: int = 1, write_quorum: int = 1, ack_quorum: int = 1,
+                     properties: dict[str, str] | None = None) -> LedgerWriter: ...
+
+    async def open(self, ledger_id: int, *, recover: bool = True) -> LedgerReader:
+        """With `recover`, fence the ledger, recover its tail and close it, so no old writer can add
+        to it any more. Without, open read-only up to the last confirmed entry."""
+
+    async def delete(self, ledger_id: int) -> None: ...
+
+
+# --- managed logs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One stored entry of a managed log and the positions it covers: base_offset ..
+    base_offset + record_count - 1."""
+
+    base_offset: int
+    record_count: int
+    max_timestamp_ms: int
+    payload: bytes | memoryview
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.record_count
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    retention_ms: int = -1        # -1: keep forever
+    retention_bytes: int = -1     # -1: no size bound
+    roll_bytes: int = 128 << 20   # close the current ledger past this size
+    roll_ms: int = 7 * 24 * 3600 * 1000
+
+
+class ManagedLog(Protocol):
+    """An ordered list of ledgers holding one dense sequence of offsets (a partition's log).
+
+    Single writer: only the owner appends, from one task. Reads may come from any task.
+    """
+
+    name: str
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next append gets (assigned at once, durable later)."""
+
+    @property
+    def high_watermark(self) -> int:
+        """One past the last durable offset: what readers may see."""
+
+    @property
+    def size_bytes(self) -> int: ...
+
+    def append(self, payload: bytes, record_count: int, max_timestamp_ms: int) -> Awaitable[int]:
+        """Assign `next_offset` to the entry synchronously, then resolve to it once durable.
+        Appends complete in order."""
+
+    async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
+        """Whole entries from the one containing `offset`, up to `max_bytes` (at least one entry if
+        any exists). Raises PositionOutOfRange outside [log_start_offset, high_watermark]."""
+
+    async def find_by_timestamp(self, timestamp_ms: int) -> LogEntry | None:
+        """The first entry whose max timestamp is >= timestamp_ms, or None."""
+
+    async def wait_for_append(self, offset: int, timeout_s: float) -> bool:
+        """Wait until high_watermark > offset or the timeout passes; True if data arrived."""
+
+    async def trim(self, policy: RetentionPolicy, now_ms: int) -> int:
+        """Drop whole ledgers past retention; returns the new log start offset."""
+
+    async def delete_before(self, offset: int) -> int:
+        """Move the log start offset to `offset` (Kafka DeleteRecords); whole ledgers below it are
+        deleted. Returns the new log start offset."""
+
+    async def close(self) -> None: ...
+
+
+class ManagedLogFactory(Protocol):
+    async def open_log(self, name: str, policy: RetentionPolicy) -> ManagedLog:
+        """Open (creating if needed) the log `name`, recovering and fencing its last ledger so a
+        previous owner can no longer write to it."""
+
+    async def delete_log(self, name: str) -> None: ...

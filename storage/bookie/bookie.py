@@ -1,0 +1,296 @@
+"""The bookie: the entry store every ledger of this node writes to.
+
+Directory layout (under `<data dir>/bookie/`):
+
+    COOKIE          instance cookie (cookie.py)
+    journal/        journal segments, which are also the entry logs (journal_format.py)
+    index/          LMDB index (index.py), derived from the journal
+
+Start-up recovery: open the index (rebuilding it when unreadable), replay every journal record
+after its checkpoint, and truncate a torn or corrupt tail. What was dropped is reported in
+`recovery_report` and logged; dropped bytes were never acknowledged when they sit at the tail of
+the last segment. A bad record inside a sealed segment is media corruption: it is reported at
+ERROR and the entries after it are not served.
+
+Thread-safety: the public methods are called from one event loop; the journal thread writes the
+index; reads run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from storage.api import BookieReadOnly, CorruptEntry, LedgerFenced, MetadataStore, NoSuchEntry, NoSuchLedger
+from storage.bookie import cookie
+from storage.bookie import journal_format as fmt
+from storage.bookie.group_commit import FlushReason, GroupCommitPolicy
+from storage.bookie.index import LedgerIndex, LedgerState, Location
+from storage.bookie.journal import Journal, Written, fsync_directory, list_segments
+from storage.config import StorageConfig
+
+log = logging.getLogger("gateway.storage.bookie")
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    replayed_records: int = 0
+    index_rebuilt: bool = False
+    dropped: list[tuple[int, int, int, str]] = field(default_factory=list)  # segment, offset, bytes, why
+
+
+class Bookie:
+    """EntryStore on local disk."""
+
+    def __init__(self, directory: Path, index: LedgerIndex, states: dict[int, LedgerState],
+                 report: RecoveryReport) -> None:
+        self.directory = directory
+        self.recovery_report = report
+        self._index = index
+        self._states = states
+        self._journal: Journal | None = None
+        self._read_fds: dict[int, int] = {}
+        self._fd_lock = threading.Lock()
+        self.flush_counts: dict[FlushReason, int] = {reason: 0 for reason in FlushReason}
+        self._sync_task: asyncio.Task | None = None
+
+    @classmethod
+    async def open(cls, directory: Path, config: StorageConfig, metadata: MetadataStore,
+                   bookie_id: str = "local") -> "Bookie":
+        journal_dir = directory / "journal"
+        journal_dir.mkdir(parents=True, exist_ok=True)
+        segments = await asyncio.to_thread(list_segments, journal_dir)
+        await cookie.verify_or_create(directory, bookie_id, metadata, has_data=bool(segments))
+        index, states, report = await asyncio.to_thread(_recover, directory, journal_dir, segments)
+        bookie = cls(directory, index, states, report)
+        policy = GroupCommitPolicy(config.journal_max_wait_ms, config.journal_max_bytes)
+        bookie._journal = Journal(journal_dir, (segments[-1] + 1) if segments else 1, policy,
+                                  config.journal_segment_bytes, index.apply, bookie._on_durable,
+                                  bookie._count_flush)
+        bookie._sync_task = asyncio.create_task(bookie._sync_index(config.index_sync_interval_s),
+                                                name="bookie-index-sync")
+        return bookie
+
+    def _count_flush(self, reason: FlushReason) -> None:
+        self.flush_counts[reason] += 1  # journal thread; a plain int add is atomic enough for a counter
+
+    def _on_durable(self, written: list[Written]) -> None:
+        for rec in written:
+            if rec.kind is fmt.RecordKind.ENTRY:
+                state = self._states.setdefault(rec.ledger_id, LedgerState())
+                state.last_entry_id = max(state.last_entry_id, rec.entry_id)
+                state.lac = max(state.lac, rec.lac)
+
+    async def _sync_index(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await asyncio.to_thread(self._index.sync)
+
+    @property
+    def is_read_only(self) -> bool:
+        return self._journal is None or self._journal.failure is not None
+
+    # --- EntryStore ---------------------------------------------------------------------------
+
+    def add(self, ledger_id: int, entry_id: int, payload: bytes, lac: int, *, recovery: bool = False) -> asyncio.Future:
+        """A future, not a coroutine: the ledger writer pipelines thousands of these."""
+        state = self._states.get(ledger_id)
+        if state is not None and state.is_fenced and not recovery:
+            return _failed(LedgerFenced(f"ledger {ledger_id} is fenced"))
+        if self.is_read_only:
+            return _failed(BookieReadOnly("bookie is read-only"))
+        return self._journal.append(fmt.RecordKind.ENTRY, ledger_id, entry_id, lac, payload)
+
+    async def fence(self, ledger_id: int) -> int:
+        state = self._states.setdefault(ledger_id, LedgerState())
+        already = state.is_fenced
+        state.is_fenced = True  # at once: adds arriving from now on are refused
+        if not already:
+            await self._journal.append(fmt.RecordKind.FENCE, ledger_id, -1, -1, b"")
+        return state.last_entry_id
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        state = self._states.get(ledger_id)
+        return state is not None and state.is_fenced
+
+    async def last_add_confirmed(self, ledger_id: int) -> int:
+        state = self._states.get(ledger_id)
+        if state is None:
+            raise NoSuchLedger(str(ledger_id))
+        return state.lac
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        state = self._states.get(ledger_id)
+        return -1 if state is None else state.last_entry_id
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        if self._states.pop(ledger_id, None) is None:
+            return
+        await self._journal.append(fmt.RecordKind.LEDGER_DELETED, ledger_id, -1, -1, b"")
+
+    async def read(self, ledger_id: int, entry_id: int) -> bytes:
+        return await asyncio.to_thread(self._read_one, ledger_id, entry_id)
+
+    async def read_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int) -> list[bytes]:
+        return await asyncio.to_thread(self._read_range, ledger_id, first_entry_id, last_entry_id, max_bytes)
+
+    # --- reads (worker threads) ---------------------------------------------------------------
+
+    def _read_one(self, ledger_id: int, entry_id: int) -> bytes:
+        location = self._index.locate(ledger_id, entry_id)
+        if location is None:
+            raise NoSuchEntry(f"ledger {ledger_id} entry {entry_id}")
+        return self._read_at(ledger_id, entry_id, location)
+
+    def _read_range(self, ledger_id: int, first: int, last: int, max_bytes: int) -> list[bytes]:
+        out: list[bytes] = []
+        total = 0
+        expected = first
+        for entry_id, location in self._index.locate_range(ledger_id, first, last):
+            if entry_id != expected:
+                break  # a hole: never serve past it
+            payload = self._read_at(ledger_id, entry_id, location)
+            out.append(payload)
+            total += len(payload)
+            expected += 1
+            if total >= max_bytes:
+                break
+        if not out and first <= last:
+            raise NoSuchEntry(f"ledger {ledger_id} entry {first}")
+        return out
+
+    def _read_at(self, ledger_id: int, entry_id: int, location: Location) -> bytes:
+        raw = os.pread(self._segment_fd(location.segment_id), location.size, location.offset)
+        try:
+            record = fmt.decode_record(raw, location.offset)
+        except ValueError as exc:
+            raise CorruptEntry(f"ledger {ledger_id} entry {entry_id}: {exc}") from None
+        if (record.ledger_id, record.entry_id) != (ledger_id, entry_id):
+            raise CorruptEntry(f"ledger {ledger_id} entry {entry_id}: index points at another entry")
+        return record.payload
+
+    def _segment_fd(self, segment_id: int) -> int:
+        with self._fd_lock:
+            fd = self._read_fds.get(segment_id)
+            if fd is None:
+                fd = os.open(self.directory / "journal" / fmt.segment_name(segment_id), os.O_RDONLY)
+                self._read_fds[segment_id] = fd
+            return fd
+
+    # --- space --------------------------------------------------------------------------------
+
+    async def collect_garbage(self) -> list[int]:
+        """Delete sealed journal segments that no live ledger has entries in; returns their ids."""
+        current = self._journal.segment_id
+        return await asyncio.to_thread(self._collect, current)
+
+    def _collect(self, current_segment: int) -> list[int]:
+        removed = []
+        journal_dir = self.directory / "journal"
+        for segment_id in list_segments(journal_dir):
+            if segment_id >= current_segment or self._index.segment_is_live(segment_id):
+                continue
+            with self._fd_lock:
+                fd = self._read_fds.pop(segment_id, None)
+            if fd is not None:
+                os.close(fd)
+            os.unlink(journal_dir / fmt.segment_name(segment_id))
+            self._index.forget_segment(segment_id)
+            removed.append(segment_id)
+        if removed:
+            fsync_directory(journal_dir)
+        return removed
+
+    async def close(self) -> None:
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+        if self._journal is not None:
+            await self._journal.close()
+        with self._fd_lock:
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()
+        await asyncio.to_thread(self._index.close)
+
+
+def _failed(error: Exception) -> asyncio.Future:
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_exception(error)
+    return fut
+
+
+# --- start-up recovery (a worker thread) ----------------------------------------------------------
+
+
+def _recover(directory: Path, journal_dir: Path, segments: list[int]) -> tuple[LedgerIndex, dict[int, LedgerState], RecoveryReport]:
+    report = RecoveryReport()
+    index_dir = directory / "index"
+    try:
+        index = LedgerIndex(index_dir)
+        checkpoint = index.checkpoint()
+    except Exception as exc:  # an unreadable index is rebuilt: it is derived data
+        log.warning("bookie index unreadable (%s): rebuilding from the journal", exc)
+        LedgerIndex.wipe(index_dir)
+        index, checkpoint = LedgerIndex(index_dir), None
+    if segments and (checkpoint is None or checkpoint[0] not in segments):
+        if checkpoint is not None:
+            log.warning("index checkpoint names a missing segment %x: rebuilding", checkpoint[0])
+            index.close()
+            LedgerIndex.wipe(index_dir)
+            index = LedgerIndex(index_dir)
+        report.index_rebuilt = True
+        checkpoint = (segments[0], fmt.SEGMENT_HEADER.size)
+    for segment_id in segments:
+        if checkpoint is None or segment_id < checkpoint[0]:
+            continue
+        start = checkpoint[1] if segment_id == checkpoint[0] else fmt.SEGMENT_HEADER.size
+        _replay_segment(journal_dir, segment_id, start, is_last=segment_id == segments[-1], index=index,
+                        report=report)
+    index.sync()
+    for segment_id, offset, dropped, why in report.dropped:
+        log.warning("journal segment %x: dropped %d bytes at offset %d: %s", segment_id, dropped, offset, why)
+    return index, index.all_ledger_states(), report
+
+
+def _replay_segment(journal_dir: Path, segment_id: int, start: int, *, is_last: bool, index: LedgerIndex,
+                    report: RecoveryReport) -> None:
+    path = journal_dir / fmt.segment_name(segment_id)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            fmt.read_segment_header(fd, segment_id)
+        except fmt.BadSegment as exc:
+            # Only a segment created just before a crash can lack its header; it holds nothing.
+            report.dropped.append((segment_id, 0, size, str(exc)))
+            if not is_last:
+                log.error("sealed journal segment is unreadable: %s", exc)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, fmt.segment_header(segment_id), 0)
+            os.fsync(fd)
+            return
+        batch: list[Written] = []
+        end = max(start, fmt.SEGMENT_HEADER.size)
+        for item in fmt.scan(fd, end, size):
+            if isinstance(item, fmt.ScanStop):
+                report.dropped.append((segment_id, item.offset, item.dropped_bytes, item.reason))
+                if not is_last:
+                    log.error("sealed journal segment %x is corrupt at %d: %s", segment_id, item.offset, item.reason)
+                os.ftruncate(fd, item.offset)
+                os.fsync(fd)
+                break
+            batch.append(Written(item.kind, item.ledger_id, item.entry_id, item.lac, segment_id, item.offset,
+                                 item.size))
+            end = item.offset + item.size
+            if len(batch) >= 10_000:
+                index.apply(batch, segment_id, end)
+                report.replayed_records += len(batch)
+                batch = []
+        index.apply(batch, segment_id, end)
+        report.replayed_records += len(batch)
+    finally:
+        os.close(fd)

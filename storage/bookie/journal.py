@@ -1,0 +1,217 @@
+"""The journal: one sequential, group-committed, fsynced write stream shared by every ledger.
+
+Adds are queued from the event loop; one thread owns the segment file, writes whatever queued up
+while it was busy in one `writev`, fsyncs, hands the written positions to the bookie's index, and
+only then resolves the adds' futures. A failed write or fsync is never retried: the data it held may
+be gone from the page cache while a retry reports success (the "fsyncgate" lesson), so the journal
+fails every pending and future add and the bookie turns read-only.
+
+The byte layout and crash policy are in journal_format.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage.api import BookieReadOnly
+from storage.bookie import journal_format as fmt
+from storage.bookie.group_commit import FlushReason, GroupCommitPolicy, should_flush
+
+log = logging.getLogger("gateway.storage.journal")
+
+_IOV_MAX = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """Where one record landed, handed to the index after the fsync."""
+
+    kind: fmt.RecordKind
+    ledger_id: int
+    entry_id: int
+    lac: int
+    segment_id: int
+    offset: int
+    size: int
+
+
+FlushedCallback = Callable[[list[Written], int, int], None]
+"""Called in the journal thread after each fsync with the records written and the end position
+(segment id, offset) of the journal, before any of their adds is acknowledged."""
+
+DurableCallback = Callable[[list[Written]], None]
+"""Called on the event loop with the records of each flush, just before their futures resolve."""
+
+
+def list_segments(directory: Path) -> list[int]:
+    ids = []
+    for name in os.listdir(directory):
+        stem, dot, ext = name.partition(".")
+        if ext == "log" and len(stem) == 16:
+            try:
+                ids.append(int(stem, 16))
+            except ValueError:
+                continue
+    return sorted(ids)
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Journal:
+    """Owns the journal directory's current segment. `append` is called from one event loop; the
+    file is written only by the journal thread."""
+
+    def __init__(self, directory: Path, first_segment_id: int, policy: GroupCommitPolicy,
+                 segment_bytes: int, on_flushed: FlushedCallback, on_durable: DurableCallback,
+                 flush_counter: Callable[[FlushReason], None] | None = None) -> None:
+        self._dir = directory
+        self._policy = policy
+        self._segment_bytes = segment_bytes
+        self._on_flushed = on_flushed
+        self._on_durable = on_durable
+        self._count_flush = flush_counter or (lambda reason: None)
+        self._loop = asyncio.get_running_loop()
+        self._cond = threading.Condition()
+        self._pending: list[tuple[tuple[bytes, bytes], fmt.RecordKind, int, int, int, asyncio.Future]] = []
+        self._pending_bytes = 0
+        self._pending_since = 0.0
+        self._closing = False
+        self.failure: BaseException | None = None
+        self._segment_id = first_segment_id
+        self._fd = self._create_segment(first_segment_id)
+        self._segment_size = fmt.SEGMENT_HEADER.size
+        self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
+        self._thread.start()
+
+    @property
+    def segment_id(self) -> int:
+        """The segment currently written to. Lower ids are sealed."""
+        return self._segment_id
+
+    def append(self, kind: fmt.RecordKind, ledger_id: int, entry_id: int, lac: int,
+               payload: bytes) -> asyncio.Future:
+        """Queue one record; the future resolves once it is fsynced (and indexed)."""
+        fut = self._loop.create_future()
+        if self.failure is not None:
+            fut.set_exception(BookieReadOnly(f"journal failed: {self.failure}"))
+            return fut
+        parts = fmt.encode_record(kind, ledger_id, entry_id, lac, payload)
+        with self._cond:
+            if self._closing:
+                fut.set_exception(BookieReadOnly("journal is closing"))
+                return fut
+            if not self._pending:
+                self._pending_since = time.monotonic()
+            self._pending.append((parts, kind, ledger_id, entry_id, lac, fut))
+            self._pending_bytes += len(parts[0]) + len(parts[1])
+            self._cond.notify()
+        return fut
+
+    async def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        await asyncio.to_thread(self._thread.join)
+        os.close(self._fd)
+
+    # --- the journal thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                reason = self._wait_for_flush()
+                if reason is None:
+                    return
+                batch, self._pending, self._pending_bytes = self._pending, [], 0
+            self._count_flush(reason)
+            self._flush(batch)
+
+    def _wait_for_flush(self) -> FlushReason | None:
+        """With the lock held: block until the policy says flush; None once closed and drained."""
+        while True:
+            waited_ms = (time.monotonic() - self._pending_since) * 1000 if self._pending else 0.0
+            reason = should_flush(waited_ms, self._pending_bytes, True, self._policy)
+            if reason is not None:
+                return reason
+            if self._closing:
+                return FlushReason.IDLE if self._pending else None
+            timeout = None if not self._pending else max(self._policy.max_wait_ms - waited_ms, 0) / 1000
+            self._cond.wait(timeout)
+
+    def _flush(self, batch: list) -> None:
+        error: BaseException | None = self.failure
+        written: list[Written] = []
+        if error is None:
+            try:
+                written, end = self._write(batch)
+                self._on_flushed(written, self._segment_id, end)
+            except BaseException as exc:  # never retried: see the module docstring
+                log.critical("journal write/fsync failed, bookie turns read-only: %s", exc)
+                self.failure = error = exc
+                written = []
+        self._loop.call_soon_threadsafe(self._complete, written, [item[5] for item in batch], error)
+
+    def _complete(self, written: list[Written], futures: list[asyncio.Future], error: BaseException | None) -> None:
+        if written:
+            self._on_durable(written)
+        for fut in futures:
+            if fut.done():
+                continue
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(BookieReadOnly(f"journal failed: {error}"))
+
+    def _write(self, batch: list) -> tuple[list[Written], int]:
+        batch_bytes = sum(len(parts[0]) + len(parts[1]) for parts, *_ in batch)
+        if self._segment_size > fmt.SEGMENT_HEADER.size and self._segment_size + batch_bytes > self._segment_bytes:
+            self._roll()
+        written: list[Written] = []
+        buffers: list[bytes] = []
+        offset = self._segment_size
+        for (head, payload), kind, ledger_id, entry_id, lac, _ in batch:
+            size = len(head) + len(payload)
+            written.append(Written(kind, ledger_id, entry_id, lac, self._segment_id, offset, size))
+            buffers.append(head)
+            if payload:
+                buffers.append(payload)
+            offset += size
+        for start in range(0, len(buffers), _IOV_MAX):
+            chunk = buffers[start:start + _IOV_MAX]
+            expected = sum(map(len, chunk))
+            done = os.writev(self._fd, chunk)
+            if done != expected:  # a short write: finish it with plain writes
+                data = b"".join(chunk)[done:]
+                while data:
+                    data = data[os.write(self._fd, data):]
+        os.fdatasync(self._fd)
+        self._segment_size = offset
+        return written, offset
+
+    def _roll(self) -> None:
+        os.close(self._fd)
+        self._segment_id += 1
+        self._fd = self._create_segment(self._segment_id)
+        self._segment_size = fmt.SEGMENT_HEADER.size
+
+    def _create_segment(self, segment_id: int) -> int:
+        path = self._dir / fmt.segment_name(segment_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        os.write(fd, fmt.segment_header(segment_id))
+        os.fsync(fd)
+        fsync_directory(self._dir)  # the new file's name must survive a power loss too
+        return fd
+

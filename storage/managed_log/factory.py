@@ -1,0 +1,29 @@
+"""Opens managed logs by name over one ledger client and metadata store."""
+
+from __future__ import annotations
+
+from storage.api import MetadataStore, NoNode, RetentionPolicy
+from storage.ledger.client import LedgerClient
+from storage.managed_log.ledger_list import LedgerList
+from storage.managed_log.log import ManagedLogImpl
+
+
+class ManagedLogFactoryImpl:
+    def __init__(self, ledgers: LedgerClient, metadata: MetadataStore) -> None:
+        self._ledgers = ledgers
+        self._metadata = metadata
+
+    async def open_log(self, name: str, policy: RetentionPolicy) -> ManagedLogImpl:
+        return await ManagedLogImpl.open(name, self._ledgers, self._metadata, policy)
+
+    async def delete_log(self, name: str) -> None:
+        """Delete a log that is not open: its ledgers, then its list."""
+        node = await self._metadata.get(f"/logs/{name}")
+        if node is None:
+            return
+        for ledger_range in LedgerList.from_json(node.value).ledgers:
+            await self._ledgers.delete(ledger_range.ledger_id)
+        try:
+            await self._metadata.delete(f"/logs/{name}")
+        except NoNode:
+            pass

@@ -1,0 +1,430 @@
+"""The managed log: one dense sequence of offsets over an ordered list of ledgers (a partition's log).
+
+Appends go to the log's one open ledger, pipelined: each is given the next offset at once and is
+acknowledged, in order, when its ledger entry is durable. The ledger is rolled (closed, a new one
+created, the list swapped by compare-and-set) past a size or an age; retention drops whole closed
+ledgers from the head. Opening a log recovers and fences whichever ledger the list still shows
+open, so a previous owner, or this process before a crash, can add nothing more to it.
+
+Ownership: one task owns the append path (`append`, rolls, repairs); reads may run concurrently.
+Every change of the ledger list is serialised by `_list_lock` and made by compare-and-set: losing a
+CAS means another owner took the log over, and the log closes itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from array import array
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from functools import partial
+
+from storage.api import (BadVersion, LedgerFenced, LogClosed, LogEntry, MetadataStore, NodeExists,
+                         PositionOutOfRange, RetentionPolicy, StorageError)
+from storage.ledger.client import LedgerClient, LedgerHandle
+from storage.managed_log.ledger_list import ENTRY_HEADER, LedgerList, LedgerRange
+
+log = logging.getLogger("gateway.storage.managed_log")
+
+_HINTS = 256  # remembered (offset -> entry) positions, so sequential readers never search
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _decode(raw: memoryview) -> LogEntry:
+    base, count, max_ts, _ = ENTRY_HEADER.unpack_from(raw)
+    return LogEntry(base, count, max_ts, raw[ENTRY_HEADER.size:])
+
+
+class ManagedLogImpl:
+    """ManagedLog over a LedgerClient. See the module docstring for ownership."""
+
+    def __init__(self, name: str, ledgers: LedgerClient, metadata: MetadataStore, policy: RetentionPolicy,
+                 listing: LedgerList, version: int, clock_ms: Callable[[], int] = _now_ms) -> None:
+        self.name = name
+        self.policy = policy
+        self._ledgers = ledgers
+        self._metadata = metadata
+        self._path = f"/logs/{name}"
+        self._list = listing
+        self._version = version
+        self._list_lock = asyncio.Lock()
+        self._clock_ms = clock_ms
+        end = listing.ledgers[-1].end_offset if listing.ledgers else listing.log_start_offset
+        self._next = self._hwm = max(end, listing.log_start_offset)
+        # the open ledger and what was pushed to it
+        self._writer: LedgerHandle | None = None
+        self._bases = array("q")           # base offset of each entry of the open ledger
+        self._pushed_max_ts = -1
+        self._pushed_bytes = 0
+        self._durable_bytes = 0
+        self._durable_max_ts = -1
+        self._writer_since_ms = 0
+        self._waiting: deque[tuple[bytes, int, int, int, asyncio.Future]] = deque()
+        self._rolling: asyncio.Task | None = None
+        self._broken: BaseException | None = None
+        self._closed: BaseException | None = None
+        self._readers: dict[int, LedgerHandle] = {}
+        self._hints: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self._append_waiters: list[asyncio.Future] = []
+
+    # --- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, name: str, ledgers: LedgerClient, metadata: MetadataStore,
+                   policy: RetentionPolicy) -> "ManagedLogImpl":
+        path = f"/logs/{name}"
+        node = await metadata.get(path)
+        if node is None:
+            listing = LedgerList()
+            try:
+                version = await metadata.create(path, listing.to_json())
+            except NodeExists:
+                node = await metadata.get(path)
+        if node is not None:
+            listing, version = LedgerList.from_json(node.value), node.version
+        if any(r.is_open for r in listing.ledgers):
+            recovered = []
+            for r in listing.ledgers:
+                sealed = await _recover_range(ledgers, r) if r.is_open else r
+                if sealed is not None:
+                    recovered.append(sealed)
+            listing = replace(listing, ledgers=tuple(recovered))
+            version = await metadata.put(path, listing.to_json(), version)
+        return cls(name, ledgers, metadata, policy, listing, version)
+
+    # --- positions ----------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._list.log_start_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self._next
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hwm
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(r.size_bytes for r in self._list.ledgers if not r.is_open) + self._durable_bytes
+
+    # --- appending ----------------------------------------------------------------------------
+
+    def append(self, payload: bytes, record_count: int, max_timestamp_ms: int) -> Awaitable[int]:
+        fut = asyncio.get_running_loop().create_future()
+        error = self._closed or self._broken
+        if error is not None:
+            fut.set_exception(error if isinstance(error, StorageError) else StorageError(str(error)))
+            return fut
+        if record_count < 1:
+            raise ValueError("an entry covers at least one offset")
+        base = self._next
+        self._next += record_count
+        if self._writer is None or self._rolling is not None:
+            self._waiting.append((payload, base, record_count, max_timestamp_ms, fut))
+            self._start_roll()
+        else:
+            self._submit(payload, base, record_count, max_timestamp_ms, fut)
+            if self._should_roll():
+                self._start_roll()
+        return fut
+
+    def _submit(self, payload: bytes, base: int, count: int, max_ts: int, fut: asyncio.Future) -> None:
+        self._pushed_max_ts = max(self._pushed_max_ts, max_ts)
+        data = ENTRY_HEADER.pack(base, count, max_ts, self._pushed_max_ts) + payload
+        self._bases.append(base)
+        self._pushed_bytes += len(data)
+        added = self._writer.add(data)
+        added.add_done_callback(partial(self._on_added, base, base + count, len(data), max_ts, fut))
+
+    def _on_added(self, base: int, end: int, size: int, max_ts: int, fut: asyncio.Future,
+                  added: asyncio.Future) -> None:
+        error = added.exception()
+        if error is not None:
+            self._on_writer_failed(error)
+            if not fut.done():
+                fut.set_exception(error)
+            return
+        self._hwm = end
+        self._durable_bytes += size
+        self._durable_max_ts = max(self._durable_max_ts, max_ts)
+        if not fut.done():
+            fut.set_result(base)
+        waiters, self._append_waiters = self._append_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(True)
+
+    def _should_roll(self) -> bool:
+        return (self._pushed_bytes >= self.policy.roll_bytes
+                or self._clock_ms() - self._writer_since_ms >= self.policy.roll_ms)
+
+    def _start_roll(self) -> None:
+        if self._rolling is None and self._closed is None and self._broken is None:
+            self._rolling = asyncio.create_task(self._roll(), name=f"roll {self.name}")
+
+    async def _roll(self) -> None:
+        try:
+            async with self._list_lock:
+                listing = self._list
+                old = self._writer
+                if old is not None:
+                    await old.close()
+                    if self._broken is not None:
+                        return
+                    listing = self._sealed_list(listing)
+                writer = await self._ledgers.create(properties={"log": self.name})
+                opened = LedgerRange(writer.ledger_id, self._hwm, ctime_ms=self._clock_ms())
+                await self._swap(replace(listing, ledgers=listing.ledgers + (opened,)))
+                if old is not None:
+                    self._readers[old.ledger_id] = old
+                self._writer = writer
+                self._bases = array("q")
+                self._pushed_max_ts = self._durable_max_ts = -1
+                self._pushed_bytes = self._durable_bytes = 0
+                self._writer_since_ms = self._clock_ms()
+            self._rolling = None
+            while self._waiting and not self._should_roll():
+                self._submit(*self._waiting.popleft())
+            if self._should_roll():
+                self._start_roll()
+        except BaseException as exc:
+            self._rolling = None
+            self._fail_waiting(exc)
+            if isinstance(exc, (BadVersion, LedgerFenced)):
+                self._close_with(LogClosed(f"log {self.name} was taken over: {exc}"))
+            elif not isinstance(exc, asyncio.CancelledError):
+                log.warning("log %s: roll failed: %s", self.name, exc)
+                self._writer = None
+                self._next = self._hwm
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+
+    def _sealed_list(self, listing: LedgerList) -> LedgerList:
+        """The list with the open ledger marked closed at the durable end."""
+        current = listing.ledgers[-1]
+        entries = len(self._bases)
+        if entries == 0:
+            return replace(listing, ledgers=listing.ledgers[:-1])
+        sealed = current.sealed(self._hwm, entries, self._durable_bytes, self._durable_max_ts)
+        return replace(listing, ledgers=listing.ledgers[:-1] + (sealed,))
+
+    async def _swap(self, listing: LedgerList) -> None:
+        """Compare-and-set the ledger list (the caller holds _list_lock)."""
+        self._version = await self._metadata.put(self._path, listing.to_json(), self._version)
+        self._list = listing
+
+    def _on_writer_failed(self, error: BaseException) -> None:
+        if self._broken is not None or self._closed is not None:
+            return
+        self._broken = error if isinstance(error, StorageError) else StorageError(str(error))
+        log.warning("log %s: ledger writer failed (%s); repairing", self.name, error)
+        self._fail_waiting(self._broken)
+        asyncio.get_running_loop().create_task(self._repair(), name=f"repair {self.name}")
+
+    async def _repair(self) -> None:
+        """Recover the failed ledger to learn what really is stored, then accept appends again."""
+        writer = self._writer
+        try:
+            async with self._list_lock:
+                if writer is not None:
+                    self._writer = None
+                    sealed = await _recover_range(self._ledgers, self._list.ledgers[-1])
+                    ledgers = self._list.ledgers[:-1] + ((sealed,) if sealed is not None else ())
+                    await self._swap(replace(self._list, ledgers=ledgers))
+                    if sealed is not None:
+                        self._hwm = sealed.end_offset
+                self._next = self._hwm
+                self._broken = None
+        except (BadVersion, LedgerFenced) as exc:
+            self._close_with(LogClosed(f"log {self.name} was taken over: {exc}"))
+        except StorageError as exc:
+            log.error("log %s: repair failed, appends keep failing: %s", self.name, exc)
+
+    def _fail_waiting(self, error: BaseException) -> None:
+        while self._waiting:
+            fut = self._waiting.popleft()[4]
+            if not fut.done():
+                fut.set_exception(error)
+
+    def _close_with(self, error: BaseException) -> None:
+        self._closed = error
+        self._fail_waiting(error)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
+        if self._closed is not None and not isinstance(self._closed, LogClosed):
+            raise self._closed
+        hwm = self._hwm
+        if offset < self.log_start_offset or offset > hwm:
+            raise PositionOutOfRange(f"offset {offset} outside [{self.log_start_offset}, {hwm}]")
+        if offset == hwm:
+            return []
+        ledger_range = self._range_for(offset)
+        if self._writer is not None and ledger_range.ledger_id == self._writer.ledger_id:
+            handle = self._writer
+            entry_id = bisect.bisect_right(self._bases, offset) - 1
+        else:
+            handle = await self._reader(ledger_range.ledger_id)
+            entry_id = await self._find_entry(handle, offset)
+        raws = await handle.read(entry_id, handle.last_add_confirmed, max(max_bytes, 1))
+        entries = [_decode(raw) for raw in raws]
+        if entries and entries[-1].next_offset < hwm:
+            self._remember(entries[-1].next_offset, ledger_range.ledger_id, entry_id + len(entries))
+        return [e for e in entries if e.base_offset < hwm]
+
+    def _range_for(self, offset: int) -> LedgerRange:
+        ledgers = self._list.ledgers
+        firsts = [r.first_offset for r in ledgers]
+        return ledgers[max(bisect.bisect_right(firsts, offset) - 1, 0)]
+
+    async def _reader(self, ledger_id: int) -> LedgerHandle:
+        handle = self._readers.get(ledger_id)
+        if handle is None:
+            handle = await self._ledgers.open(ledger_id, recover=False)
+            self._readers[ledger_id] = handle
+        return handle
+
+    def _remember(self, offset: int, ledger_id: int, entry_id: int) -> None:
+        self._hints[offset] = (ledger_id, entry_id)
+        if len(self._hints) > _HINTS:
+            self._hints.popitem(last=False)
+
+    async def _find_entry(self, handle: LedgerHandle, offset: int) -> int:
+        hint = self._hints.get(offset)
+        if hint is not None and hint[0] == handle.ledger_id:
+            return hint[1]
+
+        async def covers_or_after(entry_id: int) -> bool:
+            entry = await self._entry(handle, entry_id)
+            return entry.next_offset > offset
+        return await _bisect(handle.last_add_confirmed + 1, covers_or_after)
+
+    async def _entry(self, handle: LedgerHandle, entry_id: int) -> LogEntry:
+        return _decode((await handle.read(entry_id, entry_id, 1))[0])
+
+    async def find_by_timestamp(self, timestamp_ms: int) -> LogEntry | None:
+        for ledger_range in self._list.ledgers:
+            is_current = self._writer is not None and ledger_range.ledger_id == self._writer.ledger_id
+            if not is_current and ledger_range.max_timestamp_ms < timestamp_ms:
+                continue
+            handle = self._writer if is_current else await self._reader(ledger_range.ledger_id)
+
+            async def reaches(entry_id: int) -> bool:
+                raw = (await handle.read(entry_id, entry_id, 1))[0]
+                return ENTRY_HEADER.unpack_from(raw)[3] >= timestamp_ms
+            count = handle.last_add_confirmed + 1
+            entry_id = await _bisect(count, reaches)
+            if entry_id < count:
+                entry = await self._entry(handle, entry_id)
+                if entry.next_offset > self.log_start_offset:
+                    return entry
+        return None
+
+    async def wait_for_append(self, offset: int, timeout_s: float) -> bool:
+        if self._hwm > offset:
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        self._append_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except asyncio.TimeoutError:
+            return self._hwm > offset
+        return self._hwm > offset
+
+    # --- retention ----------------------------------------------------------------------------
+
+    async def trim(self, policy: RetentionPolicy, now_ms: int) -> int:
+        async with self._list_lock:
+            closed = [r for r in self._list.ledgers if not r.is_open]
+            total = self.size_bytes
+            drop = 0
+            for r in closed:
+                expired = policy.retention_ms >= 0 and r.max_timestamp_ms < now_ms - policy.retention_ms
+                oversize = policy.retention_bytes >= 0 and total - r.size_bytes >= policy.retention_bytes
+                if not (expired or oversize):
+                    break
+                total -= r.size_bytes
+                drop += 1
+            return await self._drop_head(drop, None)
+
+    async def delete_before(self, offset: int) -> int:
+        if offset > self._hwm:
+            raise PositionOutOfRange(f"offset {offset} is past the end {self._hwm}")
+        async with self._list_lock:
+            drop = sum(1 for r in self._list.ledgers if not r.is_open and r.end_offset <= offset)
+            return await self._drop_head(drop, offset)
+
+    async def _drop_head(self, count: int, start: int | None) -> int:
+        """Drop the first `count` ledgers and move the log start (the caller holds _list_lock)."""
+        dropped = self._list.ledgers[:count]
+        kept = self._list.ledgers[count:]
+        new_start = self.log_start_offset if start is None else max(self.log_start_offset, start)
+        if dropped:
+            new_start = max(new_start, dropped[-1].end_offset)
+        if not dropped and new_start == self.log_start_offset:
+            return new_start
+        await self._swap(LedgerList(new_start, kept))
+        for r in dropped:
+            self._readers.pop(r.ledger_id, None)
+            await self._ledgers.delete(r.ledger_id)
+        return new_start
+
+    # --- closing ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Seal the open ledger (so a restart needs no recovery) and refuse further appends."""
+        if self._closed is not None:
+            return
+        if self._rolling is not None:
+            try:
+                await self._rolling
+            except BaseException:
+                pass
+        self._close_with(LogClosed(f"log {self.name} is closed"))
+        async with self._list_lock:
+            if self._writer is not None and self._broken is None:
+                try:
+                    await self._writer.close()
+                    await self._swap(self._sealed_list(self._list))
+                except StorageError as exc:
+                    log.warning("log %s: could not seal its ledger on close (%s); the next open recovers it",
+                                self.name, exc)
+            self._writer = None
+        for waiter in self._append_waiters:
+            if not waiter.done():
+                waiter.set_result(False)
+
+
+async def _bisect(count: int, is_at_or_after: Callable[[int], Awaitable[bool]]) -> int:
+    """The first index in [0, count) for which the (monotonic) predicate holds, or count."""
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if await is_at_or_after(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+async def _recover_range(ledgers: LedgerClient, ledger_range: LedgerRange) -> LedgerRange | None:
+    """Fence and close a ledger the list shows open; its sealed range, or None if it holds nothing."""
+    handle = await ledgers.open(ledger_range.ledger_id, recover=True)
+    last = handle.last_add_confirmed
+    if last < 0:
+        await ledgers.delete(ledger_range.ledger_id)
+        return None
+    raw = (await handle.read(last, last, 1))[0]
+    base, count, _, ledger_max_ts = ENTRY_HEADER.unpack_from(raw)
+    return ledger_range.sealed(base + count, last + 1, handle.length, ledger_max_ts)
