@@ -268,8 +268,19 @@ class ManagedLogImpl:
         hwm = self._hwm
         if offset < self.log_start_offset or offset > hwm:
             raise PositionOutOfRange(f"offset {offset} outside [{self.log_start_offset}, {hwm}]")
-        if offset == hwm:
-            return []
+        entries: list[LogEntry] = []
+        budget = max(max_bytes, 1)
+        while offset < hwm and budget > 0:
+            chunk = await self._read_ledger(offset, budget, hwm)
+            if not chunk:
+                break
+            entries.extend(chunk)
+            budget -= sum(len(e.payload) for e in chunk)
+            offset = chunk[-1].next_offset
+        return entries
+
+    async def _read_ledger(self, offset: int, max_bytes: int, hwm: int) -> list[LogEntry]:
+        """Entries from the one holding `offset` to the end of its ledger, within max_bytes."""
         ledger_range = self._range_for(offset)
         if self._writer is not None and ledger_range.ledger_id == self._writer.ledger_id:
             handle = self._writer
@@ -277,11 +288,11 @@ class ManagedLogImpl:
         else:
             handle = await self._reader(ledger_range.ledger_id)
             entry_id = await self._find_entry(handle, offset)
-        raws = await handle.read(entry_id, handle.last_add_confirmed, max(max_bytes, 1))
-        entries = [_decode(raw) for raw in raws]
+        raws = await handle.read(entry_id, handle.last_add_confirmed, max_bytes)
+        entries = [entry for entry in map(_decode, raws) if entry.base_offset < hwm]
         if entries and entries[-1].next_offset < hwm:
             self._remember(entries[-1].next_offset, ledger_range.ledger_id, entry_id + len(entries))
-        return [e for e in entries if e.base_offset < hwm]
+        return entries
 
     def _range_for(self, offset: int) -> LedgerRange:
         ledgers = self._list.ledgers
@@ -314,21 +325,30 @@ class ManagedLogImpl:
         return _decode((await handle.read(entry_id, entry_id, 1))[0])
 
     async def find_by_timestamp(self, timestamp_ms: int) -> LogEntry | None:
+        """Kafka's time lookup: bisect the ledger's running maximum timestamp (monotonic, like
+        Kafka's time index) to where it first reaches the target, then scan entries from there
+        (never below the log start) for the first whose own maximum does."""
+        start = self.log_start_offset
         for ledger_range in self._list.ledgers:
             is_current = self._writer is not None and ledger_range.ledger_id == self._writer.ledger_id
-            if not is_current and ledger_range.max_timestamp_ms < timestamp_ms:
+            if not is_current and (ledger_range.max_timestamp_ms < timestamp_ms or ledger_range.end_offset <= start):
                 continue
             handle = self._writer if is_current else await self._reader(ledger_range.ledger_id)
 
             async def reaches(entry_id: int) -> bool:
                 raw = (await handle.read(entry_id, entry_id, 1))[0]
                 return ENTRY_HEADER.unpack_from(raw)[3] >= timestamp_ms
-            count = handle.last_add_confirmed + 1
-            entry_id = await _bisect(count, reaches)
-            if entry_id < count:
-                entry = await self._entry(handle, entry_id)
-                if entry.next_offset > self.log_start_offset:
-                    return entry
+            entry_id = await _bisect(handle.last_add_confirmed + 1, reaches)
+            if ledger_range.first_offset <= start:
+                first_live = (bisect.bisect_right(self._bases, start) - 1 if is_current
+                              else await self._find_entry(handle, start))
+                entry_id = max(entry_id, first_live)
+            while entry_id <= handle.last_add_confirmed:
+                entries = [_decode(raw) for raw in await handle.read(entry_id, handle.last_add_confirmed, 1 << 20)]
+                for entry in entries:
+                    if entry.max_timestamp_ms >= timestamp_ms:
+                        return entry
+                entry_id += len(entries)
         return None
 
     async def wait_for_append(self, offset: int, timeout_s: float) -> bool:

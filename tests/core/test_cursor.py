@@ -1,0 +1,61 @@
+"""Cursors: a committed offset plus individually acknowledged ranges, persisted."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.cursor import AckSet
+from core.names import TopicName
+
+TOPIC = TopicName.of("orders")
+
+
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 20))), st.integers(0, 220))
+def test_ackset_matches_a_plain_set(adds: list[tuple[int, int]], drop: int) -> None:
+    acks = AckSet()
+    model: set[int] = set()
+    for first, length in adds:
+        acks.add(first, first + length)
+        model.update(range(first, first + length))
+    assert all((o in acks) == (o in model) for o in range(240))
+    ranges = acks.ranges()
+    assert all(a < b for a, b in ranges)
+    assert all(ranges[i][1] < ranges[i + 1][0] for i in range(len(ranges) - 1)), "ranges are merged"
+    acks.drop_below(drop)
+    model = {o for o in model if o >= drop}
+    assert all((o in acks) == (o in model) for o in range(240))
+    assert len(acks) == len(model)
+
+
+@given(st.permutations(list(range(30))))
+def test_acking_every_offset_in_any_order_moves_the_position_to_the_end(order: list[int]) -> None:
+    from core.cursor import Cursor, CursorState
+    cursor = Cursor(None, None, TOPIC, 0, "c", CursorState(0, AckSet()), None)
+    for offset in order:
+        cursor.ack(offset)
+        assert all(cursor.is_acked(o) for o in order[: order.index(offset) + 1])
+    assert cursor.committed_offset == 30
+    assert cursor.acked_ranges() == []
+
+
+async def test_cursor_persists_position_acks_and_metadata(core) -> None:
+    cursor = await core.cursor(TOPIC, 0, "billing")
+    assert not cursor.exists and cursor.committed_offset == 0
+    cursor.ack(0)
+    cursor.ack(2)
+    cursor.ack(5, 8)
+    await cursor.flush()
+    again = await core.cursor(TOPIC, 0, "billing")
+    assert again.committed_offset == 1
+    assert again.acked_ranges() == [(2, 3), (5, 8)]
+    again.commit(42, "meta-data")
+    await again.flush()
+    third = await core.cursor(TOPIC, 0, "billing")
+    assert (third.committed_offset, third.metadata, third.acked_ranges()) == (42, "meta-data", [])
+    await third.delete()
+    assert not (await core.cursor(TOPIC, 0, "billing")).exists
+
+
+async def test_commit_backwards_resets_the_position(core) -> None:
+    cursor = await core.cursor(TOPIC, 1, "reset", initial_offset=10)
+    cursor.commit(3)
+    assert cursor.committed_offset == 3 and not cursor.is_acked(3) and cursor.is_acked(2)

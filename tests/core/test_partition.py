@@ -1,0 +1,162 @@
+"""Partitions store RecordBatches exactly as received and serve whole batches back."""
+
+import pytest
+
+from core.errors import CorruptRecord, InvalidRecord, OffsetOutOfRange, RecordTooLarge, UnknownTopic
+from core.names import TopicName
+from core.records import batch as record_batch
+from core.records.builder import Record, build_batch
+from core.records.decoder import decode_batch
+
+TOPIC = TopicName.of("payments")
+
+
+def batch_of(values: list[bytes], ts: int = 1000, **kwargs) -> bytes:
+    return build_batch([Record(ts + i, key=b"k", value=v) for i, v in enumerate(values)], **kwargs)
+
+
+async def test_append_assigns_dense_base_offsets_and_keeps_batch_bytes(core) -> None:
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    first = batch_of([b"a", b"b", b"c"], compression=3)
+    second = batch_of([b"d"], compression=4)
+    assert await partition.append(first) == 0
+    assert await partition.append(second) == 3
+    result = await partition.read(0, 1 << 20)
+    assert result.high_watermark == 4 and result.log_start_offset == 0
+    stored = record_batch.split_batches(result.records)
+    assert [record_batch.read_header(b).base_offset for b in stored] == [0, 3]
+    # everything but the rewritten base offset is byte-for-byte what the producer sent
+    assert bytes(stored[0])[8:] == first[8:] and bytes(stored[1])[8:] == second[8:]
+    _, records = decode_batch(bytes(stored[1]))
+    assert [(r.offset, r.value) for r in records] == [(3, b"d")]
+
+
+async def test_one_produce_with_several_batches_is_stored_in_order(core) -> None:
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    assert await partition.append(batch_of([b"a", b"b"]) + batch_of([b"c"])) == 0
+    assert partition.high_watermark == 3
+
+
+async def test_read_starting_inside_a_batch_returns_the_whole_batch(core) -> None:
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    await partition.append(batch_of([b"a", b"b", b"c"]))
+    result = await partition.read(1, 1)
+    assert record_batch.read_header(result.records).base_offset == 0
+    assert (await partition.read(3, 100)).records == b""
+
+
+async def test_read_outside_the_log_is_offset_out_of_range(core) -> None:
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    await partition.append(batch_of([b"a"]))
+    with pytest.raises(OffsetOutOfRange, match="outside"):
+        await partition.read(2, 100)
+
+
+async def test_corrupt_crc_is_rejected_and_nothing_is_stored(core) -> None:
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    good = batch_of([b"a"])
+    bad = bytearray(batch_of([b"b"]))
+    bad[-1] ^= 0xFF
+    with pytest.raises(CorruptRecord):
+        await partition.append(good + bytes(bad))
+    assert partition.high_watermark == 0
+
+
+async def test_old_magic_is_an_invalid_record(core) -> None:
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    old = bytearray(batch_of([b"a"]))
+    old[16] = 1
+    with pytest.raises(InvalidRecord, match="magic"):
+        await partition.append(bytes(old))
+
+
+async def test_batch_over_max_message_bytes_is_rejected(core) -> None:
+    await core.create_topic(TOPIC, 1, {"max.message.bytes": "200"})
+    partition = await core.partition(TOPIC, 0)
+    with pytest.raises(RecordTooLarge, match="max.message.bytes"):
+        await partition.append(batch_of([b"x" * 300]))
+    assert await partition.append(batch_of([b"small"])) == 0
+
+
+async def test_offset_for_timestamp_finds_the_first_record_at_or_after(core) -> None:
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    await partition.append(batch_of([b"a", b"b", b"c"], ts=1000))   # offsets 0-2, ts 1000-1002
+    await partition.append(batch_of([b"d", b"e"], ts=2000))         # offsets 3-4, ts 2000-2001
+    assert await partition.offset_for_timestamp(0) == (0, 1000)
+    assert await partition.offset_for_timestamp(1001) == (1, 1001)
+    assert await partition.offset_for_timestamp(1500) == (3, 2000)
+    assert await partition.offset_for_timestamp(2001) == (4, 2001)
+    assert await partition.offset_for_timestamp(2002) is None
+
+
+async def test_delete_records_moves_the_log_start(core) -> None:
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    for value in (b"a", b"b", b"c"):
+        await partition.append(batch_of([value]))
+    assert await partition.delete_records_before(2) == 2
+    with pytest.raises(OffsetOutOfRange):
+        await partition.read(1, 100)
+    assert await partition.offset_for_timestamp(0) == (2, 1000)
+    assert await partition.delete_records_before(-1) == 3
+    with pytest.raises(OffsetOutOfRange):
+        await partition.delete_records_before(9)
+
+
+async def test_data_survives_closing_and_reopening_the_core(tmp_path) -> None:
+    from core.clock import FakeClock
+    from core.service import Core
+    from storage.config import StorageConfig
+    from storage.embedded import EmbeddedStorage
+
+    for round_ in range(3):
+        storage = await EmbeddedStorage.open(tmp_path, StorageConfig())
+        core = Core(storage.metadata, storage.logs, FakeClock())
+        await core.start()
+        if round_ == 0:
+            await core.create_topic(TOPIC, 2)
+        partition = await core.partition(TOPIC, 1)
+        assert await partition.append(batch_of([b"r%d" % round_])) == round_
+        result = await partition.read(0, 1 << 20)
+        values = [decode_batch(bytes(b))[1][0].value for b in record_batch.split_batches(result.records)]
+        assert values == [b"r%d" % i for i in range(round_ + 1)]
+        await core.close()
+        await storage.close()
+
+
+async def test_partition_outside_the_topic_is_unknown(core) -> None:
+    await core.create_topic(TOPIC, 2)
+    with pytest.raises(UnknownTopic):
+        await core.partition(TOPIC, 2)
+    with pytest.raises(UnknownTopic):
+        await core.partition(TopicName.of("nope"), 0)
+
+
+async def test_retention_by_bytes_drops_whole_old_ledgers(core) -> None:
+    await core.create_topic(TOPIC, 1, {"segment.bytes": str(1 << 20), "retention.bytes": str(2 << 20)})
+    partition = await core.partition(TOPIC, 0)
+    for _ in range(60):
+        await partition.append(batch_of([b"x" * 100_000]))
+    await core.enforce_retention()
+    assert partition.log_start_offset > 0
+    assert partition.log.size_bytes <= (3 << 20) + 200_000
+    result = await partition.read(partition.log_start_offset, 1 << 20)
+    assert record_batch.read_header(result.records).base_offset == partition.log_start_offset
+
+
+async def test_retention_by_time_uses_record_timestamps(core) -> None:
+    await core.create_topic(TOPIC, 1, {"segment.bytes": str(1 << 20), "retention.ms": "1000"})
+    partition = await core.partition(TOPIC, 0)
+    now = core.clock.now_ms()
+    for i in range(30):
+        await partition.append(batch_of([b"y" * 100_000], ts=now - 10_000 if i < 20 else now))
+    await core.enforce_retention()
+    start = partition.log_start_offset
+    assert 0 < start <= 20
