@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from core.clock import Clock
 from core.errors import CorruptRecord, InvalidRecord, NotOwner, OffsetOutOfRange, RecordTooLarge, StorageUnavailable
 from core.records import batch as record_batch
 from core.records.decoder import decode_batch
@@ -50,11 +51,12 @@ def retention_policy(config: EffectiveConfig) -> RetentionPolicy:
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, log: ManagedLog, config: EffectiveConfig) -> None:
+    def __init__(self, topic: str, index: int, log: ManagedLog, config: EffectiveConfig, clock: Clock) -> None:
         self.topic = topic
         self.index = index
         self.log = log
         self.config = config
+        self._clock = clock
 
     @property
     def log_start_offset(self) -> int:
@@ -83,9 +85,15 @@ class Partition:
             headers.append(record_batch.read_header(batch))
         pending = []
         with storage_errors():
+            now_ms = self._clock.now_ms() if self.config.log_append_time else 0
             for batch, header in zip(batches, headers):
-                stored = record_batch.with_base_offset(batch, self.log.next_offset)
-                pending.append(self.log.append(stored, header.record_count, header.max_timestamp))
+                if self.config.log_append_time:
+                    stored = record_batch.with_log_append_time(batch, self.log.next_offset, now_ms)
+                    max_timestamp = now_ms
+                else:
+                    stored = record_batch.with_base_offset(batch, self.log.next_offset)
+                    max_timestamp = header.max_timestamp
+                pending.append(self.log.append(stored, header.record_count, max_timestamp))
             offsets = await asyncio.gather(*pending)
         return offsets[0]
 

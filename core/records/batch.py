@@ -54,10 +54,13 @@ PARTITION_LEADER_EPOCH_OFFSET = 12
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
 
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _INT8 = struct.Struct(">b")
+_INT16 = struct.Struct(">h")
+_UINT32 = struct.Struct(">I")
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
@@ -190,6 +193,18 @@ def with_partition_leader_epoch(batch: bytes | bytearray | memoryview, epoch: in
     view = _header_view(batch)
     start = PARTITION_LEADER_EPOCH_OFFSET
     return b"".join((view[:start], _INT32.pack(epoch), view[start + _INT32.size :]))
+
+
+def with_log_append_time(batch: bytes | bytearray | memoryview, base_offset: int, now_ms: int) -> bytes:
+    """A copy stamped by the broker (topic message.timestamp.type=LogAppendTime): the timestamp-type
+    bit set, maxTimestamp = now, the CRC recomputed. Readers take every record's timestamp from
+    maxTimestamp then, as Kafka does."""
+    stamped = bytearray(with_base_offset(batch, base_offset))
+    (attributes,) = _INT16.unpack_from(stamped, ATTRIBUTES_OFFSET)
+    _INT16.pack_into(stamped, ATTRIBUTES_OFFSET, attributes | _TIMESTAMP_TYPE_BIT)
+    _INT64.pack_into(stamped, MAX_TIMESTAMP_OFFSET, now_ms)
+    _UINT32.pack_into(stamped, CRC_OFFSET, crc32c.crc32c(memoryview(stamped)[ATTRIBUTES_OFFSET:]))
+    return bytes(stamped)
 
 
 def _declared_size(view: memoryview) -> int:

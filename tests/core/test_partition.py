@@ -160,3 +160,14 @@ async def test_retention_by_time_uses_record_timestamps(core) -> None:
     await core.enforce_retention()
     start = partition.log_start_offset
     assert 0 < start <= 20
+
+
+async def test_log_append_time_topics_stamp_batches_with_broker_time(core) -> None:
+    await core.create_topic(TOPIC, 1, {"message.timestamp.type": "LogAppendTime"})
+    partition = await core.partition(TOPIC, 0)
+    await partition.append(batch_of([b"a", b"b"], ts=5))
+    stored = (await partition.read(0, 1 << 20)).records
+    header, records = decode_batch(stored)   # the CRC was recomputed: decoding checks it
+    assert header.timestamp_type == record_batch.TimestampType.LOG_APPEND_TIME
+    assert header.max_timestamp == core.clock.now_ms()
+    assert [r.timestamp_ms for r in records] == [core.clock.now_ms()] * 2
