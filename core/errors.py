@@ -62,3 +62,11 @@ class NotOwner(CoreError):
 class StorageUnavailable(CoreError):
     """The storage cannot take writes right now (read-only bookie, not enough bookies)."""
     retriable = True
+
+
+class OutOfOrderSequence(CoreError):
+    """An idempotent producer's batch does not follow its previous one."""
+
+
+class InvalidProducerEpoch(CoreError):
+    """A batch from an older epoch of an idempotent producer (a fenced zombie)."""

@@ -12,12 +12,14 @@ one partition are ordered by their arrival.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from core.clock import Clock
-from core.errors import CorruptRecord, InvalidRecord, NotOwner, OffsetOutOfRange, RecordTooLarge, StorageUnavailable
+from core.errors import (CoreError, CorruptRecord, InvalidRecord, NotOwner, OffsetOutOfRange, RecordTooLarge,
+                         StorageUnavailable)
+from core.producer_state import ProducerStates
 from core.records import batch as record_batch
 from core.records.decoder import decode_batch
 from core.topic_config import EffectiveConfig
@@ -46,6 +48,10 @@ def storage_errors() -> Iterator[None]:
         raise StorageUnavailable(str(exc)) from exc
 
 
+async def _resolved(value: int) -> int:
+    return value
+
+
 def retention_policy(config: EffectiveConfig) -> RetentionPolicy:
     return RetentionPolicy(config.retention_ms, config.retention_bytes, config.segment_bytes, config.segment_ms)
 
@@ -57,6 +63,7 @@ class Partition:
         self.log = log
         self.config = config
         self._clock = clock
+        self.producers = ProducerStates()
 
     @property
     def log_start_offset(self) -> int:
@@ -67,9 +74,14 @@ class Partition:
         return self.log.high_watermark
 
     async def append(self, records: bytes | memoryview) -> int:
-        """Store every batch of a Produce "records" field; returns the base offset of the first.
+        """Store every batch of a Produce "records" field; returns the base offset of the first."""
+        return await self.start_append(records)
 
-        All batches are validated before any is stored, so a bad batch stores nothing.
+    def start_append(self, records: bytes | memoryview) -> Awaitable[int]:
+        """Validate and queue the batches now (their offsets are assigned before this returns);
+        the awaitable resolves to the first base offset once all are durable.
+
+        All batches are validated before any is queued, so a bad batch stores nothing.
         """
         try:
             batches = record_batch.split_batches(records)
@@ -83,19 +95,59 @@ class Partition:
                 raise RecordTooLarge(f"batch of {len(batch)} bytes is over max.message.bytes "
                                      f"{self.config.max_message_bytes}")
             headers.append(record_batch.read_header(batch))
-        pending = []
+        pending: list[Awaitable[int]] = []
+        first_queued = self.log.next_offset
         with storage_errors():
             now_ms = self._clock.now_ms() if self.config.log_append_time else 0
             for batch, header in zip(batches, headers):
+                idempotent = header.producer_id >= 0
+                if idempotent:
+                    duplicate = self.producers.check(header.producer_id, header.producer_epoch,
+                                                     header.base_sequence, header.record_count)
+                    if duplicate is not None:   # a retry of a stored batch: its offset, stored once
+                        pending.append(_resolved(duplicate))
+                        continue
+                base_offset = self.log.next_offset
                 if self.config.log_append_time:
-                    stored = record_batch.with_log_append_time(batch, self.log.next_offset, now_ms)
+                    stored = record_batch.with_log_append_time(batch, base_offset, now_ms)
                     max_timestamp = now_ms
                 else:
-                    stored = record_batch.with_base_offset(batch, self.log.next_offset)
+                    stored = record_batch.with_offset_and_epoch(batch, base_offset, record_batch.NO_LEADER_EPOCH)
                     max_timestamp = header.max_timestamp
                 pending.append(self.log.append(stored, header.record_count, max_timestamp))
-            offsets = await asyncio.gather(*pending)
+                if idempotent:
+                    self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
+                                          header.record_count, base_offset)
+        return self._first_offset(pending, first_queued)
+
+    async def _first_offset(self, pending: list[Awaitable[int]], first_queued: int) -> int:
+        try:
+            with storage_errors():
+                offsets = await asyncio.gather(*pending)
+        except CoreError:
+            self.producers.forget_from(first_queued)   # nothing from here on was stored
+            raise
         return offsets[0]
+
+    async def load_producer_states(self, max_scan_bytes: int = 64 << 20) -> None:
+        """Rebuild the idempotent producers' state from the tail of the log (about the last
+        `max_scan_bytes`); producers older than that are treated as new, as Kafka treats expired ones."""
+        start, end = self.log_start_offset, self.high_watermark
+        size = self.log.size_bytes
+        if size > max_scan_bytes and end > start:
+            start = max(start, end - (end - start) * max_scan_bytes // size)
+        offset = start
+        with storage_errors():
+            while offset < end:
+                entries = await self.log.read(offset, 4 << 20)
+                if not entries:
+                    break
+                for entry in entries:
+                    header = record_batch.read_header(entry.payload)
+                    if header.producer_id >= 0:
+                        self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
+                                              header.record_count, entry.base_offset)
+                offset = entries[-1].next_offset
 
     async def read(self, offset: int, max_bytes: int) -> ReadResult:
         with storage_errors():

@@ -105,7 +105,9 @@ class Core:
         config = info.effective
         with storage_errors():
             managed = await self.logs.open_log(name.partition_log(index), retention_policy(config))
-        return Partition(name.path, index, managed, config, self.clock)
+        partition = Partition(name.path, index, managed, config, self.clock)
+        await partition.load_producer_states()
+        return partition
 
     async def _close_oldest(self, count: int) -> None:
         for _ in range(count):

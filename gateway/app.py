@@ -24,6 +24,8 @@ from gateway.admin import AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, close_at_once, format_address
 from gateway.metrics import GatewayMetrics
+from protocols.kafka import server as kafka_server
+from protocols.kafka.broker import KafkaSettings
 from storage.embedded import EmbeddedStorage
 
 log = logging.getLogger("gateway")
@@ -85,12 +87,11 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def protocol_handlers(core: Core) -> dict[str, ConnectionHandler]:
-    """The connection handler of each protocol listener.
-
-    The protocol front ends plug in here once they land, each as a handler built on the core.
-    """
-    return {"kafka": close_at_once, "amqp": close_at_once}
+def protocol_handlers(core: Core, sockets: dict[str, socket.socket]) -> dict[str, ConnectionHandler]:
+    """The connection handler of each protocol listener, each built on the core."""
+    host, port = sockets["kafka"].getsockname()[:2]
+    kafka = kafka_server.make_broker(core, KafkaSettings(host=host, port=port))
+    return {"kafka": kafka_server.connection_handler(kafka), "amqp": close_at_once}
 
 
 class Gateway:
@@ -151,7 +152,7 @@ class Gateway:
         await self._core.start()
         self._check_stop()
 
-        handlers = protocol_handlers(self._core)
+        handlers = protocol_handlers(self._core, self._unserved_sockets)
         listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp")]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)

@@ -45,6 +45,7 @@ import crc32c
 from core.records.compression import Compression
 
 MAGIC = 2
+NO_LEADER_EPOCH = -1   # what the broker stamps: leader epochs are not exposed (-1 everywhere)
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count
@@ -188,6 +189,13 @@ def with_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) ->
     return _INT64.pack(base_offset) + view[BASE_OFFSET_OFFSET + _INT64.size :]
 
 
+def with_offset_and_epoch(batch: bytes | bytearray | memoryview, base_offset: int, epoch: int) -> bytes:
+    """A copy with baseOffset and partitionLeaderEpoch replaced (one copy; the CRC stays valid)."""
+    view = _header_view(batch)
+    return b"".join((_INT64.pack(base_offset), view[BATCH_LENGTH_OFFSET:PARTITION_LEADER_EPOCH_OFFSET],
+                     _INT32.pack(epoch), view[PARTITION_LEADER_EPOCH_OFFSET + _INT32.size:]))
+
+
 def with_partition_leader_epoch(batch: bytes | bytearray | memoryview, epoch: int) -> bytes:
     """A copy of ``batch`` with partitionLeaderEpoch replaced; the CRC stays valid."""
     view = _header_view(batch)
@@ -199,7 +207,7 @@ def with_log_append_time(batch: bytes | bytearray | memoryview, base_offset: int
     """A copy stamped by the broker (topic message.timestamp.type=LogAppendTime): the timestamp-type
     bit set, maxTimestamp = now, the CRC recomputed. Readers take every record's timestamp from
     maxTimestamp then, as Kafka does."""
-    stamped = bytearray(with_base_offset(batch, base_offset))
+    stamped = bytearray(with_offset_and_epoch(batch, base_offset, NO_LEADER_EPOCH))
     (attributes,) = _INT16.unpack_from(stamped, ATTRIBUTES_OFFSET)
     _INT16.pack_into(stamped, ATTRIBUTES_OFFSET, attributes | _TIMESTAMP_TYPE_BIT)
     _INT64.pack_into(stamped, MAX_TIMESTAMP_OFFSET, now_ms)

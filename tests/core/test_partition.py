@@ -26,8 +26,8 @@ async def test_append_assigns_dense_base_offsets_and_keeps_batch_bytes(core) -> 
     assert result.high_watermark == 4 and result.log_start_offset == 0
     stored = record_batch.split_batches(result.records)
     assert [record_batch.read_header(b).base_offset for b in stored] == [0, 3]
-    # everything but the rewritten base offset is byte-for-byte what the producer sent
-    assert bytes(stored[0])[8:] == first[8:] and bytes(stored[1])[8:] == second[8:]
+    # everything but the rewritten base offset and leader epoch is byte-for-byte what the producer sent
+    assert bytes(stored[0])[16:] == first[16:] and bytes(stored[1])[16:] == second[16:]
     _, records = decode_batch(bytes(stored[1]))
     assert [(r.offset, r.value) for r in records] == [(3, b"d")]
 

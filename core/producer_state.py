@@ -1,0 +1,75 @@
+"""Idempotent producers: per partition, each producer's epoch and its last five batches' sequences.
+
+A batch from producer P (epoch E, sequences first..last) is checked before it is stored:
+  - E lower than P's epoch here: INVALID_PRODUCER_EPOCH (a zombie);
+  - the same sequences as one of P's last five stored batches: a retry of a stored batch — the
+    original offset is returned and nothing is stored again;
+  - otherwise first must follow P's last sequence (or be 0 on a new epoch, anything for a producer
+    this partition has not seen): else OUT_OF_ORDER_SEQUENCE_NUMBER.
+The state advances when the batch is queued (so pipelined batches check against each other) and is
+rebuilt from the log when the partition opens, so retries across a restart stay exactly-once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from core.errors import InvalidProducerEpoch, OutOfOrderSequence
+
+MAX_BATCHES = 5          # Kafka keeps the last five batches per producer and partition
+_SEQ_WRAP = 1 << 31
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    first_seq: int
+    last_seq: int
+    base_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    epoch: int
+    batches: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=MAX_BATCHES))
+
+
+class ProducerStates:
+    """Owned by the partition (event loop)."""
+
+    def __init__(self) -> None:
+        self._producers: dict[int, ProducerEntry] = {}
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, record_count: int) -> int | None:
+        """Validate a batch; the base offset of the stored original if it is a duplicate, else None."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return None
+        if epoch < entry.epoch:
+            raise InvalidProducerEpoch(f"producer {producer_id} epoch {epoch} is older than {entry.epoch}")
+        last_seq = (first_seq + record_count - 1) % _SEQ_WRAP
+        if epoch == entry.epoch:
+            for batch in entry.batches:
+                if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                    return batch.base_offset
+            if entry.batches and first_seq != (entry.batches[-1].last_seq + 1) % _SEQ_WRAP:
+                raise OutOfOrderSequence(f"producer {producer_id}: sequence {first_seq} after "
+                                         f"{entry.batches[-1].last_seq}")
+        elif first_seq != 0:
+            raise OutOfOrderSequence(f"producer {producer_id}: new epoch {epoch} must start at sequence 0")
+        return None
+
+    def record(self, producer_id: int, epoch: int, first_seq: int, record_count: int, base_offset: int) -> None:
+        entry = self._producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = self._producers[producer_id] = ProducerEntry(epoch)
+        entry.batches.append(BatchRecord(first_seq, (first_seq + record_count - 1) % _SEQ_WRAP, base_offset))
+
+    def forget_from(self, offset: int) -> None:
+        """Drop what was recorded for batches at or after `offset` (their append failed)."""
+        for entry in self._producers.values():
+            while entry.batches and entry.batches[-1].base_offset >= offset:
+                entry.batches.pop()
+
+    def __len__(self) -> int:
+        return len(self._producers)

@@ -1,0 +1,33 @@
+"""Core errors as Kafka error codes: one table, checked by a test to cover every CoreError."""
+
+from __future__ import annotations
+
+from core import errors as core
+from protocols.kafka.codec.errors import ErrorCode
+
+CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
+    core.CoreError: ErrorCode.UNKNOWN_SERVER_ERROR,
+    core.InvalidName: ErrorCode.INVALID_TOPIC_EXCEPTION,
+    core.UnknownTenant: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    core.UnknownTopic: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    core.TopicExists: ErrorCode.TOPIC_ALREADY_EXISTS,
+    core.InvalidPartitions: ErrorCode.INVALID_PARTITIONS,
+    core.InvalidConfig: ErrorCode.INVALID_CONFIG,
+    core.PolicyViolation: ErrorCode.POLICY_VIOLATION,
+    core.OffsetOutOfRange: ErrorCode.OFFSET_OUT_OF_RANGE,
+    core.RecordTooLarge: ErrorCode.MESSAGE_TOO_LARGE,
+    core.CorruptRecord: ErrorCode.CORRUPT_MESSAGE,
+    core.InvalidRecord: ErrorCode.INVALID_RECORD,
+    core.NotOwner: ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    core.StorageUnavailable: ErrorCode.KAFKA_STORAGE_ERROR,
+    core.OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    core.InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
+}
+
+
+def kafka_code(exc: core.CoreError) -> ErrorCode:
+    for cls in type(exc).__mro__:
+        code = CORE_TO_KAFKA.get(cls)
+        if code is not None:
+            return code
+    return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -1,0 +1,87 @@
+"""Fetch (key 1), versions 0-12.
+
+Behaviour: reads whole batches from each partition's fetch offset (a fetch inside a batch returns
+that batch), within the partition and response byte limits but always at least one batch for the
+first partition with data (KIP-74). Waits up to max_wait_ms for min_bytes, woken by appends.
+Out-of-range offsets get OFFSET_OUT_OF_RANGE with the log start offset. read_committed reads up to
+the last stable offset, which equals the high watermark (no transactions), with no aborted lists.
+Fetch sessions (KIP-227): answered as "no session" (session id 0), so clients keep sending full
+fetch requests, which the protocol allows.
+Gaps: incremental fetch sessions; preferred read replicas.
+"""
+
+import asyncio
+import time
+
+from core.errors import CoreError, OffsetOutOfRange
+from core.names import TopicName
+from protocols.kafka.broker import RequestContext
+from protocols.kafka.codec.compile import Msg
+from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.errors import kafka_code
+from protocols.kafka.schema.fetch import FETCH as API
+
+MAX_WAIT_MS = 30_000
+
+
+async def handle(request: Msg, ctx: RequestContext) -> dict:
+    deadline = time.monotonic() + min(max(request.max_wait_ms, 0), MAX_WAIT_MS) / 1000
+    wanted = []
+    for topic in request.topics:
+        for asked in topic.partitions:
+            try:
+                partition = await ctx.core.partition(TopicName.of(topic.topic, ctx.tenant, ctx.namespace),
+                                                     asked.partition)
+            except CoreError as exc:
+                partition = exc
+            wanted.append((topic.topic, asked, partition))
+    while True:
+        answers, total = await _read_all(request, wanted)
+        remaining = deadline - time.monotonic()
+        if total >= request.min_bytes or remaining <= 0:
+            break
+        waits = [asyncio.ensure_future(p.wait_for_data(asked.fetch_offset, remaining))
+                 for _, asked, p in wanted if not isinstance(p, Exception) and p.high_watermark <= asked.fetch_offset]
+        if not waits:
+            break
+        done, pending = await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in pending:
+            waiter.cancel()
+        if not done:
+            break
+    responses: dict[str, list] = {}
+    for name, answer in answers:
+        responses.setdefault(name, []).append(answer)
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0,
+            "responses": [{"topic": name, "partitions": parts} for name, parts in responses.items()]}
+
+
+async def _read_all(request: Msg, wanted: list) -> tuple[list, int]:
+    budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    answers = []
+    for name, asked, partition in wanted:
+        answer = {"partition_index": asked.partition, "error_code": ErrorCode.NONE, "high_watermark": -1,
+                  "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None, "records": b""}
+        answers.append((name, answer))
+        if isinstance(partition, CoreError):
+            answer["error_code"] = kafka_code(partition)
+            continue
+        answer.update(high_watermark=partition.high_watermark, last_stable_offset=partition.high_watermark,
+                      log_start_offset=partition.log_start_offset,
+                      aborted_transactions=[] if request.isolation_level == 1 else None)
+        limit = min(asked.partition_max_bytes, budget - total)
+        if limit <= 0 and total > 0:
+            continue
+        try:
+            result = await partition.read(asked.fetch_offset, max(limit, 1))
+        except OffsetOutOfRange:
+            answer["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+            continue
+        except CoreError as exc:
+            answer["error_code"] = kafka_code(exc)
+            continue
+        answer.update(records=result.records, high_watermark=result.high_watermark,
+                      last_stable_offset=result.high_watermark, log_start_offset=result.log_start_offset)
+        total += len(result.records)
+    return answers, total

@@ -1,0 +1,42 @@
+"""ListOffsets (key 2), versions 0-6.
+
+Behaviour: timestamp -2 = earliest (log start offset), -1 = latest (high watermark; the last stable
+offset is the same, there being no open transactions), otherwise the first offset whose record
+timestamp is at or after it (-1/-1 when there is none). v0 answers in old_style_offsets.
+Gaps: none known for 2.8's range (max-timestamp lookup, -3, is v7).
+"""
+
+from core.errors import CoreError
+from core.names import TopicName
+from protocols.kafka.broker import RequestContext
+from protocols.kafka.codec.compile import Msg
+from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.errors import kafka_code
+from protocols.kafka.schema.list_offsets import LIST_OFFSETS as API
+
+EARLIEST, LATEST = -2, -1
+
+
+async def handle(request: Msg, ctx: RequestContext) -> dict:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        topics.append({"name": topic.name, "partitions": partitions})
+        for asked in topic.partitions:
+            answer = {"partition_index": asked.partition_index, "error_code": ErrorCode.NONE}
+            partitions.append(answer)
+            try:
+                partition = await ctx.core.partition(TopicName.of(topic.name, ctx.tenant, ctx.namespace),
+                                                     asked.partition_index)
+                if asked.timestamp == EARLIEST:
+                    offset, timestamp = partition.log_start_offset, -1
+                elif asked.timestamp == LATEST:
+                    offset, timestamp = partition.high_watermark, -1
+                else:
+                    found = await partition.offset_for_timestamp(asked.timestamp)
+                    offset, timestamp = found if found is not None else (-1, -1)
+            except CoreError as exc:
+                answer["error_code"] = kafka_code(exc)
+                continue
+            answer.update(offset=offset, timestamp=timestamp, old_style_offsets=[offset] if offset >= 0 else [])
+    return {"throttle_time_ms": 0, "topics": topics}

@@ -1,0 +1,57 @@
+"""Produce (key 0), versions 0-9.
+
+Behaviour: every partition's batches are validated (framing, magic 2, CRC-32C, max.message.bytes)
+and queued for storage while the request is handled, so their offsets follow request order; the
+response is sent once all of them are durable (acks=1 and acks=all mean the same here: fsynced on
+the ack quorum). acks=0 gets no response. Batches are stored as sent, compression included.
+Gaps: transactional produce is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); message format
+v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
+"""
+
+import asyncio
+
+from core.errors import CoreError
+from core.names import TopicName
+from protocols.kafka.broker import RequestContext
+from protocols.kafka.codec.compile import Msg
+from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.errors import kafka_code
+from protocols.kafka.schema.produce import PRODUCE as API
+
+
+async def handle(request: Msg, ctx: RequestContext):
+    started: list[tuple[dict, object]] = []
+    responses = []
+    for topic in request.topic_data:
+        partitions = []
+        responses.append({"name": topic.name, "partition_responses": partitions})
+        for data in topic.partition_data:
+            answer = {"index": data.index, "error_code": ErrorCode.NONE, "base_offset": -1}
+            partitions.append(answer)
+            if request.acks not in (-1, 0, 1):
+                answer["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
+                continue
+            if request.transactional_id is not None:
+                answer["error_code"] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                continue
+            try:
+                partition = await ctx.core.partition(TopicName.of(topic.name, ctx.tenant, ctx.namespace), data.index)
+                started.append((answer, partition, partition.start_append(data.records or b"")))
+            except CoreError as exc:
+                answer["error_code"] = kafka_code(exc)
+    return _complete(request.acks, responses, started)
+
+
+async def _complete(acks: int, responses: list, started: list) -> dict | None:
+    results = await asyncio.gather(*(pending for _, _, pending in started), return_exceptions=True)
+    for (answer, partition, _), result in zip(started, results):
+        if isinstance(result, CoreError):
+            answer["error_code"] = kafka_code(result)
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            answer["base_offset"] = result
+            answer["log_start_offset"] = partition.log_start_offset
+    if acks == 0:
+        return None
+    return {"responses": responses, "throttle_time_ms": 0}
