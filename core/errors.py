@@ -70,3 +70,67 @@ class OutOfOrderSequence(CoreError):
 
 class InvalidProducerEpoch(CoreError):
     """A batch from an older epoch of an idempotent producer (a fenced zombie)."""
+
+
+# --- membership groups (core/groups) ----------------------------------------------------------------
+
+
+class GroupError(CoreError):
+    """A membership-group request refused by the group's state. `member_id`, when set, is the member
+    id the answer must carry (the new id for MemberIdRequired, "" for a member that was removed)."""
+
+    def __init__(self, message: str = "", *, member_id: str | None = None) -> None:
+        super().__init__(message)
+        self.member_id = member_id
+
+
+class InvalidGroupId(GroupError):
+    pass
+
+
+class InvalidSessionTimeout(GroupError):
+    pass
+
+
+class UnknownMember(GroupError):
+    pass
+
+
+class IllegalGeneration(GroupError):
+    pass
+
+
+class RebalanceInProgress(GroupError):
+    pass
+
+
+class InconsistentGroupProtocol(GroupError):
+    """The member's protocol type or protocols do not fit the group's."""
+
+
+class MemberIdRequired(GroupError):
+    """Two-phase join: the member must join again with the id it was given."""
+
+
+class FencedInstanceId(GroupError):
+    """Another member now holds this static instance id."""
+
+
+class NonEmptyGroup(GroupError):
+    pass
+
+
+class GroupNotFound(GroupError):
+    pass
+
+
+class GroupSubscribedToTopic(GroupError):
+    """A committed offset cannot be deleted while a live member consumes its topic."""
+
+
+class OffsetMetadataTooLarge(CoreError):
+    pass
+
+
+class InvalidAcl(CoreError):
+    """An ACL binding that cannot be stored (unknown elements, a "/" in the resource name)."""

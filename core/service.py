@@ -69,6 +69,22 @@ class Core:
                     partition.log.policy = retention_policy(info.effective)
         return info
 
+    async def add_partitions(self, name: TopicName, total: int, *, validate_only: bool = False) -> TopicInfo:
+        """Grow the topic to `total` partitions (new ones open lazily, empty)."""
+        return await self.registry.add_partitions(name, total, validate_only=validate_only)
+
+    async def topic_by_id(self, tenant: str, namespace: str, topic_id: str) -> TopicInfo | None:
+        """The topic of the namespace with this id (hex), or None. Ids are not indexed: this reads
+        every topic of the namespace (cached descriptions cost nothing)."""
+        for topic in await self.registry.list_topics(tenant, namespace):
+            try:
+                info = await self.registry.get_topic(TopicName(tenant, namespace, topic))
+            except UnknownTopic:
+                continue   # deleted meanwhile
+            if info.topic_id == topic_id:
+                return info
+        return None
+
     # --- partitions ---------------------------------------------------------------------------
 
     async def partition(self, name: TopicName, index: int) -> Partition:

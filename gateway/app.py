@@ -21,11 +21,12 @@ from typing import Protocol, TextIO
 
 from core.service import Core
 from gateway.admin import AdminServer, GatewayInfo, create_admin_app
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, KafkaConfig
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, close_at_once, format_address
 from gateway.metrics import GatewayMetrics
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
+from protocols.kafka.machine.connection import Limits
 from storage.embedded import EmbeddedStorage
 
 log = logging.getLogger("gateway")
@@ -87,11 +88,27 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def protocol_handlers(core: Core, sockets: dict[str, socket.socket]) -> dict[str, ConnectionHandler]:
+def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
+                      kafka_config: KafkaConfig | None = None, *, log_dir: str = "") -> dict[str, ConnectionHandler]:
     """The connection handler of each protocol listener, each built on the core."""
     host, port = sockets["kafka"].getsockname()[:2]
-    kafka = kafka_server.make_broker(core, KafkaSettings(host=host, port=port))
+    kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir))
     return {"kafka": kafka_server.connection_handler(kafka), "amqp": close_at_once}
+
+
+_WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: str = "") -> KafkaSettings:
+    """The Kafka broker's settings: the [kafka] config, advertising the bind address unless told otherwise."""
+    host = config.advertised_host or bind_host
+    if host in _WILDCARD_HOSTS:
+        # Clients would be told to connect to "0.0.0.0"; Kafka refuses such a listener outright.
+        log.warning("Kafka listener bound to %r advertises that address; set kafka.advertised_host", host)
+    return KafkaSettings(host=host, port=port, cluster_id=config.cluster_id,
+                         auto_create_topics=config.auto_create_topics,
+                         default_partitions=config.default_partitions,
+                         limits=Limits(max_frame_bytes=config.max_frame_bytes), log_dir=log_dir)
 
 
 class Gateway:
@@ -152,7 +169,7 @@ class Gateway:
         await self._core.start()
         self._check_stop()
 
-        handlers = protocol_handlers(self._core, self._unserved_sockets)
+        handlers = protocol_handlers(self._core, self._unserved_sockets, config.kafka, log_dir=str(config.data_dir))
         listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp")]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)

@@ -39,10 +39,28 @@ def serve(
     log_level: Annotated[
         str | None, typer.Option(help="critical, error, warning, info or debug.", show_default="info")
     ] = None,
+    kafka_auto_create_topics: Annotated[
+        bool | None,
+        typer.Option("--kafka-auto-create-topics/--no-kafka-auto-create-topics",
+                     help="Create unknown topics on Metadata requests.", show_default="on"),
+    ] = None,
+    kafka_default_partitions: Annotated[
+        int | None, typer.Option(help="Partitions of an auto-created topic.", show_default="1")
+    ] = None,
+    kafka_advertised_host: Annotated[
+        str | None, typer.Option(help="Host Kafka clients are told to connect to.", show_default="the --host")
+    ] = None,
+    kafka_cluster_id: Annotated[
+        str | None, typer.Option(help="Cluster id reported in Metadata.", show_default="gateway-cluster")
+    ] = None,
+    kafka_max_frame_bytes: Annotated[
+        int | None, typer.Option(help="Largest Kafka request accepted; bigger closes the connection.",
+                                 show_default="104857600")
+    ] = None,
 ) -> None:
     """Serve Kafka, AMQP and the admin API until SIGTERM or SIGINT.
 
-    Settings come from defaults < the --config TOML file < GATEWAY_DATA_DIR, GATEWAY_HOST, GATEWAY_KAFKA_PORT, GATEWAY_AMQP_PORT, GATEWAY_ADMIN_PORT, GATEWAY_LOG_LEVEL < flags.
+    Settings come from defaults < the --config TOML file < GATEWAY_DATA_DIR, GATEWAY_HOST, GATEWAY_KAFKA_PORT, GATEWAY_AMQP_PORT, GATEWAY_ADMIN_PORT, GATEWAY_LOG_LEVEL, GATEWAY_KAFKA_AUTO_CREATE_TOPICS, GATEWAY_KAFKA_DEFAULT_PARTITIONS, GATEWAY_KAFKA_ADVERTISED_HOST, GATEWAY_KAFKA_CLUSTER_ID, GATEWAY_KAFKA_MAX_FRAME_BYTES < flags.
 
     Once listening, prints one line `GATEWAY READY {json}` on stdout; logs go to stderr.
     """
@@ -53,6 +71,11 @@ def serve(
         "amqp_port": amqp_port,
         "admin_port": admin_port,
         "log_level": log_level,
+        "kafka_auto_create_topics": kafka_auto_create_topics,
+        "kafka_default_partitions": kafka_default_partitions,
+        "kafka_advertised_host": kafka_advertised_host,
+        "kafka_cluster_id": kafka_cluster_id,
+        "kafka_max_frame_bytes": kafka_max_frame_bytes,
     }
     try:
         gateway_config = resolve_config(config_file=config, flags=flags)

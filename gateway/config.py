@@ -30,10 +30,55 @@ ENV_VARS: Mapping[str, str] = {
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
 STORAGE_TABLE = "storage"
+KAFKA_TABLE = "kafka"
+
+# The [kafka] table's keys, their types, and the environment variable naming each. On the command
+# line (and in resolve_config's `flags`) each is `kafka_<key>`, e.g. --kafka-default-partitions.
+KAFKA_SETTINGS: Mapping[str, type] = {
+    "auto_create_topics": bool,
+    "default_partitions": int,
+    "advertised_host": str,
+    "cluster_id": str,
+    "max_frame_bytes": int,
+}
+KAFKA_ENV_VARS: Mapping[str, str] = {name: f"GATEWAY_KAFKA_{name.upper()}" for name in KAFKA_SETTINGS}
+KAFKA_FLAG_PREFIX = "kafka_"
+MIN_FRAME_BYTES = 1024          # below this not even a Metadata response fits
+MAX_FRAME_BYTES = 0x7FFFFFFF    # a frame's size is an int32 on the wire
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("0", "false", "no", "off")
 
 
 class ConfigError(ValueError):
     """The configuration cannot be used; the message says which setting and where it came from."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    """The Kafka listener's broker settings (the `[kafka]` table)."""
+
+    auto_create_topics: bool = True         # Kafka's auto.create.topics.enable
+    default_partitions: int = 1             # Kafka's num.partitions: for auto-created topics
+    advertised_host: str | None = None      # what Metadata tells clients to connect to; None: the bind host
+    cluster_id: str = "gateway-cluster"
+    max_frame_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.auto_create_topics, bool):
+            raise ConfigError(f"kafka.auto_create_topics must be true or false, got {self.auto_create_topics!r}")
+        if not _is_int(self.default_partitions) or not 1 <= self.default_partitions <= 0x7FFFFFFF:
+            raise ConfigError(f"kafka.default_partitions must be a positive integer, got {self.default_partitions!r}")
+        if self.advertised_host is not None and (not isinstance(self.advertised_host, str) or not self.advertised_host):
+            raise ConfigError(f"kafka.advertised_host must be a non-empty host name, got {self.advertised_host!r}")
+        if not isinstance(self.cluster_id, str) or not self.cluster_id:
+            raise ConfigError(f"kafka.cluster_id must be a non-empty string, got {self.cluster_id!r}")
+        if not _is_int(self.max_frame_bytes) or not MIN_FRAME_BYTES <= self.max_frame_bytes <= MAX_FRAME_BYTES:
+            raise ConfigError(f"kafka.max_frame_bytes must be an integer in {MIN_FRAME_BYTES}..{MAX_FRAME_BYTES}, "
+                              f"got {self.max_frame_bytes!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +90,7 @@ class GatewayConfig:
     admin_port: int = 8080
     log_level: str = "info"
     storage: StorageConfig = field(default_factory=StorageConfig)
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -74,11 +120,21 @@ def resolve_config(
     env = os.environ if env is None else env
     settings: dict[str, Any] = {}
     storage_table: Mapping[str, Any] = {}
+    kafka_settings: dict[str, Any] = {}
     if config_file is not None:
-        file_settings, storage_table = _read_toml(config_file)
+        file_settings, storage_table, kafka_table = _read_toml(config_file)
         settings.update(file_settings)
+        kafka_settings.update(kafka_table)
     settings.update(_settings_from_env(env))
-    settings.update({name: value for name, value in (flags or {}).items() if value is not None})
+    kafka_settings.update(_kafka_settings_from_env(env))
+    for name, value in (flags or {}).items():
+        if value is None:
+            continue
+        kafka_name = name.removeprefix(KAFKA_FLAG_PREFIX)
+        if name.startswith(KAFKA_FLAG_PREFIX) and kafka_name in KAFKA_SETTINGS:
+            kafka_settings[kafka_name] = value
+        else:
+            settings[name] = value
 
     unknown_flags = set(settings) - set(ENV_VARS)
     if unknown_flags:
@@ -88,12 +144,13 @@ def resolve_config(
     if isinstance(settings.get("log_level"), str):
         settings["log_level"] = settings["log_level"].lower()
 
-    config = GatewayConfig(**settings, storage=_storage_config(storage_table, config_file))
+    config = GatewayConfig(**settings, storage=_storage_config(storage_table, config_file),
+                           kafka=KafkaConfig(**kafka_settings))
     # The READY line and the storage layer want one unambiguous directory, whatever the cwd later is.
     return dataclasses.replace(config, data_dir=Path(os.path.abspath(config.data_dir)))
 
 
-def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any]]:
+def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str, Any]]:
     try:
         with path.open("rb") as file:
             document = tomllib.load(file)
@@ -105,17 +162,52 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any]]:
     storage_table = document.pop(STORAGE_TABLE, {})
     if not isinstance(storage_table, dict):
         raise ConfigError(f"{path}: [{STORAGE_TABLE}] must be a table")
+    kafka_table = document.pop(KAFKA_TABLE, {})
+    if not isinstance(kafka_table, dict):
+        raise ConfigError(f"{path}: [{KAFKA_TABLE}] must be a table")
     unknown = set(document) - set(ENV_VARS)
     if unknown:
         raise ConfigError(
             f"{path}: unknown key(s) {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}]"
+            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}], [{KAFKA_TABLE}]"
         )
     for name, value in document.items():
         expected = int if name in PORT_SETTINGS else str
         if isinstance(value, bool) or not isinstance(value, expected):
             raise ConfigError(f"{path}: {name} must be a {expected.__name__}, got {value!r}")
-    return document, storage_table
+    return document, storage_table, _check_kafka_table(kafka_table, path)
+
+
+def _check_kafka_table(table: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    where = f"{path}: [{KAFKA_TABLE}]"
+    unknown = set(table) - set(KAFKA_SETTINGS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(KAFKA_SETTINGS)}")
+    for name, value in table.items():
+        if not _fits(value, KAFKA_SETTINGS[name]):
+            raise ConfigError(f"{where}: {name} must be a {KAFKA_SETTINGS[name].__name__}, got {value!r}")
+    return dict(table)
+
+
+def _kafka_settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for name, var in KAFKA_ENV_VARS.items():
+        raw = env.get(var, "").strip()
+        if not raw:
+            continue  # as above: empty means "not set"
+        expected = KAFKA_SETTINGS[name]
+        if expected is bool:
+            if raw.lower() not in _TRUE_WORDS + _FALSE_WORDS:
+                raise ConfigError(f"{var} must be true or false, got {raw!r}")
+            settings[name] = raw.lower() in _TRUE_WORDS
+        elif expected is int:
+            try:
+                settings[name] = int(raw)
+            except ValueError:
+                raise ConfigError(f"{var} must be an integer, got {raw!r}") from None
+        else:
+            settings[name] = raw
+    return settings
 
 
 def _settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:

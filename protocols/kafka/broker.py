@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.acl import Authorizer
+from core.auth import Principal, User, UserStore
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.service import Core
 from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import Limits
+from protocols.kafka.sasl.scram import ScramServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +23,9 @@ class KafkaSettings:
     auto_create_topics: bool = True     # Kafka's auto.create.topics.enable
     default_partitions: int = 1         # Kafka's num.partitions
     limits: Limits = field(default_factory=Limits)
+    log_dir: str = ""                   # Kafka's log.dirs: what DescribeLogDirs reports (the data directory)
+    sasl_mechanisms: tuple[str, ...] = ()   # empty: no authentication (PLAINTEXT listener)
+    super_users: tuple[str, ...] = ()       # Kafka's super.users, e.g. ("User:admin",): never refused by ACLs
 
 
 class KafkaBroker:
@@ -27,6 +33,25 @@ class KafkaBroker:
         self.core = core
         self.settings = settings
         self.api_versions = api_versions   # what ApiVersions answers: derived from the handler registry
+        self.users = UserStore(core.metadata)
+        # ACLs are stored always but enforced only with SASL on (protocols/kafka/authorization.py).
+        self.authorizer = Authorizer(core.metadata, super_users=settings.super_users)
+
+
+@dataclass(slots=True)
+class ConnectionSession:
+    """What one connection has established: its SASL exchange and, once done, who it is."""
+
+    principal: Principal | None = None
+    mechanism: str | None = None
+    scram: ScramServer | None = None
+    scram_user: User | None = None
+    close_after_response: bool = False   # a failed login: answer, wait a little, close
+    client_host: str | None = None       # the peer's IP address, for ACL host matching; None: unknown
+
+    @property
+    def authenticated(self) -> bool:
+        return self.principal is not None
 
 
 @dataclass(slots=True)
@@ -35,8 +60,17 @@ class RequestContext:
 
     broker: KafkaBroker
     header: RequestHeader
-    tenant: str = DEFAULT_TENANT
-    namespace: str = DEFAULT_NAMESPACE
+    session: ConnectionSession = field(default_factory=ConnectionSession)
+
+    @property
+    def tenant(self) -> str:
+        principal = self.session.principal
+        return principal.tenant if principal is not None else DEFAULT_TENANT
+
+    @property
+    def namespace(self) -> str:
+        principal = self.session.principal
+        return principal.namespace if principal is not None else DEFAULT_NAMESPACE
 
     @property
     def version(self) -> int:

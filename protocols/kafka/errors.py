@@ -22,6 +22,20 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.StorageUnavailable: ErrorCode.KAFKA_STORAGE_ERROR,
     core.OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     core.InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
+    core.GroupError: ErrorCode.UNKNOWN_SERVER_ERROR,
+    core.InvalidGroupId: ErrorCode.INVALID_GROUP_ID,
+    core.InvalidSessionTimeout: ErrorCode.INVALID_SESSION_TIMEOUT,
+    core.UnknownMember: ErrorCode.UNKNOWN_MEMBER_ID,
+    core.IllegalGeneration: ErrorCode.ILLEGAL_GENERATION,
+    core.RebalanceInProgress: ErrorCode.REBALANCE_IN_PROGRESS,
+    core.InconsistentGroupProtocol: ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+    core.MemberIdRequired: ErrorCode.MEMBER_ID_REQUIRED,
+    core.FencedInstanceId: ErrorCode.FENCED_INSTANCE_ID,
+    core.NonEmptyGroup: ErrorCode.NON_EMPTY_GROUP,
+    core.GroupNotFound: ErrorCode.GROUP_ID_NOT_FOUND,
+    core.GroupSubscribedToTopic: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+    core.OffsetMetadataTooLarge: ErrorCode.OFFSET_METADATA_TOO_LARGE,
+    core.InvalidAcl: ErrorCode.INVALID_REQUEST,
 }
 
 

@@ -4,8 +4,17 @@ responses back in request order.
 Requests are handled one after another, in order, as a Kafka broker does; a handler may return an
 awaitable instead of a response (Produce does, once its batches are queued for storage), so the
 next request is read while earlier ones wait for durability. Responses are written strictly in
-request order. At most MAX_PENDING responses may wait; past that the connection is not read, so a
-fast producer or a slow reader cannot make the gateway buffer without bound.
+request order by one sender task per connection.
+
+Back-pressure: at most MAX_PENDING responses may wait for the sender; past that the connection is
+not read, and the sender waits in `drain()` while the peer does not read what was written. So a
+fast producer or a peer that never reads holds at most MAX_PENDING responses plus the transport's
+write buffer, and the kernel's socket buffers push back on the client.
+
+Failures: a peer that breaks the protocol, or a request a handler fails on (a gateway bug), closes
+that connection only, after one log line naming the peer, client id, API and reason, and is counted
+in the handler's `failures`. Responses already queued are still sent when the reader fails; if the
+sender fails, the connection is aborted at once, which also ends the reader.
 """
 
 from __future__ import annotations
@@ -13,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from core.errors import CoreError
 from protocols.kafka import registry
 from protocols.kafka.broker import KafkaBroker, KafkaSettings, RequestContext
 from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import (KafkaServerConnection, RemoteProtocolError, RequestReceived,
                                                 UnsupportedApiVersions)
 from protocols.kafka.schema.api_versions import API_VERSIONS
@@ -28,74 +39,198 @@ log = logging.getLogger("gateway.kafka")
 MAX_PENDING = 32
 READ_BYTES = 256 * 1024
 
+_END = object()  # queued after the last response: the sender stops there
+
+# What is queued per request: the framed response, None (no response: acks=0 Produce) or the
+# handler's awaitable of a response body, which the sender awaits and encodes in request order.
+Response = bytes | None | Awaitable[Any]
+
 
 def make_broker(core, settings: KafkaSettings) -> KafkaBroker:
     return KafkaBroker(core, settings, registry.advertised())
 
 
-def connection_handler(broker: KafkaBroker):
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await KafkaConnection(broker, reader, writer).run()
-    return serve
+@dataclass(slots=True)
+class ConnectionFailures:
+    """How many connections were closed for a failure, by kind (read by tests and metrics)."""
+
+    protocol_errors: int = 0   # the peer broke the protocol
+    internal_errors: int = 0   # a handler, an encoder or the machine failed: a gateway bug
+
+
+class KafkaConnectionHandler:
+    """The listener's connection handler: serves each accepted connection with a KafkaConnection."""
+
+    def __init__(self, broker: KafkaBroker, handlers: Mapping[int, registry.Handler] | None = None) -> None:
+        self.broker = broker
+        self.handlers = registry.HANDLERS if handlers is None else handlers
+        self.failures = ConnectionFailures()
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await KafkaConnection(self.broker, reader, writer, handlers=self.handlers, failures=self.failures).run()
+
+
+def connection_handler(broker: KafkaBroker) -> KafkaConnectionHandler:
+    return KafkaConnectionHandler(broker)
+
+
+class HandlerFailed(Exception):
+    """Handling `request` raised (the cause); the connection is closed."""
+
+    def __init__(self, header: RequestHeader, api_name: str) -> None:
+        super().__init__(f"{api_name} v{header.api_version} failed")
+        self.header = header
+        self.api_name = api_name
+
+
+class _SendingStopped(Exception):
+    """The sender task ended early (it logged why): reading on is pointless."""
 
 
 class KafkaConnection:
-    def __init__(self, broker: KafkaBroker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, broker: KafkaBroker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 handlers: Mapping[int, registry.Handler] | None = None,
+                 failures: ConnectionFailures | None = None) -> None:
         self._broker = broker
         self._reader = reader
         self._writer = writer
+        self._handlers = registry.HANDLERS if handlers is None else handlers
+        self._failures = failures if failures is not None else ConnectionFailures()
         self._conn = KafkaServerConnection(registry.APIS, broker.settings.limits)
-        self._pending: asyncio.Queue[tuple[object, Awaitable[bytes | None] | bytes | None]] = asyncio.Queue(MAX_PENDING)
+        self._pending: asyncio.Queue[object] = asyncio.Queue(MAX_PENDING)
         self._peer = writer.get_extra_info("peername")
+        self._sender: asyncio.Task[None] | None = None
+
+    @property
+    def pending_responses(self) -> int:
+        """Responses queued for the sender (at most MAX_PENDING)."""
+        return self._pending.qsize()
 
     async def run(self) -> None:
-        sender = asyncio.create_task(self._send_responses(), name=f"kafka-send {self._peer}")
+        self._sender = asyncio.create_task(self._send_responses(), name=f"kafka-send {self._peer}")
         try:
-            await self._read_requests()
-        except RemoteProtocolError as exc:
-            log.warning("closing Kafka connection from %s: %s", self._peer, exc)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            await self._pending.put((None, None))   # the sender stops after what is queued
             try:
-                await sender
-            except Exception:
-                log.exception("Kafka connection %s: sending failed", self._peer)
+                await self._read_requests()
+            except RemoteProtocolError as exc:
+                self._failures.protocol_errors += 1
+                log.warning("closing Kafka connection from %s (%s): %s", self._peer, _describe(exc.header), exc)
+            except HandlerFailed as exc:
+                self._internal_error(exc)
+            except (ConnectionError, asyncio.IncompleteReadError, _SendingStopped):
+                pass  # the peer went away, or the sender failed and said why
+            except Exception as exc:
+                self._internal_error(exc)
+            await self._finish_sending()
+        finally:
+            if not self._sender.done():
+                self._sender.cancel()   # cancelled from outside (shutdown): drop what is queued
+            self._discard_queued()
             self._writer.close()
+
+    # --- reading ----------------------------------------------------------------------------------
 
     async def _read_requests(self) -> None:
         while True:
             data = await self._reader.read(READ_BYTES)
+            if self._sender.done():
+                raise _SendingStopped
             for event in self._conn.receive_data(data):
-                if isinstance(event, UnsupportedApiVersions):
-                    body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": self._broker.api_versions}
-                    await self._pending.put((event, self._conn.response(API_VERSIONS, event.header, body, version=0)))
-                    continue
-                await self._pending.put((event, await self._dispatch(event)))
+                await self._enqueue((event, await self._respond(event)))
             if not data:
                 return
 
-    async def _dispatch(self, event: RequestReceived) -> Awaitable[bytes | None] | bytes | None:
-        ctx = RequestContext(self._broker, event.header)
-        result = await registry.HANDLERS[event.api.key](event.body, ctx)
-        if inspect.isawaitable(result):
-            return self._finish(event, result)
-        return self._encode(event, result)
+    async def _respond(self, event: RequestReceived | UnsupportedApiVersions) -> Response:
+        if isinstance(event, UnsupportedApiVersions):
+            body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": self._broker.api_versions}
+            return self._conn.response(API_VERSIONS, event.header, body, version=0)
+        try:
+            ctx = RequestContext(self._broker, event.header)
+            result = await self._handlers[event.api.key](event.body, ctx)
+            if inspect.isawaitable(result):
+                return result   # the sender awaits it, in order
+            return self._encode(event, result)
+        except Exception as exc:
+            raise HandlerFailed(event.header, event.api.name) from exc
 
     async def _finish(self, event: RequestReceived, result: Awaitable) -> bytes | None:
-        return self._encode(event, await result)
+        try:
+            return self._encode(event, await result)
+        except Exception as exc:
+            raise HandlerFailed(event.header, event.api.name) from exc
 
     def _encode(self, event: RequestReceived, body) -> bytes | None:
         return None if body is None else self._conn.response(event.api, event.header, body)
 
+    async def _enqueue(self, item: object) -> None:
+        """Queue `item` for the sender, waiting while MAX_PENDING are queued: that is the read pause."""
+        assert self._sender is not None
+        if self._sender.done():
+            _discard(item)
+            raise _SendingStopped
+        if not self._pending.full():
+            self._pending.put_nowait(item)
+            return
+        put = asyncio.ensure_future(self._pending.put(item))
+        try:
+            await asyncio.wait((put, self._sender), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stored = put.done() and not put.cancelled()
+            put.cancel()
+        if not stored:
+            _discard(item)
+            raise _SendingStopped
+
+    # --- sending ----------------------------------------------------------------------------------
+
+    async def _finish_sending(self) -> None:
+        """Let the sender write what is queued, then stop it."""
+        try:
+            await self._enqueue(_END)
+        except _SendingStopped:
+            return
+        await self._sender
+
     async def _send_responses(self) -> None:
-        while True:
-            event, response = await self._pending.get()
-            if event is None:
-                return
-            if inspect.isawaitable(response):
-                response = await response
-            if response is not None:      # acks=0 Produce: no response at all
-                self._writer.write(response)
-                await self._writer.drain()
+        try:
+            while (item := await self._pending.get()) is not _END:
+                event, response = item
+                if inspect.isawaitable(response):
+                    response = await self._finish(event, response)
+                if response is not None:      # acks=0 Produce: no response at all
+                    self._writer.write(response)
+                    await self._writer.drain()
+            return
+        except ConnectionError:
+            pass  # the peer is gone; the reader sees that too
+        except Exception as exc:
+            self._internal_error(exc)
+        # Nothing more can be answered in order: drop the connection, which also wakes the reader.
+        self._writer.transport.abort()
+
+    def _discard_queued(self) -> None:
+        while not self._pending.empty():
+            _discard(self._pending.get_nowait())
+
+    def _internal_error(self, exc: Exception) -> None:
+        self._failures.internal_errors += 1
+        if isinstance(exc, HandlerFailed):
+            log.error("closing Kafka connection from %s (%s): %s: %r", self._peer,
+                      _describe(exc.header, exc.api_name), exc, exc.__cause__, exc_info=exc.__cause__)
+        else:
+            log.error("closing Kafka connection from %s: internal error: %r", self._peer, exc, exc_info=exc)
+
+
+def _describe(header: RequestHeader | None, api_name: str | None = None) -> str:
+    if header is None:
+        return "no request header"
+    api = api_name or f"API key {header.api_key}"
+    return f"client id {header.client_id!r}, {api} v{header.api_version}, correlation id {header.correlation_id}"
+
+
+def _discard(item: object) -> None:
+    # A deferred response never to be awaited: close or cancel it, so asyncio does not warn about it.
+    response = item[1] if isinstance(item, tuple) else None
+    if inspect.iscoroutine(response):
+        response.close()
+    elif isinstance(response, asyncio.Future):
+        response.cancel()

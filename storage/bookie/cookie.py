@@ -9,6 +9,7 @@ answering "no such entry" after losing acknowledged entries would let recovery t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import uuid
@@ -22,13 +23,13 @@ FILE_NAME = "COOKIE"
 async def verify_or_create(directory: Path, bookie_id: str, metadata: MetadataStore, has_data: bool) -> str:
     """Return the instance id, creating the cookie on a fresh directory; raise CookieMismatch."""
     path = directory / FILE_NAME
-    local = path.read_bytes() if path.exists() else None
+    local = await asyncio.to_thread(_read_if_present, path)
     stored = await metadata.get(f"/bookies/{bookie_id}/cookie")
     if local is None and stored is None:
         if has_data:
             raise CookieMismatch(f"{directory} holds journal data but no cookie")
         cookie = json.dumps({"format": 1, "bookie_id": bookie_id, "instance_id": uuid.uuid4().hex}).encode()
-        _write_durably(path, cookie)
+        await asyncio.to_thread(_write_durably, path, cookie)
         await metadata.put(f"/bookies/{bookie_id}/cookie", cookie)
         return json.loads(cookie)["instance_id"]
     if local is None:
@@ -38,6 +39,13 @@ async def verify_or_create(directory: Path, bookie_id: str, metadata: MetadataSt
     if local != stored.value:
         raise CookieMismatch(f"{directory} belongs to another instance than bookie {bookie_id}")
     return json.loads(local)["instance_id"]
+
+
+def _read_if_present(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def _write_durably(path: Path, data: bytes) -> None:

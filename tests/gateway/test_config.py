@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, GatewayConfig, resolve_config
+from gateway.app import kafka_settings
+from gateway.config import ConfigError, GatewayConfig, KafkaConfig, resolve_config
 from storage.config import StorageConfig
 
 
@@ -199,3 +200,110 @@ def test_direct_construction_is_validated_too():
         GatewayConfig(kafka_port=-5)
     with pytest.raises(ConfigError):
         GatewayConfig(admin_port=True)  # type: ignore[arg-type]
+
+
+# --- the [kafka] table ----------------------------------------------------------------------------
+
+KAFKA_TOML = """
+[kafka]
+auto_create_topics = false
+default_partitions = 3
+advertised_host = "kafka.example"
+cluster_id = "from-toml"
+max_frame_bytes = 2048
+"""
+
+
+def test_kafka_defaults():
+    assert resolve_config(env={}).kafka == KafkaConfig(
+        auto_create_topics=True, default_partitions=1, advertised_host=None, cluster_id="gateway-cluster",
+        max_frame_bytes=100 * 1024 * 1024)
+
+
+def test_kafka_table_overrides_defaults(tmp_path):
+    assert resolve_config(config_file=write_toml(tmp_path, KAFKA_TOML), env={}).kafka == KafkaConfig(
+        auto_create_topics=False, default_partitions=3, advertised_host="kafka.example", cluster_id="from-toml",
+        max_frame_bytes=2048)
+
+
+def test_kafka_env_overrides_toml(tmp_path):
+    env = {"GATEWAY_KAFKA_AUTO_CREATE_TOPICS": "true", "GATEWAY_KAFKA_DEFAULT_PARTITIONS": "4",
+           "GATEWAY_KAFKA_ADVERTISED_HOST": "env.example", "GATEWAY_KAFKA_CLUSTER_ID": "from-env",
+           "GATEWAY_KAFKA_MAX_FRAME_BYTES": "4096"}
+    assert resolve_config(config_file=write_toml(tmp_path, KAFKA_TOML), env=env).kafka == KafkaConfig(
+        auto_create_topics=True, default_partitions=4, advertised_host="env.example", cluster_id="from-env",
+        max_frame_bytes=4096)
+
+
+def test_kafka_flags_override_env_and_toml(tmp_path):
+    env = {"GATEWAY_KAFKA_AUTO_CREATE_TOPICS": "true", "GATEWAY_KAFKA_DEFAULT_PARTITIONS": "4"}
+    flags = {"kafka_auto_create_topics": False, "kafka_default_partitions": 5, "kafka_advertised_host": "flag.example",
+             "kafka_cluster_id": "from-flags", "kafka_max_frame_bytes": 8192, "kafka_port": 1234}
+    config = resolve_config(config_file=write_toml(tmp_path, KAFKA_TOML), env=env, flags=flags)
+    assert config.kafka == KafkaConfig(auto_create_topics=False, default_partitions=5,
+                                       advertised_host="flag.example", cluster_id="from-flags", max_frame_bytes=8192)
+    assert config.kafka_port == 1234  # a top-level setting whose name starts with kafka_ stays top-level
+
+
+def test_kafka_settings_are_overridden_independently(tmp_path):
+    config = resolve_config(config_file=write_toml(tmp_path, "[kafka]\ncluster_id = \"toml\"\ndefault_partitions = 2\n"),
+                            env={"GATEWAY_KAFKA_DEFAULT_PARTITIONS": "6"},
+                            flags={"kafka_auto_create_topics": None, "kafka_max_frame_bytes": 5000})
+    assert config.kafka == KafkaConfig(cluster_id="toml", default_partitions=6, max_frame_bytes=5000)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("false", False), ("0", False), ("No", False), ("OFF", False),
+                                               ("true", True), ("1", True), ("yes", True), ("On", True)])
+def test_kafka_auto_create_topics_env_words(raw, expected):
+    assert resolve_config(env={"GATEWAY_KAFKA_AUTO_CREATE_TOPICS": raw}).kafka.auto_create_topics is expected
+
+
+def test_kafka_bool_env_with_other_words_names_the_variable():
+    with pytest.raises(ConfigError, match="GATEWAY_KAFKA_AUTO_CREATE_TOPICS must be true or false"):
+        resolve_config(env={"GATEWAY_KAFKA_AUTO_CREATE_TOPICS": "maybe"})
+
+
+def test_kafka_non_numeric_env_names_the_variable():
+    with pytest.raises(ConfigError, match="GATEWAY_KAFKA_MAX_FRAME_BYTES must be an integer"):
+        resolve_config(env={"GATEWAY_KAFKA_MAX_FRAME_BYTES": "lots"})
+
+
+@pytest.mark.parametrize("text", ['auto_create_topics = "no"', "auto_create_topics = 0", "default_partitions = true",
+                                  'default_partitions = "3"', "cluster_id = 7", "max_frame_bytes = 1.5"])
+def test_wrongly_typed_kafka_value_in_toml(tmp_path, text):
+    key = text.split(" ")[0]
+    with pytest.raises(ConfigError, match=rf"\[kafka\]: {key} must be a"):
+        resolve_config(config_file=write_toml(tmp_path, f"[kafka]\n{text}\n"), env={})
+
+
+def test_unknown_kafka_key_lists_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match=r"auto_create_topic\b.*known: auto_create_topics"):
+        resolve_config(config_file=write_toml(tmp_path, "[kafka]\nauto_create_topic = false\n"), env={})
+
+
+def test_kafka_must_be_a_table(tmp_path):
+    with pytest.raises(ConfigError, match=r"\[kafka\] must be a table"):
+        resolve_config(config_file=write_toml(tmp_path, "kafka = 1\n"), env={})
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ({"kafka_default_partitions": 0}, "kafka.default_partitions"),
+    ({"kafka_max_frame_bytes": 100}, "kafka.max_frame_bytes"),
+    ({"kafka_max_frame_bytes": 2**31}, "kafka.max_frame_bytes"),
+    ({"kafka_cluster_id": ""}, "kafka.cluster_id"),
+    ({"kafka_advertised_host": ""}, "kafka.advertised_host"),
+])
+def test_kafka_values_out_of_range(flags, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_config(env={}, flags=flags)
+
+
+def test_kafka_config_feeds_the_broker_settings():
+    config = KafkaConfig(auto_create_topics=False, default_partitions=3, cluster_id="c1", max_frame_bytes=4096)
+    settings = kafka_settings(config, "127.0.0.2", 19092)
+    assert (settings.host, settings.port, settings.auto_create_topics, settings.default_partitions,
+            settings.cluster_id, settings.limits.max_frame_bytes) == ("127.0.0.2", 19092, False, 3, "c1", 4096)
+
+
+def test_advertised_host_replaces_the_bind_host_in_broker_settings():
+    assert kafka_settings(KafkaConfig(advertised_host="kafka.example"), "0.0.0.0", 9092).host == "kafka.example"

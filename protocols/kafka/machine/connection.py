@@ -25,7 +25,14 @@ SASL_KEYS = frozenset({17, 36})  # SaslHandshake, SaslAuthenticate
 
 
 class RemoteProtocolError(Exception):
-    """The peer broke the protocol; the connection is closed after one log line."""
+    """The peer broke the protocol; the connection is closed after one log line.
+
+    `header` is the offending request's header when it could be read (for that log line).
+    """
+
+    def __init__(self, message: str, header: RequestHeader | None = None) -> None:
+        super().__init__(message)
+        self.header = header
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +64,17 @@ class KafkaServerConnection:
         self.closed = False
 
     def receive_data(self, data: bytes) -> list[RequestReceived | UnsupportedApiVersions]:
+        """The requests completed by `data`; raises RemoteProtocolError (and stays closed) on a violation."""
         if self.closed:
             raise RemoteProtocolError("data after close")
+        try:
+            return self._receive(data)
+        except RemoteProtocolError:
+            self.closed = True
+            self._buffer.clear()
+            raise
+
+    def _receive(self, data: bytes) -> list[RequestReceived | UnsupportedApiVersions]:
         if not data:
             self.closed = True
             if self._buffer:
@@ -85,20 +101,20 @@ class KafkaServerConnection:
             raise RemoteProtocolError(f"bad request header: {exc}") from None
         api = self._apis.get(header.api_key)
         if api is None:
-            raise RemoteProtocolError(f"unknown API key {header.api_key}")
+            raise RemoteProtocolError(f"unknown API key {header.api_key}", header)
         low, high = api.versions
         if not low <= header.api_version <= high:
             if header.api_key == API_VERSIONS_KEY:
                 return UnsupportedApiVersions(header)
-            raise RemoteProtocolError(f"{api.name} v{header.api_version} is not supported ({low}-{high})")
+            raise RemoteProtocolError(f"{api.name} v{header.api_version} is not supported ({low}-{high})", header)
         if not self.authenticated and header.api_key not in SASL_KEYS and header.api_key != API_VERSIONS_KEY:
-            raise RemoteProtocolError(f"{api.name} before authentication")
+            raise RemoteProtocolError(f"{api.name} before authentication", header)
         try:
             if api.is_flexible(header.api_version):
                 skip_tagged_fields(reader)
             body = decode_request(api, header.api_version, reader.buf[reader.pos:])
         except DecodeError as exc:
-            raise RemoteProtocolError(f"{api.name} v{header.api_version}: {exc}") from None
+            raise RemoteProtocolError(f"{api.name} v{header.api_version}: {exc}", header) from None
         return RequestReceived(api, header, body)
 
     @staticmethod

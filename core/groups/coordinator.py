@@ -1,0 +1,318 @@
+"""The group coordinator: every membership group of every tenant/namespace, their timeouts and
+their committed offsets.
+
+Groups live in memory while used and are loaded from their stored record (store.py) when first
+named after a restart; an Empty group idle for `empty_group_idle_ms` is dropped from memory (its
+offsets stay stored). A group "exists" while it is in memory or has a stored record.
+
+Owned by the event loop. Group operations are synchronous state changes (group.py); only loading
+a group and reading or writing offsets await. JoinGroup and SyncGroup return once the rebalance
+they wait for completes.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from core.clock import Clock
+from core.errors import (CoreError, GroupError, GroupNotFound, GroupSubscribedToTopic, IllegalGeneration,
+                         InvalidGroupId, InvalidName, InvalidSessionTimeout, NonEmptyGroup, OffsetMetadataTooLarge,
+                         UnknownMember, UnknownTopic)
+from core.groups.group import MembershipGroup, Protocols
+from core.groups.naming import storage_name
+from core.groups.settings import GroupSettings
+from core.groups.state import GroupState, parse_state
+from core.groups.store import GroupKey, GroupRecord, GroupStore, TopicPartition
+from core.groups.timers import Deadlines
+from core.groups.values import GroupOverview, GroupSummary, JoinResult, OffsetAndMetadata, SyncResult
+from core.names import TopicName
+from core.service import Core
+
+log = logging.getLogger("gateway.core")
+
+# Given a group's protocol type, chosen protocol and its members' metadata for it: the topics the
+# members consume, or None when the protocol type is not one whose subscriptions are understood.
+ConsumedTopics = Callable[[str | None, str | None, list[bytes]], set[str] | None]
+
+_coordinators: weakref.WeakKeyDictionary[Core, GroupCoordinator] = weakref.WeakKeyDictionary()
+
+
+def coordinator_for(core: Core, settings: GroupSettings | None = None) -> GroupCoordinator:
+    """The coordinator of `core`'s groups, created on first use (with `settings`, if given)."""
+    coordinator = _coordinators.get(core)
+    if coordinator is None:
+        coordinator = _coordinators[core] = GroupCoordinator(core, settings)
+    return coordinator
+
+
+class GroupCoordinator:
+    def __init__(self, core: Core, settings: GroupSettings | None = None, clock: Clock | None = None) -> None:
+        self.settings = settings or GroupSettings()
+        self._clock = clock or core.clock
+        self._core = core
+        self._store = GroupStore(core)
+        self._groups: dict[GroupKey, MembershipGroup] = {}
+        self._records: dict[GroupKey, GroupRecord] = {}
+        self._deadlines: Deadlines[GroupKey] = Deadlines(self._clock, self._on_due)
+
+    def close(self) -> None:
+        self._deadlines.close()
+
+    # --- membership -------------------------------------------------------------------------------
+
+    async def join(self, key: GroupKey, *, member_id: str, instance_id: str | None, client_id: str,
+                   client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: Sequence[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult:
+        self._check_group_id(key, allow_empty=False)
+        low, high = self.settings.min_session_timeout_ms, self.settings.max_session_timeout_ms
+        if not low <= session_timeout_ms <= high:
+            raise InvalidSessionTimeout(f"session timeout {session_timeout_ms} ms is outside {low}..{high} ms")
+        group = await self._find(key, create=member_id == "")
+        if group is None:
+            raise UnknownMember(f"group {key.group_id} does not exist")
+        try:
+            waiter = group.join(member_id=member_id, instance_id=instance_id, client_id=client_id,
+                                client_host=client_host, session_timeout_ms=session_timeout_ms,
+                                rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type,
+                                protocols=_unique(protocols), require_known_member_id=require_known_member_id)
+        finally:
+            self._watch(key, group)
+        return await waiter
+
+    async def sync(self, key: GroupKey, *, member_id: str, instance_id: str | None, generation: int,
+                   protocol_type: str | None, protocol_name: str | None,
+                   assignments: Mapping[str, bytes]) -> SyncResult:
+        self._check_group_id(key, allow_empty=False)
+        group = await self._find(key)
+        if group is None:
+            raise UnknownMember(f"group {key.group_id} does not exist")
+        try:
+            waiter = group.sync(member_id=member_id, instance_id=instance_id, generation=generation,
+                                protocol_type=protocol_type, protocol_name=protocol_name, assignments=assignments)
+        finally:
+            self._watch(key, group)
+        return await waiter
+
+    async def heartbeat(self, key: GroupKey, *, member_id: str, instance_id: str | None, generation: int) -> None:
+        self._check_group_id(key, allow_empty=False)
+        group = await self._find(key)
+        if group is None:
+            raise UnknownMember(f"group {key.group_id} does not exist")
+        try:
+            group.heartbeat(member_id=member_id, instance_id=instance_id, generation=generation)
+        finally:
+            self._watch(key, group)
+
+    async def leave(self, key: GroupKey, members: Sequence[tuple[str, str | None]]) -> list[GroupError | None]:
+        """Each leaving member's error (None: it left). Raises only for the group id itself."""
+        self._check_group_id(key, allow_empty=False)
+        group = await self._find(key)
+        if group is None:
+            return [UnknownMember(f"group {key.group_id} does not exist") for _ in members]
+        try:
+            return group.leave(members)
+        finally:
+            self._watch(key, group)
+
+    # --- offsets ----------------------------------------------------------------------------------
+
+    async def commit_offsets(self, key: GroupKey, offsets: Mapping[TopicPartition, OffsetAndMetadata], *,
+                             member_id: str = "", instance_id: str | None = None, generation: int = -1,
+                             check_membership: bool = True) -> dict[TopicPartition, CoreError | None]:
+        """Commit offsets; each partition's error (None: committed and durable). Partitions that do
+        not exist fail alone; the group's refusals apply to the rest. Without `check_membership`
+        (Kafka's v0 commits) the group's state is not consulted."""
+        results: dict[TopicPartition, CoreError | None] = {}
+        self._check_group_id(key, allow_empty=True)
+        valid: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, committed in offsets.items():
+            if not await self._partition_exists(key, tp):
+                results[tp] = UnknownTopic(f"{tp[0]}-{tp[1]} does not exist")
+            else:
+                valid[tp] = committed
+        if not valid:
+            return results
+        group = await self._find(key, create=generation < 0 or not check_membership)
+        if group is None:
+            error: CoreError = IllegalGeneration(f"group {key.group_id} does not exist (generation {generation})")
+            return results | {tp: error for tp in valid}
+        if check_membership:
+            try:
+                group.validate_commit(member_id=member_id, instance_id=instance_id, generation=generation)
+            except GroupError as exc:
+                return results | {tp: exc for tp in valid}
+            finally:
+                self._watch(key, group)
+        limit = self.settings.offset_metadata_max_bytes
+        accepted = {}
+        for tp, committed in valid.items():
+            if len(committed.metadata) > limit:
+                results[tp] = OffsetMetadataTooLarge(f"metadata of {len(committed.metadata)} characters > {limit}")
+            else:
+                accepted[tp] = committed
+        if accepted:
+            await self._store.commit(key, self._records[key], accepted, group.protocol_type)
+            results.update((tp, None) for tp in accepted)
+        return results
+
+    async def fetch_offsets(self, key: GroupKey, partitions: Iterable[TopicPartition] | None
+                            ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """Committed offsets (None: none committed). `partitions=None`: every committed one."""
+        self._check_group_id(key, allow_empty=True)
+        if partitions is not None:
+            return await self._store.fetch(key, partitions)
+        record = self._records.get(key) or await self._store.load(key)
+        if record is None:
+            return {}
+        found = await self._store.fetch(key, record.topic_partitions())
+        return {tp: committed for tp, committed in found.items() if committed is not None}
+
+    async def delete_offsets(self, key: GroupKey, partitions: Sequence[TopicPartition],
+                             consumed_topics: ConsumedTopics) -> dict[TopicPartition, CoreError | None]:
+        """Delete committed offsets; each partition's error. Raises for the group as a whole:
+        GroupNotFound, or NonEmptyGroup for a live group whose subscriptions are not understood.
+        A live group keeps the offsets of topics its members consume (GroupSubscribedToTopic)."""
+        self._check_group_id(key, allow_empty=False)
+        results: dict[TopicPartition, CoreError | None] = {}
+        existing = []
+        for tp in dict.fromkeys(partitions):
+            if await self._partition_exists(key, tp):
+                existing.append(tp)
+            else:
+                results[tp] = UnknownTopic(f"{tp[0]}-{tp[1]} does not exist")
+        group = await self._find(key)
+        if group is None:
+            raise GroupNotFound(f"group {key.group_id} does not exist")
+        eligible = existing
+        if group.state is not GroupState.EMPTY:
+            if group.protocol_name is None:
+                topics: set[str] | None = {topic for topic, _ in existing}   # subscriptions not known yet
+            else:
+                topics = consumed_topics(group.protocol_type, group.protocol_name, group.member_metadata())
+            if topics is None:
+                raise NonEmptyGroup(f"group {key.group_id} is {group.state.value}")
+            eligible = [tp for tp in existing if tp[0] not in topics]
+            for tp in existing:
+                if tp[0] in topics:
+                    results[tp] = GroupSubscribedToTopic(f"group {key.group_id} consumes {tp[0]}")
+        record = self._records[key]
+        if eligible:
+            await self._store.delete(key, record, eligible)
+            results.update((tp, None) for tp in eligible)
+        if group.state is GroupState.EMPTY and not record.partitions and self._groups.get(key) is group:
+            self._drop(key)   # an Empty group without offsets is gone, as in Kafka
+        return results
+
+    # --- administration ---------------------------------------------------------------------------
+
+    async def describe(self, key: GroupKey) -> GroupSummary:
+        self._check_group_id(key, allow_empty=True)
+        group = await self._find(key)
+        if group is None:
+            return GroupSummary(key.group_id, GroupState.DEAD.value, "", "")
+        return group.summary()
+
+    async def list_groups(self, tenant: str, namespace: str, states: Iterable[str] = ()) -> list[GroupOverview]:
+        """The groups of a namespace, optionally only those in `states` (state names, any case)."""
+        wanted = {parse_state(name) for name in states}
+        found = {key.group_id: group.overview() for key, group in self._groups.items()
+                 if (key.tenant, key.namespace) == (tenant, namespace) and group.state is not GroupState.DEAD}
+        for group_id in await self._store.stored_group_ids(tenant, namespace):
+            if group_id not in found:
+                key = GroupKey(tenant, namespace, group_id)
+                group = self._groups.get(key)
+                if group is not None:
+                    found[group_id] = group.overview()
+                    continue
+                record = await self._store.load(key)
+                if record is not None:
+                    found[group_id] = GroupOverview(group_id, record.protocol_type or "", GroupState.EMPTY.value)
+        overviews = sorted(found.values(), key=lambda o: o.group_id)
+        if wanted:
+            overviews = [o for o in overviews if parse_state(o.state) in wanted]
+        return overviews
+
+    async def delete_group(self, key: GroupKey) -> None:
+        """Delete an Empty group and its committed offsets (GroupNotFound, NonEmptyGroup)."""
+        self._check_group_id(key, allow_empty=True)
+        group = await self._find(key)
+        if group is None:
+            raise GroupNotFound(f"group {key.group_id} does not exist")
+        if group.state is not GroupState.EMPTY:
+            raise NonEmptyGroup(f"group {key.group_id} is {group.state.value}")
+        record = self._records[key]
+        group.mark_dead()
+        self._drop(key)
+        await self._store.delete_all(key, record)
+        log.info("group %s of %s/%s deleted", key.group_id, key.tenant, key.namespace)
+
+    # --- time -------------------------------------------------------------------------------------
+
+    def expire_due(self) -> None:
+        """Apply every group timeout that is due now (the timer task calls this by itself)."""
+        self._deadlines.fire_due()
+
+    def _on_due(self, key: GroupKey) -> None:
+        group = self._groups.get(key)
+        if group is None:
+            return
+        group.expire()
+        idle = group.idle_deadline_ms
+        if idle is not None and idle <= self._clock.now_ms():
+            self._drop(key)
+            return
+        self._watch(key, group)
+
+    def _watch(self, key: GroupKey, group: MembershipGroup) -> None:
+        self._deadlines.schedule(key, group.next_deadline())
+
+    # --- groups -----------------------------------------------------------------------------------
+
+    def group(self, key: GroupKey) -> MembershipGroup | None:
+        """The group if it is in memory (for inspection)."""
+        return self._groups.get(key)
+
+    async def _find(self, key: GroupKey, *, create: bool = False) -> MembershipGroup | None:
+        group = self._groups.get(key)
+        if group is not None:
+            return group
+        record = await self._store.load(key)
+        group = self._groups.get(key)    # loaded by someone else meanwhile
+        if group is not None:
+            return group
+        if record is None:
+            if not create:
+                return None
+            record = GroupRecord()
+        group = MembershipGroup(key.group_id, self._clock, self.settings, protocol_type=record.protocol_type)
+        self._groups[key] = group
+        self._records[key] = record
+        self._watch(key, group)
+        return group
+
+    def _drop(self, key: GroupKey) -> None:
+        self._groups.pop(key, None)
+        self._records.pop(key, None)
+
+    async def _partition_exists(self, key: GroupKey, tp: TopicPartition) -> bool:
+        try:
+            info = await self._core.registry.get_topic(TopicName.of(tp[0], key.tenant, key.namespace))
+        except (UnknownTopic, InvalidName):
+            return False
+        return 0 <= tp[1] < info.partitions
+
+    @staticmethod
+    def _check_group_id(key: GroupKey, *, allow_empty: bool) -> None:
+        if key.group_id == "" and not allow_empty:
+            raise InvalidGroupId("the group id must not be empty")
+        storage_name(key.group_id)   # InvalidGroupId if it cannot be stored
+
+
+def _unique(protocols: Sequence[tuple[str, bytes]]) -> Protocols:
+    """The protocols with each name once (its first occurrence), as Kafka keys them by name."""
+    seen: dict[str, bytes] = {}
+    for name, metadata in protocols:
+        seen.setdefault(name, bytes(metadata))
+    return tuple(seen.items())

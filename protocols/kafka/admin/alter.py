@@ -1,0 +1,59 @@
+"""Applying a new set of configs to a resource, shared by AlterConfigs and IncrementalAlterConfigs.
+
+A topic's explicit configs are replaced as a whole (Kafka stores them that way); the checks come
+in Kafka's order with Kafka's codes: an unknown topic, then unknown names (INVALID_CONFIG), then
+bad values (INVALID_REQUEST, as Kafka reports a value its parser rejects). This broker's configs
+are static: changing any is refused as Kafka refuses a non-dynamic config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from core.errors import CoreError, InvalidConfig
+from core.topic_config import TOPIC_CONFIGS
+from protocols.kafka.admin.errors import ApiError
+from protocols.kafka.admin.resources import BROKER, TOPIC, is_this_broker, resource_text
+from protocols.kafka.admin.topics import existing_topic
+from protocols.kafka.broker import RequestContext
+from protocols.kafka.codec.errors import ErrorCode
+
+
+def check_topic_configs(resource: str, configs: Mapping[str, str]) -> None:
+    for name in configs:
+        if name not in TOPIC_CONFIGS:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+    for name, value in configs.items():
+        key = TOPIC_CONFIGS[name]
+        if key.read_only:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"Topic config {name} cannot be changed on this broker")
+        try:
+            key.parse(value)
+        except InvalidConfig as exc:
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid config value for resource {resource}: "
+                                                      f"{name}: {exc}") from None
+
+
+async def replace_topic_configs(ctx: RequestContext, name: str, configs: Mapping[str, str],
+                                validate_only: bool) -> None:
+    info = await existing_topic(ctx, name)
+    check_topic_configs(resource_text(TOPIC, name), configs)
+    try:
+        await ctx.core.alter_topic_configs(info.name, dict(configs), replace_all=True, validate_only=validate_only)
+    except CoreError as exc:
+        raise ApiError.of(exc) from None
+
+
+def refuse_broker_changes(ctx: RequestContext, name: str, changed: Iterable[str]) -> None:
+    is_this_broker(name, ctx.broker.settings.node_id, default_allowed=False)
+    changed = sorted(set(changed))
+    if changed:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid config value for resource {resource_text(BROKER, name)}: "
+                                                  f"Cannot update these configs dynamically: Set({', '.join(changed)})")
+
+
+def null_values_error(names: Iterable[str]) -> ApiError | None:
+    names = list(names)
+    if not names:
+        return None
+    return ApiError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {','.join(names)}")

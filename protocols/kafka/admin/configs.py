@@ -1,0 +1,204 @@
+"""Configs as Kafka's protocol describes them (DescribeConfigs, CreateTopics v5+): each one's value,
+where that value comes from, its synonyms, its type code and a line of documentation.
+
+Topic configs are core/topic_config.py's table: a value set on the topic is DYNAMIC_TOPIC_CONFIG,
+anything else the default, whose synonym is the broker-level config of the same meaning. The
+broker's own configs are a fixed, read-only set: the gateway's settings plus the broker-level
+default of every topic config (this broker cannot be reconfigured at run time).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from core.topic_config import TOPIC_CONFIGS
+from protocols.kafka.broker import KafkaSettings
+
+
+class ConfigSource(enum.IntEnum):
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigType(enum.IntEnum):
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+# Kafka's type of each topic config (its broker synonym has the same one).
+TOPIC_CONFIG_TYPES: Mapping[str, ConfigType] = {
+    "cleanup.policy": ConfigType.LIST,
+    "retention.ms": ConfigType.LONG,
+    "retention.bytes": ConfigType.LONG,
+    "max.message.bytes": ConfigType.INT,
+    "segment.bytes": ConfigType.INT,
+    "segment.ms": ConfigType.LONG,
+    "message.timestamp.type": ConfigType.STRING,
+    "min.insync.replicas": ConfigType.INT,
+    "compression.type": ConfigType.STRING,
+    "unclean.leader.election.enable": ConfigType.BOOLEAN,
+    "message.downconversion.enable": ConfigType.BOOLEAN,
+    "delete.retention.ms": ConfigType.LONG,
+    "file.delete.delay.ms": ConfigType.LONG,
+    "flush.messages": ConfigType.LONG,
+    "flush.ms": ConfigType.LONG,
+    "index.interval.bytes": ConfigType.INT,
+    "max.compaction.lag.ms": ConfigType.LONG,
+    "min.compaction.lag.ms": ConfigType.LONG,
+    "min.cleanable.dirty.ratio": ConfigType.DOUBLE,
+    "preallocate": ConfigType.BOOLEAN,
+    "segment.index.bytes": ConfigType.INT,
+    "segment.jitter.ms": ConfigType.LONG,
+    "message.timestamp.difference.max.ms": ConfigType.LONG,
+}
+
+_TOPIC_DOCS: Mapping[str, str] = {
+    "retention.ms": "How long records are kept before they may be deleted; -1 keeps them forever.",
+    "retention.bytes": "How large a partition may grow before its oldest records may be deleted; -1: no limit.",
+    "max.message.bytes": "The largest record batch a producer may send to this topic.",
+    "segment.ms": "How long a partition keeps writing to one ledger before rolling to a new one.",
+    "message.timestamp.type": "Whether record timestamps are the producer's (CreateTime) or the "
+                              "gateway's at append (LogAppendTime).",
+    "min.insync.replicas": "Accepted for compatibility; every write is acknowledged by the storage's ack quorum.",
+    "unclean.leader.election.enable": "Accepted for compatibility; this broker always leads every partition.",
+    "message.downconversion.enable": "Accepted for compatibility; records are served in the format they were stored.",
+    "delete.retention.ms": "Accepted for compatibility (used by log compaction).",
+    "file.delete.delay.ms": "Accepted for compatibility; deleted ledgers are removed at once.",
+    "flush.ms": "Every acknowledged write is already fsynced; not settable.",
+    "index.interval.bytes": "Accepted for compatibility; offsets are indexed per batch.",
+    "max.compaction.lag.ms": "Accepted for compatibility (used by log compaction).",
+    "min.compaction.lag.ms": "Accepted for compatibility (used by log compaction).",
+    "min.cleanable.dirty.ratio": "Accepted for compatibility (used by log compaction).",
+    "preallocate": "Accepted for compatibility; storage files are not preallocated per topic.",
+    "segment.index.bytes": "Accepted for compatibility; the index is kept by the storage.",
+    "segment.jitter.ms": "Accepted for compatibility.",
+    "message.timestamp.difference.max.ms": "Accepted for compatibility; record timestamps are not checked.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    read_only: bool
+    config_type: ConfigType
+    documentation: str | None
+    synonyms: tuple[Synonym, ...]   # highest precedence first; the first one's source is the entry's
+
+    @property
+    def source(self) -> ConfigSource:
+        return self.synonyms[0].source if self.synonyms else ConfigSource.DEFAULT_CONFIG
+
+    def described(self, include_synonyms: bool, include_documentation: bool) -> dict:
+        """As a DescribeConfigs result entry."""
+        return {
+            "name": self.name, "value": self.value, "read_only": self.read_only,
+            "is_default": self.source == ConfigSource.DEFAULT_CONFIG, "config_source": self.source,
+            "is_sensitive": False,
+            "synonyms": [{"name": s.name, "value": s.value, "source": s.source} for s in self.synonyms]
+            if include_synonyms else [],
+            "config_type": self.config_type,
+            "documentation": self.documentation if include_documentation else None,
+        }
+
+    def created(self) -> dict:
+        """As a CreateTopics (v5+) result config."""
+        return {"name": self.name, "value": self.value, "read_only": self.read_only,
+                "config_source": self.source, "is_sensitive": False}
+
+
+def topic_config_entries(explicit: Mapping[str, str]) -> list[ConfigEntry]:
+    """Every topic config of a topic whose explicitly set values are `explicit`."""
+    entries = []
+    for key in TOPIC_CONFIGS.values():
+        default = Synonym(key.broker_synonym, key.default, ConfigSource.DEFAULT_CONFIG)
+        if key.name in explicit:
+            value = explicit[key.name]
+            synonyms: tuple[Synonym, ...] = (Synonym(key.name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG), default)
+        else:
+            value, synonyms = key.default, (default,)
+        entries.append(ConfigEntry(key.name, value, key.read_only, TOPIC_CONFIG_TYPES.get(key.name, ConfigType.UNKNOWN),
+                                   key.doc or _TOPIC_DOCS.get(key.name), synonyms))
+    return entries
+
+
+@dataclass(frozen=True, slots=True)
+class _BrokerConfig:
+    name: str
+    config_type: ConfigType
+    value: Callable[[KafkaSettings], str | None]
+    doc: str
+    from_settings: bool = False   # set by the gateway's configuration (else Kafka's default)
+
+
+def _listener(settings: KafkaSettings) -> str:
+    # SASL is on when mechanisms are configured (a field other parts of the gateway may add).
+    protocol = "SASL_PLAINTEXT" if getattr(settings, "sasl_mechanisms", ()) else "PLAINTEXT"
+    return f"{protocol}://{settings.host}:{settings.port}"
+
+
+_BROKER_CONFIGS = (
+    _BrokerConfig("broker.id", ConfigType.INT, lambda s: str(s.node_id), "This broker's id.", True),
+    _BrokerConfig("broker.rack", ConfigType.STRING, lambda s: s.rack, "This broker's rack, if any.", True),
+    _BrokerConfig("listeners", ConfigType.STRING, _listener, "Where this broker listens for Kafka clients.", True),
+    _BrokerConfig("advertised.listeners", ConfigType.STRING, _listener, "What clients are told to connect to.", True),
+    _BrokerConfig("log.dirs", ConfigType.STRING, lambda s: s.log_dir or None, "The gateway's data directory.", True),
+    _BrokerConfig("num.partitions", ConfigType.INT, lambda s: str(s.default_partitions),
+                  "The partition count of topics created without one.", True),
+    _BrokerConfig("auto.create.topics.enable", ConfigType.BOOLEAN, lambda s: str(s.auto_create_topics).lower(),
+                  "Whether a Metadata request for an unknown topic creates it.", True),
+    _BrokerConfig("socket.request.max.bytes", ConfigType.INT, lambda s: str(s.limits.max_frame_bytes),
+                  "The largest request frame accepted.", True),
+    _BrokerConfig("default.replication.factor", ConfigType.INT, lambda s: "1",
+                  "One replica per partition: durability comes from the storage's write quorum."),
+    _BrokerConfig("offsets.topic.replication.factor", ConfigType.SHORT, lambda s: "1", "As default.replication.factor."),
+    _BrokerConfig("transaction.state.log.replication.factor", ConfigType.SHORT, lambda s: "1",
+                  "As default.replication.factor."),
+    _BrokerConfig("transaction.state.log.min.isr", ConfigType.INT, lambda s: "1", "As min.insync.replicas."),
+    _BrokerConfig("delete.topic.enable", ConfigType.BOOLEAN, lambda s: "true", "Topics may be deleted."),
+)
+
+
+def broker_config_entries(settings: KafkaSettings) -> list[ConfigEntry]:
+    """This broker's configs (all read-only): its settings, then every topic config's broker default."""
+    entries: list[ConfigEntry] = []
+    for config in _BROKER_CONFIGS:
+        value = config.value(settings)
+        source = ConfigSource.STATIC_BROKER_CONFIG if config.from_settings else ConfigSource.DEFAULT_CONFIG
+        synonyms = (Synonym(config.name, value, source),) if value is not None else ()
+        entries.append(ConfigEntry(config.name, value, True, config.config_type, config.doc, synonyms))
+    named = {entry.name for entry in entries}
+    for key in TOPIC_CONFIGS.values():
+        if key.broker_synonym in named:
+            continue
+        named.add(key.broker_synonym)
+        entries.append(ConfigEntry(
+            key.broker_synonym, key.default, True, TOPIC_CONFIG_TYPES.get(key.name, ConfigType.UNKNOWN),
+            f"The default of the topic config {key.name}.",
+            (Synonym(key.broker_synonym, key.default, ConfigSource.DEFAULT_CONFIG),)))
+    return entries
+
+
+def broker_config_names(settings: KafkaSettings) -> set[str]:
+    return {entry.name for entry in broker_config_entries(settings)}

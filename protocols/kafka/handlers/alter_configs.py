@@ -1,0 +1,62 @@
+"""AlterConfigs (key 33), versions 0-2.
+
+Behaviour: a topic resource's explicit configs are replaced by exactly the given set (configs not
+named go back to their defaults, as in Kafka). Kafka's codes: a null value (INVALID_REQUEST), an
+unknown topic (UNKNOWN_TOPIC_OR_PARTITION), an unknown config name (INVALID_CONFIG), a value its
+parser rejects (INVALID_REQUEST). A broker resource must name this broker or be "" (else
+INVALID_REQUEST); its configs are static, so changing any is INVALID_REQUEST ("Cannot update
+these configs dynamically"), and an empty change succeeds. validate_only checks without applying.
+A BROKER_LOGGER or unknown resource type fails the whole request with INVALID_REQUEST, as in Kafka.
+Gaps: the broker has no dynamic configs at all (Kafka would take e.g. log.retention.ms
+cluster-wide, and store unknown custom names); topic configs this gateway does not honour are
+listed read-only in DescribeConfigs and refused here with INVALID_CONFIG.
+"""
+
+from protocols.kafka.admin.alter import null_values_error, refuse_broker_changes, replace_topic_configs
+from protocols.kafka.admin.errors import ApiError
+from protocols.kafka.admin.resources import BROKER, BROKER_LOGGER, TOPIC
+from protocols.kafka.broker import RequestContext
+from protocols.kafka.codec.compile import Msg
+from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.schema.alter_configs import ALTER_CONFIGS as API
+
+
+async def handle(request: Msg, ctx: RequestContext) -> dict:
+    refused = _refused_type(request.resources)
+    if refused is not None:
+        return {"throttle_time_ms": 0, "responses": [
+            _response(r, ErrorCode.INVALID_REQUEST, refused) for r in request.resources]}
+    responses = []
+    for resource in request.resources:
+        try:
+            await _alter(resource, request.validate_only, ctx)
+        except ApiError as err:
+            responses.append(_response(resource, err.code, err.message))
+            continue
+        responses.append(_response(resource, ErrorCode.NONE, None))
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+def _refused_type(resources: list) -> str | None:
+    for resource in resources:
+        if resource.resource_type == BROKER_LOGGER:
+            return "AlterConfigs is deprecated and does not support the resource type BROKER_LOGGER"
+        if resource.resource_type not in (TOPIC, BROKER):
+            return "Unexpected resource type UNKNOWN"
+    return None
+
+
+async def _alter(resource: Msg, validate_only: bool, ctx: RequestContext) -> None:
+    null_error = null_values_error(c.name for c in resource.configs if c.value is None)
+    if null_error is not None:
+        raise null_error
+    configs = {config.name: config.value for config in resource.configs}
+    if resource.resource_type == TOPIC:
+        await replace_topic_configs(ctx, resource.resource_name, configs, validate_only)
+    else:
+        refuse_broker_changes(ctx, resource.resource_name, configs)
+
+
+def _response(resource: Msg, code: ErrorCode, message: str | None) -> dict:
+    return {"error_code": code, "error_message": message, "resource_type": resource.resource_type,
+            "resource_name": resource.resource_name}

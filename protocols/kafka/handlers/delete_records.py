@@ -1,0 +1,50 @@
+"""DeleteRecords (key 21), versions 0-2.
+
+Behaviour: moves each partition's log start offset up to the given offset (-1: the high
+watermark) and answers the new low watermark; storage ledgers wholly below it are deleted. An
+offset below the current start changes nothing; one past the high watermark, or negative other
+than -1, is OFFSET_OUT_OF_RANGE. A topic whose cleanup.policy lacks "delete" is POLICY_VIOLATION,
+and an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION, as in Kafka.
+Gaps: none known (timeout_ms is moot: the only replica is this broker's).
+"""
+
+from core.errors import CoreError
+from core.topic_config import TOPIC_CONFIGS
+from protocols.kafka.admin.errors import ApiError
+from protocols.kafka.admin.topics import existing_topic
+from protocols.kafka.broker import RequestContext
+from protocols.kafka.codec.compile import Msg
+from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.schema.delete_records import DELETE_RECORDS as API
+
+CLEANUP_POLICY = "cleanup.policy"
+
+
+async def handle(request: Msg, ctx: RequestContext) -> dict:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        topics.append({"name": topic.name, "partitions": partitions})
+        for asked in topic.partitions:
+            answer = {"partition_index": asked.partition_index, "low_watermark": -1, "error_code": ErrorCode.NONE}
+            partitions.append(answer)
+            try:
+                answer["low_watermark"] = await _delete(topic.name, asked.partition_index, asked.offset, ctx)
+            except ApiError as err:
+                answer["error_code"] = err.code
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+async def _delete(name: str, index: int, offset: int, ctx: RequestContext) -> int:
+    info = await existing_topic(ctx, name)
+    if not 0 <= index < info.partitions:
+        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    policy = info.configs.get(CLEANUP_POLICY, TOPIC_CONFIGS[CLEANUP_POLICY].default)
+    if "delete" not in (part.strip() for part in policy.split(",")):
+        raise ApiError(ErrorCode.POLICY_VIOLATION,
+                       f"Records of partition {name}-{index} can not be deleted due to the configured policy")
+    try:
+        partition = await ctx.core.partition(info.name, index)
+        return await partition.delete_records_before(offset)
+    except CoreError as exc:
+        raise ApiError.of(exc) from None

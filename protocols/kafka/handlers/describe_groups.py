@@ -1,0 +1,43 @@
+"""DescribeGroups (key 15), versions 0-5.
+
+Behaviour: each group's state, protocol type, and, when Stable, its chosen protocol and every
+member's metadata and assignment (members of a group that is not Stable are listed without them).
+An unknown group is described as Dead with no error, as in Kafka before v6. With
+include_authorized_operations (v3+), every group operation is allowed (READ, DELETE, DESCRIBE).
+Gaps: client_host is empty (the request context does not carry the peer address).
+"""
+
+from core.errors import CoreError
+from protocols.kafka.broker import RequestContext
+from protocols.kafka.codec.compile import Msg
+from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.errors import kafka_code
+from protocols.kafka.groups import coordinator, group_key
+from protocols.kafka.schema.describe_groups import DESCRIBE_GROUPS as API
+
+# Kafka's AclOperation codes READ (3), DELETE (6), DESCRIBE (8) as a bit field.
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+NOT_REQUESTED = -2147483648
+
+
+async def handle(request: Msg, ctx: RequestContext) -> dict:
+    groups = []
+    for group_id in request.groups:
+        try:
+            summary = await coordinator(ctx).describe(group_key(ctx, group_id))
+        except CoreError as exc:
+            groups.append({"error_code": kafka_code(exc), "group_id": group_id, "group_state": "",
+                           "protocol_type": "", "protocol_data": "", "members": []})
+            continue
+        groups.append({
+            "error_code": ErrorCode.NONE,
+            "group_id": group_id,
+            "group_state": summary.state,
+            "protocol_type": summary.protocol_type,
+            "protocol_data": summary.protocol_name,
+            "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                         "client_host": m.client_host, "member_metadata": m.metadata,
+                         "member_assignment": m.assignment} for m in summary.members],
+            "authorized_operations": GROUP_OPERATIONS if request.include_authorized_operations else NOT_REQUESTED,
+        })
+    return {"throttle_time_ms": 0, "groups": groups}

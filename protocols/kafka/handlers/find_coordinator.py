@@ -1,0 +1,23 @@
+"""FindCoordinator (key 10), versions 0-3.
+
+Behaviour: this broker coordinates every group (key_type 0) and every transactional id (key_type
+1), so the answer is always this node. Another key_type is INVALID_REQUEST, as in Kafka.
+Gaps: none for 2.8's range (batched keys are v4).
+"""
+
+from protocols.kafka.broker import RequestContext
+from protocols.kafka.codec.compile import Msg
+from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.schema.find_coordinator import FIND_COORDINATOR as API
+
+GROUP, TRANSACTION = 0, 1
+
+
+async def handle(request: Msg, ctx: RequestContext) -> dict:
+    if request.key_type not in (GROUP, TRANSACTION):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST,
+                "error_message": f"unknown coordinator key type {request.key_type}",
+                "node_id": -1, "host": "", "port": -1}
+    settings = ctx.broker.settings
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+            "node_id": settings.node_id, "host": settings.host, "port": settings.port}
