@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 # Extra arguments for `make run`, e.g. make run ARGS="--kafka-port 0 --log-level debug"
 ARGS ?=
 
-# Debian packages the tests need beyond Python itself (none yet). Installed only when missing.
-SYSTEM_PACKAGES :=
+# Debian packages the tests need beyond Python itself (kcat: a librdkafka client for the Kafka
+# compatibility tests). Installed only when missing.
+SYSTEM_PACKAGES := kcat
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.

@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 TIMEOUT_S = 10.0
-API_VERSIONS, METADATA, PRODUCE = 18, 3, 0
+API_VERSIONS, METADATA = 18, 3
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 
 
@@ -170,7 +170,7 @@ def test_negative_frame_size_closes_the_connection(gateway_process, bystander, s
 
 def test_unknown_api_key_closes_the_connection(gateway_process, bystander):
     with connect(gateway_process) as sock:
-        sock.sendall(frame(header(9999 % 32768, 0, client_id="unknown-key-client")))
+        sock.sendall(frame(header(9999, 0, client_id="unknown-key-client")))
         assert_closed_by_server(sock)
     bystander.round_trip()
     assert "unknown API key 9999" in gateway_process.stderr
@@ -192,7 +192,7 @@ def test_connection_dropped_inside_a_frame_leaves_the_server_serving(gateway_pro
     assert_serves(gateway_process)
 
 
-def test_api_versions_v4_gets_a_v0_answer_with_error_35_and_our_ranges(gateway_process):
+def test_api_versions_v4_gets_a_v0_answer_with_error_35_and_the_api_versions_range(gateway_process):
     with connect(gateway_process) as sock:
         # What a client newer than the broker sends first: ApiVersions v4 (flexible, header v2).
         body = b"\x0dkafka-python\x063.0.0\x00"
@@ -205,8 +205,7 @@ def test_api_versions_v4_gets_a_v0_answer_with_error_35_and_our_ranges(gateway_p
             ranges[key] = (low, high)
         assert (correlation_id, error_code) == (5, 35)
         assert len(answer) == 6 + 6 * count  # v0 format: no throttle time, no tagged fields
-        assert ranges[API_VERSIONS] == (0, 3)
-        assert ranges[PRODUCE][0] == 0
+        assert ranges == {API_VERSIONS: (0, 3)}  # Kafka's KIP-511 answer names only ApiVersions itself
         # The client retries at a version we know, on the same connection.
         sock.sendall(frame(header(API_VERSIONS, 3, correlation_id=6, flexible=True) + body))
         correlation_id, answer = recv_response(sock)
@@ -251,6 +250,9 @@ def test_random_garbage_never_crashes_the_server(gateway_process, bystander):
     assert gateway_process.proc.poll() is None
     bystander.round_trip()
     assert_serves(gateway_process)
-    # Garbage is the client's fault: none of it may reach a handler bug (logged at ERROR).
-    errors = [line for line in gateway_process.stderr.splitlines() if " ERROR " in line]
+    # Garbage is the client's fault: none of it may reach a handler bug (logged at ERROR), and
+    # most of it must have been refused as a protocol error, one log line per connection.
+    stderr = gateway_process.stderr
+    errors = [line for line in stderr.splitlines() if " ERROR " in line]
     assert errors == [], "\n".join(errors[:20])
+    assert stderr.count("closing Kafka connection from") > GARBAGE_FRAMES // 2

@@ -52,6 +52,11 @@ async def _resolved(value: int) -> int:
     return value
 
 
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def retention_policy(config: EffectiveConfig) -> RetentionPolicy:
     return RetentionPolicy(config.retention_ms, config.retention_bytes, config.segment_bytes, config.segment_ms)
 
@@ -123,11 +128,20 @@ class Partition:
     async def _first_offset(self, pending: list[Awaitable[int]], first_queued: int) -> int:
         try:
             with storage_errors():
-                offsets = await asyncio.gather(*pending)
+                # Appends complete in order, so awaiting them one by one takes no longer than a
+                # gather, and needs no task per batch.
+                first = await pending[0]
+                for later in pending[1:]:
+                    await later
         except CoreError:
+            for later in pending:   # what was not awaited: no "never awaited/retrieved" warnings
+                if asyncio.iscoroutine(later):
+                    later.close()
+                elif asyncio.isfuture(later):
+                    later.add_done_callback(_retrieve)
             self.producers.forget_from(first_queued)   # nothing from here on was stored
             raise
-        return offsets[0]
+        return first
 
     async def load_producer_states(self, max_scan_bytes: int = 64 << 20) -> None:
         """Rebuild the idempotent producers' state from the tail of the log (about the last

@@ -220,15 +220,11 @@ class GroupCoordinator:
         found = {key.group_id: group.overview() for key, group in self._groups.items()
                  if (key.tenant, key.namespace) == (tenant, namespace) and group.state is not GroupState.DEAD}
         for group_id in await self._store.stored_group_ids(tenant, namespace):
-            if group_id not in found:
-                key = GroupKey(tenant, namespace, group_id)
-                group = self._groups.get(key)
-                if group is not None:
-                    found[group_id] = group.overview()
-                    continue
-                record = await self._store.load(key)
-                if record is not None:
-                    found[group_id] = GroupOverview(group_id, record.protocol_type or "", GroupState.EMPTY.value)
+            if group_id in found:
+                continue
+            record = await self._store.load(GroupKey(tenant, namespace, group_id))   # not in memory: Empty
+            if record is not None:
+                found[group_id] = GroupOverview(group_id, record.protocol_type or "", GroupState.EMPTY.value)
         overviews = sorted(found.values(), key=lambda o: o.group_id)
         if wanted:
             overviews = [o for o in overviews if parse_state(o.state) in wanted]

@@ -205,8 +205,7 @@ class MembershipGroup:
         # A new member cannot heartbeat before its first generation; it is dropped if that never comes.
         member.deadline_ms = self._clock.now_ms() + self._settings.new_member_join_timeout_ms
         self._pending.pop(member_id, None)
-        log.info("group %s: member %s joined (instance %s)", self.group_id, member_id, instance_id)
-        self._maybe_prepare_rebalance()
+        self._maybe_prepare_rebalance(f"member {member_id} (instance {instance_id}) joined")
         return waiter
 
     def _replace_static_member(self, old_member_id: str, new_member_id: str, protocols: Protocols,
@@ -235,17 +234,19 @@ class MembershipGroup:
                 self._resolve_join(member, JoinResult(new_member_id, self.generation, self.protocol_type,
                                                       self.protocol_name, current_leader or ""))
             else:
-                self._maybe_prepare_rebalance()
+                self._maybe_prepare_rebalance(f"static member {new_member_id} rejoined with other protocols")
         elif self.state is GroupState.COMPLETING_REBALANCE:
             # the leader may be assigning to the old member id: start over
-            self._prepare_rebalance()
+            self._prepare_rebalance(f"static member {new_member_id} rejoined during the assignment")
         return waiter
 
     def _update_member_and_rebalance(self, member: Member, protocols: Protocols,
                                      timeouts: tuple[int, int]) -> asyncio.Future:
+        changed = not member.matches(protocols)
         waiter = self._new_future()
         self._update_member(member, protocols, timeouts, waiter)
-        self._maybe_prepare_rebalance()
+        self._maybe_prepare_rebalance(f"{'leader' if self._is_leader(member.member_id) else 'member'} "
+                                      f"{member.member_id} rejoined{' with new metadata' if changed else ''}")
         return waiter
 
     def _update_member(self, member: Member, protocols: Protocols, timeouts: tuple[int, int],
@@ -320,8 +321,7 @@ class MembershipGroup:
                     continue
                 else:
                     self._validate_member(member_id, instance_id)
-                log.info("group %s: member %s left", self.group_id, member_id)
-                self._remove_member_and_update(self.members[member_id])
+                self._remove_member_and_update(self.members[member_id], "left")
                 errors.append(None)
             except GroupError as exc:
                 errors.append(exc)
@@ -360,8 +360,7 @@ class MembershipGroup:
             if not member.is_new and (member.awaiting_join or member.awaiting_sync):
                 member.deadline_ms = None    # waiting on the group, not silent
                 continue
-            log.info("group %s: member %s timed out", self.group_id, member.member_id)
-            self._remove_member_and_update(member)
+            self._remove_member_and_update(member, "timed out")
         if (self.state is GroupState.PREPARING_REBALANCE and self._join_deadline_ms is not None
                 and self._join_deadline_ms <= now):
             self._on_join_deadline(now)
@@ -383,11 +382,11 @@ class MembershipGroup:
 
     # --- rebalancing ------------------------------------------------------------------------------
 
-    def _maybe_prepare_rebalance(self) -> None:
+    def _maybe_prepare_rebalance(self, reason: str) -> None:
         if self.state in VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]:
-            self._prepare_rebalance()
+            self._prepare_rebalance(reason)
 
-    def _prepare_rebalance(self) -> None:
+    def _prepare_rebalance(self, reason: str) -> None:
         if self.state is GroupState.COMPLETING_REBALANCE:
             for member in self.members.values():
                 member.assignment = b""
@@ -401,7 +400,7 @@ class MembershipGroup:
         else:
             self._initial_delay = None
             self._join_deadline_ms = now + timeout
-        log.info("group %s: preparing to rebalance (generation %d)", self.group_id, self.generation)
+        log.info("group %s: preparing to rebalance (generation %d): %s", self.group_id, self.generation, reason)
         self._transition(GroupState.PREPARING_REBALANCE)
         self._maybe_complete_join()
 
@@ -480,13 +479,14 @@ class MembershipGroup:
         if member_id not in self.members:
             raise UnknownMember(f"no member {member_id!r} in group {self.group_id}")
 
-    def _remove_member_and_update(self, member: Member) -> None:
+    def _remove_member_and_update(self, member: Member, why: str) -> None:
+        log.info("group %s: member %s %s", self.group_id, member.member_id, why)
         gone = UnknownMember(f"member {member.member_id} was removed from group {self.group_id}", member_id="")
         self._resolve_join(member, gone)
         self._resolve_sync(member, gone)
         self._remove(member)
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._maybe_prepare_rebalance()
+            self._maybe_prepare_rebalance(f"member {member.member_id} {why}")
         elif self.state is GroupState.PREPARING_REBALANCE:
             self._maybe_complete_join()
 

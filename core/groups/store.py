@@ -16,18 +16,32 @@ Empty and its members join again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from core.errors import InvalidName
 from core.groups.naming import group_id_of, storage_name
 from core.groups.values import OffsetAndMetadata
 from core.names import TopicName
+from core.partition import storage_errors
 from core.service import Core
 from storage.api import NoNode
 
 TopicPartition = tuple[str, int]   # a topic of the group's namespace, and a partition index
+
+T = TypeVar("T")
+
+
+def _core_errors(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Storage failures leave the store as the core's errors (StorageUnavailable, ...)."""
+    @functools.wraps(method)
+    async def translated(*args, **kwargs) -> T:
+        with storage_errors():
+            return await method(*args, **kwargs)
+    return translated
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -73,14 +87,17 @@ class GroupStore:
     def record_path(key: GroupKey) -> str:
         return f"/groups/{key.tenant}/{key.namespace}/{storage_name(key.group_id)}"
 
+    @_core_errors
     async def load(self, key: GroupKey) -> GroupRecord | None:
         node = await self._metadata.get(self.record_path(key))
         return None if node is None else GroupRecord.from_json(node.value)
 
+    @_core_errors
     async def stored_group_ids(self, tenant: str, namespace: str) -> list[str]:
         names = await self._metadata.children(f"/groups/{tenant}/{namespace}")
         return [group_id for group_id in map(group_id_of, names) if group_id is not None]
 
+    @_core_errors
     async def commit(self, key: GroupKey, record: GroupRecord, offsets: Mapping[TopicPartition, OffsetAndMetadata],
                      protocol_type: str | None) -> None:
         """Store the offsets; durable when it returns."""
@@ -102,6 +119,7 @@ class GroupStore:
 
         await asyncio.gather(*(write(tp, committed) for tp, committed in offsets.items()))
 
+    @_core_errors
     async def fetch(self, key: GroupKey, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
         name = storage_name(key.group_id)
 
@@ -117,6 +135,7 @@ class GroupStore:
         found = await asyncio.gather(*(read(tp) for tp in wanted))
         return dict(zip(wanted, found))
 
+    @_core_errors
     async def delete(self, key: GroupKey, record: GroupRecord, partitions: Iterable[TopicPartition]) -> None:
         """Forget the offsets of `partitions`; the record goes once it lists nothing."""
         name = storage_name(key.group_id)
@@ -138,6 +157,7 @@ class GroupStore:
             else:
                 await self._forget(key, record)
 
+    @_core_errors
     async def delete_all(self, key: GroupKey, record: GroupRecord) -> None:
         await self.delete(key, record, record.topic_partitions())
         async with self._record_lock:

@@ -74,7 +74,9 @@ class Deadlines(Generic[K]):
         self._timer = asyncio.get_running_loop().create_task(self._sleep_until(first), name="group-timeouts")
 
     async def _sleep_until(self, deadline_ms: int) -> None:
-        await self._clock.sleep(max(0, deadline_ms - self._clock.now_ms()) / 1000)
+        delay_ms = deadline_ms - self._clock.now_ms()
+        if delay_ms > 0:      # (a FakeClock wakes sleepers only when it moves: never sleep for 0)
+            await self._clock.sleep(delay_ms / 1000)
         self._timer = None
         self._armed_for = None
         self.fire_due()

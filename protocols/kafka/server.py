@@ -100,6 +100,7 @@ class KafkaConnection:
         self._pending: asyncio.Queue[object] = asyncio.Queue(MAX_PENDING)
         self._peer = writer.get_extra_info("peername")
         self._sender: asyncio.Task[None] | None = None
+        self._failed = False   # a failure was logged and counted: the connection's one log line
 
     @property
     def pending_responses(self) -> int:
@@ -112,6 +113,7 @@ class KafkaConnection:
             try:
                 await self._read_requests()
             except RemoteProtocolError as exc:
+                self._failed = True
                 self._failures.protocol_errors += 1
                 log.warning("closing Kafka connection from %s (%s): %s", self._peer, _describe(exc.header), exc)
             except HandlerFailed as exc:
@@ -141,7 +143,9 @@ class KafkaConnection:
 
     async def _respond(self, event: RequestReceived | UnsupportedApiVersions) -> Response:
         if isinstance(event, UnsupportedApiVersions):
-            body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": self._broker.api_versions}
+            # As Kafka (KIP-511): only ApiVersions' own range, so the client retries at a version we know.
+            own_range = [entry for entry in self._broker.api_versions if entry["api_key"] == API_VERSIONS.key]
+            body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": own_range}
             return self._conn.response(API_VERSIONS, event.header, body, version=0)
         try:
             ctx = RequestContext(self._broker, event.header)
@@ -212,6 +216,9 @@ class KafkaConnection:
             _discard(self._pending.get_nowait())
 
     def _internal_error(self, exc: Exception) -> None:
+        if self._failed:
+            return   # e.g. a queued response failing too while the connection closes: said once already
+        self._failed = True
         self._failures.internal_errors += 1
         if isinstance(exc, HandlerFailed):
             log.error("closing Kafka connection from %s (%s): %s: %r", self._peer,

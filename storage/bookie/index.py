@@ -123,6 +123,7 @@ class LedgerIndex:
         with self._env.begin(write=True) as txn:
             states: dict[int, LedgerState] = {}
             deleted: list[int] = []
+            linked: set[tuple[int, int]] = set()   # one pair of link rows per (segment, ledger) and flush
             for rec in written:
                 state = states.get(rec.ledger_id)
                 if state is None:
@@ -132,7 +133,9 @@ class LedgerIndex:
                 if rec.kind is RecordKind.ENTRY:
                     txn.put(_ENTRY_KEY.pack(rec.ledger_id, rec.entry_id),
                             _LOCATION.pack(rec.segment_id, rec.offset, rec.size), db=self._entries)
-                    self._link(txn, rec.segment_id, rec.ledger_id)
+                    if (rec.segment_id, rec.ledger_id) not in linked:
+                        linked.add((rec.segment_id, rec.ledger_id))
+                        self._link(txn, rec.segment_id, rec.ledger_id)
                     state.last_entry_id = max(state.last_entry_id, rec.entry_id)
                     state.lac = max(state.lac, rec.lac)
                 elif rec.kind is RecordKind.FENCE:

@@ -85,7 +85,8 @@ class Journal:
         self._count_flush = flush_counter or (lambda reason: None)
         self._loop = asyncio.get_running_loop()
         self._cond = threading.Condition()
-        self._pending: list[tuple[tuple[bytes, bytes], fmt.RecordKind, int, int, int, asyncio.Future]] = []
+        # (record buffers, size, kind, ledger id, entry id, lac, future) of each queued record
+        self._pending: list[tuple[tuple, int, fmt.RecordKind, int, int, int, asyncio.Future]] = []
         self._pending_bytes = 0
         self._pending_since = 0.0
         self._closing = False
@@ -102,22 +103,31 @@ class Journal:
         return self._segment_id
 
     def append(self, kind: fmt.RecordKind, ledger_id: int, entry_id: int, lac: int,
-               payload: bytes) -> asyncio.Future:
-        """Queue one record; the future resolves once it is fsynced (and indexed)."""
+               payload: bytes | memoryview | tuple[bytes | memoryview, ...]) -> asyncio.Future:
+        """Queue one record; the future resolves once it is fsynced (and indexed). The payload may
+        be given as a tuple of parts, which are written one after the other without being joined."""
         fut = self._loop.create_future()
         if self.failure is not None:
             fut.set_exception(BookieReadOnly(f"journal failed: {self.failure}"))
             return fut
-        parts = fmt.encode_record(kind, ledger_id, entry_id, lac, payload)
+        record = fmt.encode_record_parts(kind, ledger_id, entry_id, lac,
+                                         payload if isinstance(payload, tuple) else (payload,))
+        size = sum(map(len, record))
         with self._cond:
             if self._closing:
                 fut.set_exception(BookieReadOnly("journal is closing"))
                 return fut
-            if not self._pending:
+            was_empty = not self._pending
+            if was_empty:
                 self._pending_since = time.monotonic()
-            self._pending.append((parts, kind, ledger_id, entry_id, lac, fut))
-            self._pending_bytes += len(parts[0]) + len(parts[1])
-            self._cond.notify()
+            self._pending.append((record, size, kind, ledger_id, entry_id, lac, fut))
+            before = self._pending_bytes
+            self._pending_bytes += size
+            # The thread sleeps only while nothing is pending, or while it waits out max_wait below
+            # max_bytes: only the first record and the one crossing max_bytes can change its mind, so
+            # only they pay for a wake-up (most appends under load arrive while it is busy writing).
+            if was_empty or before < self._policy.max_bytes <= self._pending_bytes:
+                self._cond.notify()
         return fut
 
     async def close(self) -> None:
@@ -162,7 +172,7 @@ class Journal:
                 log.critical("journal write/fsync failed, bookie turns read-only: %s", exc)
                 self.failure = error = exc
                 written = []
-        self._loop.call_soon_threadsafe(self._complete, written, [item[5] for item in batch], error)
+        self._loop.call_soon_threadsafe(self._complete, written, [item[6] for item in batch], error)
 
     def _complete(self, written: list[Written], futures: list[asyncio.Future], error: BaseException | None) -> None:
         if written:
@@ -176,18 +186,15 @@ class Journal:
                 fut.set_exception(BookieReadOnly(f"journal failed: {error}"))
 
     def _write(self, batch: list) -> tuple[list[Written], int]:
-        batch_bytes = sum(len(parts[0]) + len(parts[1]) for parts, *_ in batch)
+        batch_bytes = sum(item[1] for item in batch)
         if self._segment_size > fmt.SEGMENT_HEADER.size and self._segment_size + batch_bytes > self._segment_bytes:
             self._roll()
         written: list[Written] = []
-        buffers: list[bytes] = []
+        buffers: list[bytes | memoryview] = []
         offset = self._segment_size
-        for (head, payload), kind, ledger_id, entry_id, lac, _ in batch:
-            size = len(head) + len(payload)
+        for record, size, kind, ledger_id, entry_id, lac, _ in batch:
             written.append(Written(kind, ledger_id, entry_id, lac, self._segment_id, offset, size))
-            buffers.append(head)
-            if payload:
-                buffers.append(payload)
+            buffers.extend(part for part in record if part)
             offset += size
         for start in range(0, len(buffers), _IOV_MAX):
             chunk = buffers[start:start + _IOV_MAX]

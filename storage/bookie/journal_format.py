@@ -65,9 +65,21 @@ def segment_header(segment_id: int) -> bytes:
 
 def encode_record(kind: RecordKind, ledger_id: int, entry_id: int, lac: int, payload: bytes) -> tuple[bytes, bytes]:
     """Return (header+fixed fields, payload) so the payload is written without being copied."""
+    head, *_ = encode_record_parts(kind, ledger_id, entry_id, lac, (payload,))
+    return head, payload
+
+
+def encode_record_parts(kind: RecordKind, ledger_id: int, entry_id: int, lac: int,
+                        parts: tuple[bytes | memoryview, ...]) -> tuple[bytes | memoryview, ...]:
+    """(header+fixed fields, *parts): a payload given in parts (the layers above each prepend a header)
+    is checksummed part by part and written with writev, never joined into one copy."""
     fixed = BODY_FIXED.pack(kind, ledger_id, entry_id, lac)
-    crc = crc32c.crc32c(payload, crc32c.crc32c(fixed))
-    return RECORD_HEADER.pack(len(fixed) + len(payload), crc) + fixed, payload
+    crc = crc32c.crc32c(fixed)
+    size = len(fixed)
+    for part in parts:
+        crc = crc32c.crc32c(part, crc)
+        size += len(part)
+    return (RECORD_HEADER.pack(size, crc) + fixed, *parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +90,7 @@ class Record:
     lac: int
     offset: int          # of the record's first byte in its segment
     size: int            # whole record, header included
-    payload: bytes
+    payload: bytes | memoryview
 
 
 class BadSegment(Exception):
@@ -105,7 +117,8 @@ def decode_record(buf: bytes | memoryview, offset: int = 0) -> Record:
     if crc32c.crc32c(body) != crc:
         raise ValueError("record checksum mismatch")
     kind, ledger_id, entry_id, lac = BODY_FIXED.unpack_from(body, 0)
-    return Record(RecordKind(kind), ledger_id, entry_id, lac, offset, len(buf), bytes(body[BODY_FIXED.size:]))
+    # a view into `buf`, not a copy: reads hand it up unchanged to the Fetch response
+    return Record(RecordKind(kind), ledger_id, entry_id, lac, offset, len(buf), body[BODY_FIXED.size:])
 
 
 def read_segment_header(fd: int, segment_id: int) -> None:

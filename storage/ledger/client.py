@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 
 from storage.api import (BadVersion, EntryStore, LedgerClosed, LedgerFenced, MetadataStore, NoNode,
                          NoSuchEntry, NoSuchLedger, NotEnoughBookies, StorageError)
@@ -76,6 +77,13 @@ class LedgerHandle:
         self._pending: deque[_PendingAdd] = deque()
         self._failure: BaseException | None = None
         self._closed = not writable
+        # Without striping (E = Qw) and with one fragment every entry goes to the whole ensemble:
+        # resolve those bookies once rather than per add.
+        self._every_entry_to: list | None = None
+        ensemble = metadata.ensembles[0][1] if len(metadata.ensembles) == 1 else ()
+        if (writable and ensemble and metadata.ensemble_size == metadata.write_quorum
+                and all(b in client.bookies for b in ensemble)):
+            self._every_entry_to = [client.bookie(b) for b in ensemble]
 
     @property
     def metadata(self) -> LedgerMetadata:
@@ -95,7 +103,9 @@ class LedgerHandle:
 
     # --- writing ------------------------------------------------------------------------------
 
-    def add(self, payload: bytes) -> asyncio.Future:
+    def add(self, payload: bytes | memoryview | tuple[bytes | memoryview, ...]) -> asyncio.Future:
+        """Queue one entry. `payload` may be a tuple of parts (the caller's header, then its data):
+        they are stored as one entry, in order, and never joined into a copy on the way down."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if self._closed:
@@ -104,15 +114,20 @@ class LedgerHandle:
         if self._failure is not None:
             future.set_exception(self._failure)
             return future
+        parts = payload if isinstance(payload, tuple) else (payload,)
+        size = sum(map(len, parts))
         entry_id = self._next_entry_id
         self._next_entry_id += 1
-        self._pushed_length += len(payload)
-        pending = _PendingAdd(entry_id, len(payload), future)
+        self._pushed_length += size
+        pending = _PendingAdd(entry_id, size, future)
         self._pending.append(pending)
-        stored = _LENGTH.pack(self._pushed_length) + payload
-        for bookie_id in self._metadata.write_set(entry_id):
-            ack = self._client.bookie(bookie_id).add(self.ledger_id, entry_id, stored, self._lac)
-            ack.add_done_callback(lambda done, p=pending: self._on_bookie_ack(p, done))
+        stored = (_LENGTH.pack(self._pushed_length), *parts)
+        bookies = self._every_entry_to
+        if bookies is None:
+            bookies = [self._client.bookie(b) for b in self._metadata.write_set(entry_id)]
+        for bookie in bookies:
+            ack = bookie.add(self.ledger_id, entry_id, stored, self._lac)
+            ack.add_done_callback(partial(self._on_bookie_ack, pending))
         return future
 
     def _on_bookie_ack(self, pending: _PendingAdd, done: asyncio.Future) -> None:
@@ -177,6 +192,10 @@ class LedgerClient:
     def __init__(self, metadata: MetadataStore, bookies: Mapping[str, EntryStore]) -> None:
         self.metadata = metadata
         self._bookies = dict(bookies)
+
+    @property
+    def bookies(self) -> Mapping[str, EntryStore]:
+        return self._bookies
 
     def bookie(self, bookie_id: str) -> EntryStore:
         try:

@@ -140,11 +140,12 @@ class ManagedLogImpl:
 
     def _submit(self, payload: bytes, base: int, count: int, max_ts: int, fut: asyncio.Future) -> None:
         self._pushed_max_ts = max(self._pushed_max_ts, max_ts)
-        data = ENTRY_HEADER.pack(base, count, max_ts, self._pushed_max_ts) + payload
+        header = ENTRY_HEADER.pack(base, count, max_ts, self._pushed_max_ts)
+        size = len(header) + len(payload)
         self._bases.append(base)
-        self._pushed_bytes += len(data)
-        added = self._writer.add(data)
-        added.add_done_callback(partial(self._on_added, base, base + count, len(data), max_ts, fut))
+        self._pushed_bytes += size
+        added = self._writer.add((header, payload))    # in parts: the payload is never copied behind a header
+        added.add_done_callback(partial(self._on_added, base, base + count, size, max_ts, fut))
 
     def _on_added(self, base: int, end: int, size: int, max_ts: int, fut: asyncio.Future,
                   added: asyncio.Future) -> None:

@@ -4,6 +4,7 @@ its stored offsets."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -396,13 +397,17 @@ def test_group_ids_map_to_storage_names_and_back():
 KEY = GroupKey("public", "default", "billing")
 
 
-async def settle(predicate, rounds: int = 200) -> None:
-    """Let the event loop run (the timer task) until `predicate()` holds."""
-    for _ in range(rounds):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition not reached")
+async def settle(predicate, timeout_s: float = 5.0) -> None:
+    """Let the event loop run (the timer task, metadata I/O) until `predicate()` holds."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.002)
+
+
+def has_members(coordinator: GroupCoordinator, key: GroupKey = KEY):
+    return lambda: coordinator.group(key) is not None and bool(coordinator.group(key).members)
 
 
 def coordinator_of(core) -> GroupCoordinator:
@@ -420,9 +425,9 @@ async def coordinator_join(coordinator: GroupCoordinator, key: GroupKey = KEY, *
 async def test_coordinator_timer_completes_a_join_when_the_clock_passes_the_delay(core):
     coordinator = coordinator_of(core)
     joining = asyncio.create_task(coordinator_join(coordinator))
-    await settle(lambda: coordinator.group(KEY) is not None)
+    await settle(has_members(coordinator))
     core.clock.advance(DELAY - 1)
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
     assert not joining.done()
     core.clock.advance(1)
     await settle(joining.done)
@@ -471,7 +476,7 @@ async def test_commits_by_members_are_checked_against_the_group(core):
     errors = await coordinator.commit_offsets(KEY, commit, member_id="m", generation=3)
     assert isinstance(errors[("orders", 0)], IllegalGeneration)     # no such group: a stale generation
     joining = asyncio.create_task(coordinator_join(coordinator))
-    await settle(lambda: coordinator.group(KEY) is not None)
+    await settle(has_members(coordinator))
     core.clock.advance(DELAY)
     await settle(joining.done)
     member = joining.result().member_id
@@ -495,7 +500,7 @@ async def test_delete_group_needs_an_empty_group_and_removes_its_offsets(core):
     await coordinator.commit_offsets(KEY, {("orders", 0): OffsetAndMetadata(3, "")})
     other = GroupKey("public", "default", "busy")
     joining = asyncio.create_task(coordinator_join(coordinator, other))
-    await settle(lambda: coordinator.group(other) is not None)
+    await settle(has_members(coordinator, other))
     with pytest.raises(NonEmptyGroup):
         await coordinator.delete_group(other)
     await coordinator.delete_group(KEY)
@@ -515,7 +520,7 @@ async def test_offsets_of_consumed_topics_survive_offset_delete_while_the_group_
     both = {("orders", 0): OffsetAndMetadata(1, ""), ("audit", 0): OffsetAndMetadata(2, "")}
     await coordinator.commit_offsets(KEY, both)
     joining = asyncio.create_task(coordinator_join(coordinator))
-    await settle(lambda: coordinator.group(KEY) is not None)
+    await settle(has_members(coordinator))
     core.clock.advance(DELAY)
     await settle(joining.done)
     consumed = lambda protocol_type, protocol_name, metadata: {"orders"}  # noqa: E731

@@ -15,6 +15,10 @@ Errors found while reading never escape receive_data: they become ChannelErrorRa
 ConnectionErrorRaised events carrying the close to write. The only exception receive_data raises
 is LocalProtocolError, for being called again after it was given EOF.
 
+Reading pauses at AuthenticationRequested and VhostOpenRequested, since what follows depends on the
+answer: bytes that arrive meanwhile are buffered (up to MAX_BUFFERED_WHILE_PAUSED), and after
+accept_authentication() / accept_vhost() the caller collects what they complete with next_events().
+
 Sending follows RabbitMQ's writer: once we have sent channel.close, or the client has, nothing but
 the close-ok goes out on that channel; once connection.close went either way, nothing but the
 close-ok goes out at all. The send helpers return b"" for what they drop, so a late delivery for a
@@ -30,13 +34,14 @@ from typing import Any
 
 from protocols.amqp.codec.errors import DecodeError
 from protocols.amqp.codec.frames import FRAME_TYPES, HEARTBEAT_FRAME, Frame, FrameReader, encode_frame
-from protocols.amqp.codec.methods import decode_arguments, encode_method, lookup, method_key
+from protocols.amqp.codec.methods import decode_arguments, lookup, method_key
 from protocols.amqp.codec.properties import BasicProperties, ContentProperties, encode_content_header
 from protocols.amqp.machine.assembler import AssembledContent, ContentAssembler
 from protocols.amqp.machine.errors import AmqpConnectionError, AmqpError, ChannelError, LocalProtocolError
 from protocols.amqp.machine.events import (
-    ChannelErrorRaised, ConnectionCloseRequested, ConnectionClosed, ConnectionErrorRaised, ConnectionLost,
-    ConnectionTuned, ContentReceived, Event, HeartbeatReceived, MethodReceived, ProtocolHeaderAccepted, ProtocolHeaderRejected,
+    AuthenticationRequested, ChannelErrorRaised, ConnectionCloseRequested, ConnectionClosed, ConnectionErrorRaised,
+    ConnectionLost, ConnectionTuned, ContentReceived, Event, HeartbeatReceived, MethodReceived,
+    ProtocolHeaderAccepted, ProtocolHeaderRejected, VhostOpenRequested,
 )
 from protocols.amqp.machine.handshake import HandshakeState, ServerHandshake, method_frame
 from protocols.amqp.machine.heartbeat import HeartbeatClock
@@ -49,6 +54,8 @@ from protocols.amqp.spec import (
 _CONNECTION_CLOSE, _CONNECTION_CLOSE_OK = (10, 50), (10, 51)
 _CHANNEL_CLOSE, _CHANNEL_CLOSE_OK = (20, 40), (20, 41)
 _CONNECTION_CLASS = 10
+# A client that keeps sending while we decide on its credentials or vhost is cut off past this.
+MAX_BUFFERED_WHILE_PAUSED = 64 * 1024
 # What send_method may put on channel 0 once the handshake is over (the handshake has helpers).
 _SENDABLE_ON_CHANNEL_ZERO = frozenset({"connection.close", "connection.close-ok", "connection.blocked",
                                        "connection.unblocked", "connection.update-secret-ok"})
@@ -88,6 +95,8 @@ class AmqpServerConnection:
         self._channels: dict[int, _Channel] = {}
         self._eof = False
         self._peer_close_pending = False    # the client's connection.close awaits our close-ok
+        self._awaiting_decision = False     # AuthenticationRequested or VhostOpenRequested unanswered
+        self._closed_cleanly = False        # a connection.close was answered with close-ok, either way
         self.heartbeat = HeartbeatClock()
 
     # --- what was negotiated --------------------------------------------------------------------
@@ -162,9 +171,8 @@ class AmqpServerConnection:
             self.heartbeat.mark_received(now)
         if not data:
             self._eof = True
-            clean = self.state is ConnectionState.TERMINATED
             self.state = ConnectionState.TERMINATED
-            return [ConnectionLost(clean)]
+            return [ConnectionLost(self._closed_cleanly)]
         if self.state is ConnectionState.TERMINATED:
             return []
         events: list[Event] = []
@@ -181,7 +189,24 @@ class AmqpServerConnection:
             self.state = ConnectionState.HANDSHAKE
             events.append(ProtocolHeaderAccepted(reply))
         self._reader.feed(data)
-        while self.state is not ConnectionState.TERMINATED:
+        if self._awaiting_decision and self._reader.buffered > MAX_BUFFERED_WHILE_PAUSED:
+            self._connection_error(AmqpConnectionError(
+                ReplyCode.COMMAND_INVALID, f"{self._reader.buffered} bytes sent before the handshake was answered"),
+                events)
+            return events
+        self._process(events)
+        return events
+
+    def next_events(self) -> list[Event]:
+        """Events from input that arrived while a handshake decision was pending (a client that
+        pipelines its handshake): call after accept_authentication() and accept_vhost()."""
+        events: list[Event] = []
+        if self.state is not ConnectionState.TERMINATED and not self._eof:
+            self._process(events)
+        return events
+
+    def _process(self, events: list[Event]) -> None:
+        while self.state is not ConnectionState.TERMINATED and not self._awaiting_decision:
             try:
                 frame = self._reader.next_frame()
             except DecodeError as exc:
@@ -193,7 +218,6 @@ class AmqpServerConnection:
                 self._frame(frame, events)
             except (AmqpError, DecodeError) as exc:
                 self._connection_error(exc, events)
-        return events
 
     def _lose_sync(self, exc: DecodeError, events: list[Event]) -> None:
         if self.state in (ConnectionState.HANDSHAKE, ConnectionState.OPEN):
@@ -249,7 +273,9 @@ class AmqpServerConnection:
             self._peer_closes(args, events)
         elif self.state is ConnectionState.HANDSHAKE:
             event = self._handshake.receive_method(method, args)
-            if isinstance(event, ConnectionTuned):
+            if isinstance(event, (AuthenticationRequested, VhostOpenRequested)):
+                self._awaiting_decision = True   # stop reading: what follows depends on the answer
+            elif isinstance(event, ConnectionTuned):
                 self._reader.frame_max = event.frame_max
                 self.heartbeat.interval = event.heartbeat
             events.append(event)
@@ -272,6 +298,7 @@ class AmqpServerConnection:
         key = method_key(frame.payload)
         if key == _CONNECTION_CLOSE_OK:
             self.state = ConnectionState.TERMINATED
+            self._closed_cleanly = True
             events.append(ConnectionClosed())
         elif key == _CONNECTION_CLOSE:
             try:
@@ -374,7 +401,9 @@ class AmqpServerConnection:
     def accept_authentication(self) -> bytes:
         """The credentials of AuthenticationRequested are good: connection.tune."""
         self._require_handshake("accept_authentication")
-        return self._handshake.accept_authentication()
+        data = self._handshake.accept_authentication()
+        self._awaiting_decision = False
+        return data
 
     def refuse_authentication(self, mechanism: str | None = None) -> bytes:
         """The credentials are bad: ACCESS_REFUSED. As RabbitMQ, the connection.close is only sent to
@@ -382,6 +411,7 @@ class AmqpServerConnection:
         way the connection is over: write what is returned and close the socket."""
         self._require_handshake("refuse_authentication")
         self._handshake.finish_refused(HandshakeState.SECURING, "refuse_authentication")
+        self._awaiting_decision = False
         mechanism = mechanism or self._handshake.mechanism
         data = b""
         if self.client_capabilities.get("authentication_failure_close") is True:
@@ -395,6 +425,7 @@ class AmqpServerConnection:
         """The vhost of VhostOpenRequested may be used: connection.open-ok; the connection is open."""
         self._require_handshake("accept_vhost")
         data = self._handshake.accept_vhost()
+        self._awaiting_decision = False
         self.state = ConnectionState.OPEN
         return data
 
@@ -402,6 +433,7 @@ class AmqpServerConnection:
         """NOT_ALLOWED: connection.close; the client's close-ok (ConnectionClosed) ends it."""
         self._require_handshake("refuse_vhost")
         self._handshake.finish_refused(HandshakeState.OPEN_REQUESTED, "refuse_vhost")
+        self._awaiting_decision = False
         explanation = explanation or (f"access to vhost '{self.vhost}' refused for user '{self.username}'")
         return self._close_frame(AmqpConnectionError(ReplyCode.NOT_ALLOWED, explanation,
                                                      method_name="connection.open"))
@@ -506,6 +538,7 @@ class AmqpServerConnection:
                 self.state = ConnectionState.CLOSING
             elif method.name == "connection.close-ok":
                 self._peer_close_pending = False
+                self._closed_cleanly = True
                 self.state = ConnectionState.TERMINATED
             return
         record = self._channels[channel]

@@ -8,6 +8,7 @@ are static: changing any is refused as Kafka refuses a non-dynamic config.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 from core.errors import CoreError, InvalidConfig
@@ -17,6 +18,8 @@ from protocols.kafka.admin.resources import BROKER, TOPIC, is_this_broker, resou
 from protocols.kafka.admin.topics import existing_topic
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.errors import ErrorCode
+
+log = logging.getLogger("gateway.kafka")
 
 
 def check_topic_configs(resource: str, configs: Mapping[str, str]) -> None:
@@ -42,6 +45,8 @@ async def replace_topic_configs(ctx: RequestContext, name: str, configs: Mapping
         await ctx.core.alter_topic_configs(info.name, dict(configs), replace_all=True, validate_only=validate_only)
     except CoreError as exc:
         raise ApiError.of(exc) from None
+    if not validate_only:
+        log.info("topic %s configs set to %s", info.name, dict(configs))
 
 
 def refuse_broker_changes(ctx: RequestContext, name: str, changed: Iterable[str]) -> None:

@@ -153,8 +153,7 @@ class _BrokerConfig:
 
 
 def _listener(settings: KafkaSettings) -> str:
-    # SASL is on when mechanisms are configured (a field other parts of the gateway may add).
-    protocol = "SASL_PLAINTEXT" if getattr(settings, "sasl_mechanisms", ()) else "PLAINTEXT"
+    protocol = "SASL_PLAINTEXT" if settings.sasl_mechanisms else "PLAINTEXT"
     return f"{protocol}://{settings.host}:{settings.port}"
 
 
@@ -198,7 +197,3 @@ def broker_config_entries(settings: KafkaSettings) -> list[ConfigEntry]:
             f"The default of the topic config {key.name}.",
             (Synonym(key.broker_synonym, key.default, ConfigSource.DEFAULT_CONFIG),)))
     return entries
-
-
-def broker_config_names(settings: KafkaSettings) -> set[str]:
-    return {entry.name for entry in broker_config_entries(settings)}

@@ -9,6 +9,7 @@ timeout_ms <= 0 answers REQUEST_TIMED_OUT for topics that were nevertheless grow
 Gaps: no quotas (throttle time is 0).
 """
 
+import logging
 from collections import Counter
 
 from core.errors import CoreError
@@ -18,6 +19,8 @@ from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.create_partitions import CREATE_PARTITIONS as API
+
+log = logging.getLogger("gateway.kafka")
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
@@ -58,6 +61,8 @@ async def _grow(topic: Msg, validate_only: bool, ctx: RequestContext) -> None:
         await ctx.core.add_partitions(info.name, topic.count, validate_only=validate_only)
     except CoreError as exc:
         raise ApiError.of(exc) from None
+    if not validate_only:
+        log.info("topic %s grown from %d to %d partitions", info.name, info.partitions, topic.count)
 
 
 def _check_assignment(assignments: list[list[int]], increment: int, first_new: int, node_id: int) -> None:

@@ -15,6 +15,7 @@ Kafka would create offline partitions); topics are created in the client's tenan
 name collisions are checked within it; no CreateTopicPolicy, no quotas (throttle time is 0).
 """
 
+import logging
 import uuid
 from collections import Counter
 
@@ -27,6 +28,8 @@ from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.create_topics import CREATE_TOPICS as API
+
+log = logging.getLogger("gateway.kafka")
 
 NO_NUM_PARTITIONS = -1
 NO_REPLICATION_FACTOR = -1
@@ -83,10 +86,13 @@ async def _create(topic: Msg, validate_only: bool, ctx: RequestContext) -> Topic
     if topic.assignments:
         _check_assignment(topic.assignments, ctx.broker.settings.node_id)
     try:
-        return await ctx.core.create_topic(name, partitions, {c.name: c.value for c in topic.configs},
+        info = await ctx.core.create_topic(name, partitions, {c.name: c.value for c in topic.configs},
                                            validate_only=validate_only)
     except CoreError as exc:
         raise ApiError.of(exc) from None
+    if not validate_only:
+        log.info("created topic %s: %d partition(s), configs %s", name, info.partitions, info.configs)
+    return info
 
 
 async def _exists(name: TopicName, ctx: RequestContext) -> bool:

@@ -8,6 +8,7 @@ REQUEST_TIMED_OUT for topics that were nevertheless deleted.
 Gaps: finding a topic by id scans the namespace's topics (ids are not indexed); no quotas.
 """
 
+import logging
 import uuid
 
 from core.errors import CoreError
@@ -21,6 +22,8 @@ from protocols.kafka.errors import kafka_code
 from protocols.kafka.schema.delete_topics import DELETE_TOPICS as API
 
 NO_ID = uuid.UUID(int=0)
+
+log = logging.getLogger("gateway.kafka")
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
@@ -55,6 +58,8 @@ async def _delete(name: str | None, topic_id: uuid.UUID, ctx: RequestContext) ->
         await ctx.core.delete_topic(info.name)
     except CoreError as exc:
         result["error_code"] = kafka_code(exc)
+        return result
+    log.info("deleted topic %s", info.name)
     return result
 
 

@@ -14,12 +14,12 @@ import asyncio
 import time
 
 from core.errors import CoreError, OffsetOutOfRange
-from core.names import TopicName
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.errors import kafka_code
 from protocols.kafka.schema.fetch import FETCH as API
+from protocols.kafka.topic_names import topic_name
 
 MAX_WAIT_MS = 30_000
 
@@ -30,7 +30,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     for topic in request.topics:
         for asked in topic.partitions:
             try:
-                partition = await ctx.core.partition(TopicName.of(topic.topic, ctx.tenant, ctx.namespace),
+                partition = await ctx.core.partition(topic_name(topic.topic, ctx.tenant, ctx.namespace),
                                                      asked.partition)
             except CoreError as exc:
                 partition = exc

@@ -8,15 +8,15 @@ Gaps: transactional produce is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); 
 v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
 """
 
-import asyncio
+import inspect
 
 from core.errors import CoreError
-from core.names import TopicName
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.errors import kafka_code
 from protocols.kafka.schema.produce import PRODUCE as API
+from protocols.kafka.topic_names import topic_name
 
 
 async def handle(request: Msg, ctx: RequestContext):
@@ -35,7 +35,7 @@ async def handle(request: Msg, ctx: RequestContext):
                 answer["error_code"] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 continue
             try:
-                partition = await ctx.core.partition(TopicName.of(topic.name, ctx.tenant, ctx.namespace), data.index)
+                partition = await ctx.core.partition(topic_name(topic.name, ctx.tenant, ctx.namespace), data.index)
                 started.append((answer, partition, partition.start_append(data.records or b"")))
             except CoreError as exc:
                 answer["error_code"] = kafka_code(exc)
@@ -43,15 +43,24 @@ async def handle(request: Msg, ctx: RequestContext):
 
 
 async def _complete(acks: int, responses: list, started: list) -> dict | None:
-    results = await asyncio.gather(*(pending for _, _, pending in started), return_exceptions=True)
-    for (answer, partition, _), result in zip(started, results):
-        if isinstance(result, CoreError):
-            answer["error_code"] = kafka_code(result)
-        elif isinstance(result, BaseException):
-            raise result
-        else:
-            answer["base_offset"] = result
-            answer["log_start_offset"] = partition.log_start_offset
+    # Every append is already queued; awaiting them one by one costs no more time than a gather
+    # and no task per partition.
+    unexpected: BaseException | None = None
+    try:
+        for answer, partition, pending in started:
+            try:
+                answer["base_offset"] = await pending
+                answer["log_start_offset"] = partition.log_start_offset
+            except CoreError as exc:
+                answer["error_code"] = kafka_code(exc)
+            except Exception as exc:
+                unexpected = unexpected or exc
+    finally:   # cancelled (the connection went away): close what was never awaited, quietly
+        for _, _, pending in started:
+            if inspect.iscoroutine(pending):
+                pending.close()
+    if unexpected is not None:
+        raise unexpected
     if acks == 0:
         return None
     return {"responses": responses, "throttle_time_ms": 0}

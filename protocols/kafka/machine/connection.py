@@ -5,7 +5,7 @@ means EOF. It owns: the frame size limit, checked before buffering a frame (a sm
 the client authenticated, when SASL is on); header parsing; the rule that an unknown API key, an
 unknown version of anything but ApiVersions, or an unparsable body closes the connection; and the
 KIP-511 fallback, where an ApiVersions request at a version we do not know is answered in the v0
-format with UNSUPPORTED_VERSION and our ranges.
+format with UNSUPPORTED_VERSION and the range of ApiVersions we serve (the adapter writes it).
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ class KafkaServerConnection:
                 raise RemoteProtocolError(f"frame size {size} outside 0..{limit}")
             if len(self._buffer) < 4 + size:
                 break
-            frame = bytes(self._buffer[4:4 + size])
+            with memoryview(self._buffer) as view:   # one copy of the frame, not a slice then a copy
+                frame = bytes(view[4:4 + size])
             del self._buffer[:4 + size]
             events.append(self._parse(frame))
         return events

@@ -62,3 +62,34 @@ def open_vhost(vhost: str = "/") -> bytes:
 
 __all__ = ["PROTOCOL_HEADER", "method", "header", "body", "publish", "start_ok", "tune_ok", "open_vhost",
            "plain_response", "amqplain_response"]
+
+
+def server_frames(data: bytes) -> list[tuple[int, str, dict] | tuple[int, str, object]]:
+    """What the server wrote, decoded: (channel, method name, args) for methods,
+    (channel, "header", ContentHeader), (channel, "body", bytes), (0, "heartbeat", None)."""
+    from protocols.amqp.codec.frames import FrameReader
+    from protocols.amqp.codec.methods import decode_method
+    from protocols.amqp.codec.properties import decode_content_header
+
+    reader = FrameReader(frame_max=0)
+    reader.feed(data)
+    out: list = []
+    for frame in reader.frames():
+        if frame.type == FRAME_METHOD:
+            declared, args = decode_method(frame.payload)
+            out.append((frame.channel, declared.name, args))
+        elif frame.type == FRAME_HEADER:
+            out.append((frame.channel, "header", decode_content_header(frame.payload)))
+        elif frame.type == FRAME_BODY:
+            out.append((frame.channel, "body", frame.payload))
+        else:
+            out.append((frame.channel, "heartbeat", None))
+    assert reader.buffered == 0
+    return out
+
+
+def server_method(data: bytes) -> tuple[int, str, dict]:
+    """The single method frame the server wrote."""
+    frames = server_frames(data)
+    assert len(frames) == 1, frames
+    return frames[0]  # type: ignore[return-value]

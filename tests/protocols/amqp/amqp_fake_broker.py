@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from protocols.amqp.machine.connection import AmqpServerConnection
 from protocols.amqp.machine.errors import ChannelError
 from protocols.amqp.machine.events import (
-    AuthenticationRequested, ChannelErrorRaised, ConnectionCloseRequested, ConnectionClosed, ConnectionErrorRaised,
-    ContentReceived, MethodReceived, ProtocolHeaderAccepted, ProtocolHeaderRejected, VhostOpenRequested,
+    AuthenticationRequested, ConnectionCloseRequested, ConnectionClosed, ContentReceived, MethodReceived,
+    ProtocolHeaderRejected, VhostOpenRequested,
 )
 from protocols.amqp.machine.settings import ServerSettings
 from protocols.amqp.spec import ReplyCode
@@ -57,14 +57,18 @@ class FakeBroker:
                 data = await reader.read(65536)
                 captured += data
                 loop_time = asyncio.get_running_loop().time()
-                for event in conn.receive_data(data, now=loop_time):
+                pending = deque(conn.receive_data(data, now=loop_time))
+                while pending:
+                    event = pending.popleft()
                     events_seen.append(event)
                     out = getattr(event, "data", b"")
                     if isinstance(event, AuthenticationRequested):
                         ok = USERS.get(event.username) == event.password
                         out = conn.accept_authentication() if ok else conn.refuse_authentication()
+                        pending.extend(conn.next_events())
                     elif isinstance(event, VhostOpenRequested):
                         out = conn.accept_vhost() if event.vhost == "/" else conn.refuse_vhost()
+                        pending.extend(conn.next_events())
                     elif isinstance(event, ConnectionCloseRequested):
                         out = conn.send_method(0, "connection.close-ok")
                     elif isinstance(event, MethodReceived):

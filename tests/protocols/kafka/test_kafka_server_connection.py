@@ -215,7 +215,7 @@ async def test_unknown_api_key_is_logged_once_as_a_protocol_error(harness_factor
     assert (harness.failures.protocol_errors, harness.failures.internal_errors) == (1, 0)
 
 
-async def test_api_versions_v4_gets_a_v0_answer_with_unsupported_version(harness_factory):
+async def test_api_versions_v4_gets_a_v0_answer_with_unsupported_version_and_its_own_range(harness_factory):
     harness, address = await harness_factory({})
     reader, writer = await harness.connect(address)
     # kafka-python 3 / librdkafka first send ApiVersions at their newest version, with a v2 header.
@@ -226,7 +226,7 @@ async def test_api_versions_v4_gets_a_v0_answer_with_unsupported_version(harness
     ranges = {struct.unpack_from(">h", body, 6 + 6 * i)[0]: struct.unpack_from(">hh", body, 8 + 6 * i)
               for i in range(count)}
     assert (correlation_id, error_code, len(body)) == (77, 35, 6 + 6 * count)  # v0: no throttle time
-    assert ranges[API_VERSIONS_KEY] == registry.APIS[API_VERSIONS_KEY].versions
+    assert ranges == {API_VERSIONS_KEY: registry.APIS[API_VERSIONS_KEY].versions}  # as Kafka: only its own
     writer.close()
 
 
@@ -241,3 +241,27 @@ async def test_client_that_disconnects_while_responses_are_pending_ends_quietly(
         await asyncio.wait_for(harness.tasks[0], DEADLINE_S)
     assert [r for r in caplog.records if r.name == "gateway.kafka"] == []
     assert (harness.failures.protocol_errors, harness.failures.internal_errors) == (0, 0)
+
+
+async def test_a_second_failure_while_closing_is_not_logged_or_counted_again(harness_factory, caplog):
+    release = asyncio.Event()
+
+    async def deferred_failure(request, ctx):
+        async def later():
+            await release.wait()
+            raise RuntimeError("queued response bug")
+        return later()
+
+    async def broken(request, ctx):
+        release.set()
+        raise RuntimeError("handler bug")
+    harness, address = await harness_factory({API_VERSIONS_KEY: deferred_failure, 3: broken})
+    reader, writer = await harness.connect(address)
+    metadata_v0 = struct.pack(">hhih", 3, 0, 2, 1) + b"m" + struct.pack(">i", 0)
+    with caplog.at_level(logging.WARNING, logger="gateway.kafka"):
+        writer.write(api_versions_request(1) + struct.pack(">i", len(metadata_v0)) + metadata_v0)
+        assert await asyncio.wait_for(reader.read(), DEADLINE_S) == b""
+        await asyncio.wait_for(harness.tasks[0], DEADLINE_S)
+    assert len([r for r in caplog.records if r.name == "gateway.kafka"]) == 1
+    assert harness.failures.internal_errors == 1
+    writer.close()
