@@ -11,15 +11,16 @@ are out of scope (the gateway refuses transactional ids).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import struct
 import subprocess
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -164,13 +165,16 @@ def write_kcat(gateway, topic: str, messages: list[Message], codec: str, acks: s
     lines = b"".join((m.key or b"") + b"\t" + (m.value or b"") + b"\n" for m in text)
     run([kcat, *kcat_produce_args(gateway, topic, codec, acks, text[0].headers), "-K", "\\t", "-Z"], lines)
     # The binary value from a file (the whole file is one message), the key from the command line.
-    value_file = Path(f"/tmp/{topic}.bin")
-    value_file.write_bytes(binary.value)
-    try:
-        run([kcat, *kcat_produce_args(gateway, topic, codec, acks, binary.headers), "-k", binary.key,
-             str(value_file)], b"")
-    finally:
-        value_file.unlink()
+    with file_holding(binary.value) as path:
+        run([kcat, *kcat_produce_args(gateway, topic, codec, acks, binary.headers), "-k", binary.key, path], b"")
+
+
+@contextlib.contextmanager
+def file_holding(data: bytes) -> Iterator[str]:
+    with tempfile.NamedTemporaryFile(suffix=".bin") as file:
+        file.write(data)
+        file.flush()
+        yield file.name
 
 
 def run(args: list, stdin: bytes) -> bytes:
@@ -444,13 +448,9 @@ def produce_one(client: str, gateway, topic: str, value: bytes, kcat_path: str |
         producer.flush(TIMEOUT_S)
         [error] = errors
         return None if error is None else error.code()
-    value_file = Path(f"/tmp/{topic}-{len(value)}.bin")   # a file is sent whole, as one message
-    value_file.write_bytes(value)
-    try:
+    with file_holding(value) as path:   # a file is sent whole, as one message
         result = subprocess.run([kcat_path, "-b", bootstrap(gateway), "-P", "-t", topic, "-p", "0", "-X",
-                                 "message.max.bytes=4194304", str(value_file)], capture_output=True, timeout=TIMEOUT_S)
-    finally:
-        value_file.unlink()
+                                 "message.max.bytes=4194304", path], capture_output=True, timeout=TIMEOUT_S)
     if result.returncode == 0:
         return None
     assert b"Broker: Message size too large" in result.stderr, result.stderr

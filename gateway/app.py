@@ -19,6 +19,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TextIO
 
+from core.auth import UserStore
 from core.service import Core
 from gateway.admin import AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
@@ -108,7 +109,8 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
     return KafkaSettings(host=host, port=port, cluster_id=config.cluster_id,
                          auto_create_topics=config.auto_create_topics,
                          default_partitions=config.default_partitions,
-                         limits=Limits(max_frame_bytes=config.max_frame_bytes), log_dir=log_dir)
+                         limits=Limits(max_frame_bytes=config.max_frame_bytes), log_dir=log_dir,
+                         sasl_mechanisms=config.mechanisms, super_users=config.super_user_list)
 
 
 class Gateway:
@@ -167,6 +169,10 @@ class Gateway:
 
         self._core = Core(self._storage.metadata, self._storage.logs)
         await self._core.start()
+        users = UserStore(self._core.metadata)
+        for user in config.users:   # the config file's logins, (re)stored with fresh salts at every start
+            await users.put_user(user.name, user.password, tenant=user.tenant, namespace=user.namespace)
+            await self._core.registry.ensure_namespace(user.tenant, user.namespace)
         self._check_stop()
 
         handlers = protocol_handlers(self._core, self._unserved_sockets, config.kafka, log_dir=str(config.data_dir))

@@ -57,6 +57,13 @@ def serve(
         int | None, typer.Option(help="Largest Kafka request accepted; bigger closes the connection.",
                                  show_default="104857600")
     ] = None,
+    kafka_sasl_mechanisms: Annotated[
+        str | None, typer.Option(help="SASL mechanisms required of Kafka clients, e.g. PLAIN,SCRAM-SHA-256; "
+                                      "empty: no authentication.", show_default="")
+    ] = None,
+    kafka_super_users: Annotated[
+        str | None, typer.Option(help="Principals never refused by ACLs, e.g. User:admin.", show_default="")
+    ] = None,
 ) -> None:
     """Serve Kafka, AMQP and the admin API until SIGTERM or SIGINT.
 
@@ -76,6 +83,8 @@ def serve(
         "kafka_advertised_host": kafka_advertised_host,
         "kafka_cluster_id": kafka_cluster_id,
         "kafka_max_frame_bytes": kafka_max_frame_bytes,
+        "kafka_sasl_mechanisms": kafka_sasl_mechanisms,
+        "kafka_super_users": kafka_super_users,
     }
     try:
         gateway_config = resolve_config(config_file=config, flags=flags)

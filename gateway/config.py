@@ -31,6 +31,8 @@ ENV_VARS: Mapping[str, str] = {
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
+USERS_KEY = "users"
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 # The [kafka] table's keys, their types, and the environment variable naming each. On the command
 # line (and in resolve_config's `flags`) each is `kafka_<key>`, e.g. --kafka-default-partitions.
@@ -40,6 +42,8 @@ KAFKA_SETTINGS: Mapping[str, type] = {
     "advertised_host": str,
     "cluster_id": str,
     "max_frame_bytes": int,
+    "sasl_mechanisms": str,
+    "super_users": str,
 }
 KAFKA_ENV_VARS: Mapping[str, str] = {name: f"GATEWAY_KAFKA_{name.upper()}" for name in KAFKA_SETTINGS}
 KAFKA_FLAG_PREFIX = "kafka_"
@@ -62,6 +66,8 @@ class KafkaConfig:
     advertised_host: str | None = None      # what Metadata tells clients to connect to; None: the bind host
     cluster_id: str = "gateway-cluster"
     max_frame_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+    sasl_mechanisms: str = ""               # e.g. "PLAIN,SCRAM-SHA-256": empty means no authentication
+    super_users: str = ""                   # Kafka's super.users, e.g. "User:admin": never refused by ACLs
 
     def __post_init__(self) -> None:
         if not isinstance(self.auto_create_topics, bool):
@@ -72,9 +78,41 @@ class KafkaConfig:
             raise ConfigError(f"kafka.advertised_host must be a non-empty host name, got {self.advertised_host!r}")
         if not isinstance(self.cluster_id, str) or not self.cluster_id:
             raise ConfigError(f"kafka.cluster_id must be a non-empty string, got {self.cluster_id!r}")
+        for mechanism in self.mechanisms:
+            if mechanism not in SASL_MECHANISMS:
+                raise ConfigError(f"kafka.sasl_mechanisms: unknown mechanism {mechanism!r}; "
+                                  f"known: {', '.join(SASL_MECHANISMS)}")
         if not _is_int(self.max_frame_bytes) or not MIN_FRAME_BYTES <= self.max_frame_bytes <= MAX_FRAME_BYTES:
             raise ConfigError(f"kafka.max_frame_bytes must be an integer in {MIN_FRAME_BYTES}..{MAX_FRAME_BYTES}, "
                               f"got {self.max_frame_bytes!r}")
+
+
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        return _words(self.sasl_mechanisms)
+
+    @property
+    def super_user_list(self) -> tuple[str, ...]:
+        return _words(self.super_users)
+
+
+@dataclass(frozen=True, slots=True)
+class UserConfig:
+    """One `[[users]]` entry: a login for SASL (Kafka) and AMQP, scoped to a tenant/namespace."""
+
+    name: str
+    password: str
+    tenant: str = "public"
+    namespace: str = "default"
+
+    def __post_init__(self) -> None:
+        for key in ("name", "password", "tenant", "namespace"):
+            if not isinstance(getattr(self, key), str) or not getattr(self, key):
+                raise ConfigError(f"users: {key} must be a non-empty string")
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(word.strip() for word in text.split(",") if word.strip())
 
 
 def _is_int(value: Any) -> bool:
@@ -91,6 +129,7 @@ class GatewayConfig:
     log_level: str = "info"
     storage: StorageConfig = field(default_factory=StorageConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    users: tuple[UserConfig, ...] = ()
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -121,8 +160,9 @@ def resolve_config(
     settings: dict[str, Any] = {}
     storage_table: Mapping[str, Any] = {}
     kafka_settings: dict[str, Any] = {}
+    users: tuple[UserConfig, ...] = ()
     if config_file is not None:
-        file_settings, storage_table, kafka_table = _read_toml(config_file)
+        file_settings, storage_table, kafka_table, users = _read_toml(config_file)
         settings.update(file_settings)
         kafka_settings.update(kafka_table)
     settings.update(_settings_from_env(env))
@@ -145,12 +185,12 @@ def resolve_config(
         settings["log_level"] = settings["log_level"].lower()
 
     config = GatewayConfig(**settings, storage=_storage_config(storage_table, config_file),
-                           kafka=KafkaConfig(**kafka_settings))
+                           kafka=KafkaConfig(**kafka_settings), users=users)
     # The READY line and the storage layer want one unambiguous directory, whatever the cwd later is.
     return dataclasses.replace(config, data_dir=Path(os.path.abspath(config.data_dir)))
 
 
-def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str, Any]]:
+def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str, Any], tuple[UserConfig, ...]]:
     try:
         with path.open("rb") as file:
             document = tomllib.load(file)
@@ -165,17 +205,32 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str,
     kafka_table = document.pop(KAFKA_TABLE, {})
     if not isinstance(kafka_table, dict):
         raise ConfigError(f"{path}: [{KAFKA_TABLE}] must be a table")
+    users = _read_users(document.pop(USERS_KEY, []), path)
     unknown = set(document) - set(ENV_VARS)
     if unknown:
         raise ConfigError(
             f"{path}: unknown key(s) {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}], [{KAFKA_TABLE}]"
+            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}], [{KAFKA_TABLE}], [[{USERS_KEY}]]"
         )
     for name, value in document.items():
         expected = int if name in PORT_SETTINGS else str
         if isinstance(value, bool) or not isinstance(value, expected):
             raise ConfigError(f"{path}: {name} must be a {expected.__name__}, got {value!r}")
-    return document, storage_table, _check_kafka_table(kafka_table, path)
+    return document, storage_table, _check_kafka_table(kafka_table, path), users
+
+
+def _read_users(entries: Any, path: Path) -> tuple[UserConfig, ...]:
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise ConfigError(f"{path}: users must be an array of tables ([[users]])")
+    users = []
+    for entry in entries:
+        unknown = set(entry) - {"name", "password", "tenant", "namespace"}
+        if unknown:
+            raise ConfigError(f"{path}: [[users]]: unknown key(s) {', '.join(sorted(unknown))}")
+        if "name" not in entry or "password" not in entry:
+            raise ConfigError(f"{path}: [[users]] needs a name and a password")
+        users.append(UserConfig(**entry))
+    return tuple(users)
 
 
 def _check_kafka_table(table: Mapping[str, Any], path: Path) -> dict[str, Any]:

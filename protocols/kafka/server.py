@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocols.kafka import registry
-from protocols.kafka.broker import KafkaBroker, KafkaSettings, RequestContext
+from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings, RequestContext
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import (KafkaServerConnection, RemoteProtocolError, RequestReceived,
@@ -37,6 +37,7 @@ from protocols.kafka.schema.api_versions import API_VERSIONS
 log = logging.getLogger("gateway.kafka")
 
 MAX_PENDING = 32
+FAILED_AUTHENTICATION_DELAY_S = 0.1
 READ_BYTES = 256 * 1024
 
 _END = object()  # queued after the last response: the sender stops there
@@ -96,9 +97,11 @@ class KafkaConnection:
         self._writer = writer
         self._handlers = registry.HANDLERS if handlers is None else handlers
         self._failures = failures if failures is not None else ConnectionFailures()
-        self._conn = KafkaServerConnection(registry.APIS, broker.settings.limits)
+        self._conn = KafkaServerConnection(registry.APIS, broker.settings.limits,
+                                           requires_auth=bool(broker.settings.sasl_mechanisms))
         self._pending: asyncio.Queue[object] = asyncio.Queue(MAX_PENDING)
         self._peer = writer.get_extra_info("peername")
+        self._session = ConnectionSession(client_host=self._peer[0] if isinstance(self._peer, tuple) else None)
         self._sender: asyncio.Task[None] | None = None
         self._failed = False   # a failure was logged and counted: the connection's one log line
 
@@ -138,6 +141,12 @@ class KafkaConnection:
                 raise _SendingStopped
             for event in self._conn.receive_data(data):
                 await self._enqueue((event, await self._respond(event)))
+                self._conn.authenticated = self._conn.authenticated or self._session.authenticated
+                if self._session.close_after_response:
+                    # A failed login: as Kafka (connection.failed.authentication.delay.ms), answer
+                    # after a short delay, then close.
+                    await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
+                    return
             if not data:
                 return
 
@@ -148,7 +157,7 @@ class KafkaConnection:
             body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": own_range}
             return self._conn.response(API_VERSIONS, event.header, body, version=0)
         try:
-            ctx = RequestContext(self._broker, event.header)
+            ctx = RequestContext(self._broker, event.header, self._session)
             result = await self._handlers[event.api.key](event.body, ctx)
             if inspect.isawaitable(result):
                 return result   # the sender awaits it, in order

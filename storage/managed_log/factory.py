@@ -6,15 +6,17 @@ from storage.api import MetadataStore, NoNode, RetentionPolicy
 from storage.ledger.client import LedgerClient
 from storage.managed_log.ledger_list import LedgerList
 from storage.managed_log.log import ManagedLogImpl
+from storage.managed_log.tail_cache import TailCache
 
 
 class ManagedLogFactoryImpl:
-    def __init__(self, ledgers: LedgerClient, metadata: MetadataStore) -> None:
+    def __init__(self, ledgers: LedgerClient, metadata: MetadataStore, tail_cache: TailCache | None = None) -> None:
         self._ledgers = ledgers
         self._metadata = metadata
+        self.tail_cache = tail_cache if tail_cache is not None else TailCache()   # shared by every log
 
     async def open_log(self, name: str, policy: RetentionPolicy) -> ManagedLogImpl:
-        return await ManagedLogImpl.open(name, self._ledgers, self._metadata, policy)
+        return await ManagedLogImpl.open(name, self._ledgers, self._metadata, policy, self.tail_cache)
 
     async def delete_log(self, name: str) -> None:
         """Delete a log that is not open: its ledgers, then its list."""

@@ -27,6 +27,7 @@ from storage.api import (BadVersion, LedgerFenced, LogClosed, LogEntry, Metadata
                          PositionOutOfRange, RetentionPolicy, StorageError)
 from storage.ledger.client import LedgerClient, LedgerHandle
 from storage.managed_log.ledger_list import ENTRY_HEADER, LedgerList, LedgerRange
+from storage.managed_log.tail_cache import TailCache
 
 log = logging.getLogger("gateway.storage.managed_log")
 
@@ -46,7 +47,8 @@ class ManagedLogImpl:
     """ManagedLog over a LedgerClient. See the module docstring for ownership."""
 
     def __init__(self, name: str, ledgers: LedgerClient, metadata: MetadataStore, policy: RetentionPolicy,
-                 listing: LedgerList, version: int, clock_ms: Callable[[], int] = _now_ms) -> None:
+                 listing: LedgerList, version: int, clock_ms: Callable[[], int] = _now_ms,
+                 tail_cache: TailCache | None = None) -> None:
         self.name = name
         self.policy = policy
         self._ledgers = ledgers
@@ -73,12 +75,15 @@ class ManagedLogImpl:
         self._readers: dict[int, LedgerHandle] = {}
         self._hints: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._append_waiters: list[asyncio.Future] = []
+        # the newest durable entries, so tailing readers skip the bookie (None: no cache)
+        self._cache = tail_cache
+        self._tail = tail_cache.new_tail() if tail_cache is not None else None
 
     # --- opening ------------------------------------------------------------------------------
 
     @classmethod
     async def open(cls, name: str, ledgers: LedgerClient, metadata: MetadataStore,
-                   policy: RetentionPolicy) -> "ManagedLogImpl":
+                   policy: RetentionPolicy, tail_cache: TailCache | None = None) -> "ManagedLogImpl":
         path = f"/logs/{name}"
         node = await metadata.get(path)
         if node is None:
@@ -97,7 +102,7 @@ class ManagedLogImpl:
                     recovered.append(sealed)
             listing = replace(listing, ledgers=tuple(recovered))
             version = await metadata.put(path, listing.to_json(), version)
-        return cls(name, ledgers, metadata, policy, listing, version)
+        return cls(name, ledgers, metadata, policy, listing, version, tail_cache=tail_cache)
 
     # --- positions ----------------------------------------------------------------------------
 
@@ -145,10 +150,11 @@ class ManagedLogImpl:
         self._bases.append(base)
         self._pushed_bytes += size
         added = self._writer.add((header, payload))    # in parts: the payload is never copied behind a header
-        added.add_done_callback(partial(self._on_added, base, base + count, size, max_ts, fut))
+        added.add_done_callback(partial(self._on_added, self._writer.ledger_id, payload, base, base + count, size,
+                                        max_ts, fut))
 
-    def _on_added(self, base: int, end: int, size: int, max_ts: int, fut: asyncio.Future,
-                  added: asyncio.Future) -> None:
+    def _on_added(self, ledger_id: int, payload: bytes, base: int, end: int, size: int, max_ts: int,
+                  fut: asyncio.Future, added: asyncio.Future) -> None:
         error = added.exception()
         if error is not None:
             self._on_writer_failed(error)
@@ -158,6 +164,10 @@ class ManagedLogImpl:
         self._hwm = end
         self._durable_bytes += size
         self._durable_max_ts = max(self._durable_max_ts, max_ts)
+        if self._tail is not None and self._closed is None:
+            if type(payload) is not bytes:
+                payload = bytes(payload)   # the cache must not alias a buffer the caller may reuse
+            self._cache.add(self._tail, ledger_id, LogEntry(base, end - base, max_ts, payload))
         if not fut.done():
             fut.set_result(base)
         waiters, self._append_waiters = self._append_waiters, []
@@ -260,6 +270,8 @@ class ManagedLogImpl:
     def _close_with(self, error: BaseException) -> None:
         self._closed = error
         self._fail_waiting(error)
+        if self._tail is not None:
+            self._cache.forget(self._tail)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -283,6 +295,10 @@ class ManagedLogImpl:
     async def _read_ledger(self, offset: int, max_bytes: int, hwm: int) -> list[LogEntry]:
         """Entries from the one holding `offset` to the end of its ledger, within max_bytes."""
         ledger_range = self._range_for(offset)
+        if self._tail is not None:
+            cached = self._tail.read(ledger_range.ledger_id, offset, max_bytes)
+            if cached is not None:
+                return [entry for entry in cached if entry.base_offset < hwm]
         if self._writer is not None and ledger_range.ledger_id == self._writer.ledger_id:
             handle = self._writer
             entry_id = bisect.bisect_right(self._bases, offset) - 1
@@ -397,6 +413,8 @@ class ManagedLogImpl:
             return new_start
         await self._swap(LedgerList(new_start, kept))
         for r in dropped:
+            if self._tail is not None and self._tail.ledger_id == r.ledger_id:
+                self._cache.forget(self._tail)
             self._readers.pop(r.ledger_id, None)
             await self._ledgers.delete(r.ledger_id)
         return new_start
