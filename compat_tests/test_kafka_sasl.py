@@ -14,6 +14,8 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 CONFIG = """
 [kafka]
 sasl_mechanisms = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+# With SASL on, ACLs are enforced: these tests are about logging in, so both users may do anything.
+super_users = "User:alice,User:bob"
 
 [[users]]
 name = "alice"

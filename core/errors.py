@@ -134,3 +134,43 @@ class OffsetMetadataTooLarge(CoreError):
 
 class InvalidAcl(CoreError):
     """An ACL binding that cannot be stored (unknown elements, a "/" in the resource name)."""
+
+
+# --- queues and exchanges (core/queues) -------------------------------------------------------------
+
+
+class UnknownQueue(CoreError):
+    pass
+
+
+class UnknownExchange(CoreError):
+    pass
+
+
+class InequivalentDeclaration(CoreError):
+    """A queue or exchange declared again with settings that differ from the existing one's."""
+
+
+class ResourceLocked(CoreError):
+    """An exclusive queue used by someone other than its owner."""
+
+
+class ExclusiveUse(CoreError):
+    """A consumer that wants a queue to itself, or a queue that an exclusive consumer holds."""
+
+
+class ResourceInUse(CoreError):
+    """A conditional delete refused: the queue has consumers or messages, the exchange has bindings."""
+
+
+class ReservedName(CoreError):
+    """A name reserved for the predeclared exchanges and server-named queues."""
+
+
+class NotPermitted(CoreError):
+    """An operation the object does not allow (binding the default exchange, publishing to an
+    internal exchange)."""
+
+
+class InvalidArgument(CoreError):
+    """An argument with a bad value, or one the core does not implement yet (refused, never ignored)."""

@@ -23,8 +23,9 @@ from core.auth import UserStore
 from core.service import Core
 from gateway.admin import AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
-from gateway.listeners import ConnectionHandler, Listener, bind_socket, close_at_once, format_address
+from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
 from gateway.metrics import GatewayMetrics
+from protocols.amqp import server as amqp_server
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
 from protocols.kafka.machine.connection import Limits
@@ -94,7 +95,8 @@ def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
     """The connection handler of each protocol listener, each built on the core."""
     host, port = sockets["kafka"].getsockname()[:2]
     kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir))
-    return {"kafka": kafka_server.connection_handler(kafka), "amqp": close_at_once}
+    amqp = amqp_server.make_broker(core)
+    return {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
 
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")

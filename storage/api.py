@@ -124,8 +124,10 @@ class MetadataStore(Protocol):
 class EntryStore(Protocol):
     """A bookie as a ledger client sees it. Entries are addressed by (ledger id, entry id)."""
 
-    def add(self, ledger_id: int, entry_id: int, payload: bytes, lac: int, *, recovery: bool = False) -> Awaitable[None]:
-        """Store one entry; durable (journal fsynced) when the awaitable resolves. `lac` is the writer's
+    def add(self, ledger_id: int, entry_id: int, payload: bytes | tuple[bytes | memoryview, ...], lac: int, *,
+            recovery: bool = False) -> Awaitable[None]:
+        """Store one entry (a tuple of parts is stored as their concatenation, without joining them
+        in memory); durable (journal fsynced) when the awaitable resolves. `lac` is the writer's
         LastAddConfirmed, piggybacked. Raises LedgerFenced once the ledger is fenced, unless
         `recovery` (a recovering reader rewriting the tail). Idempotent for the same entry."""
 
@@ -155,8 +157,8 @@ class LedgerWriter(Protocol):
     @property
     def last_add_confirmed(self) -> int: ...
 
-    def add(self, payload: bytes) -> asyncio.Future[int]:
-        """Queue one entry (pipelined). The future resolves to its entry id once it is durable on an
+    def add(self, payload: bytes | tuple[bytes | memoryview, ...]) -> asyncio.Future[int]:
+        """Queue one entry (pipelined; a tuple of parts is one entry). The future resolves to its entry id once it is durable on an
         ack quorum and every earlier entry is too, so completions arrive in entry order."""
 
     async def close(self) -> int:

@@ -36,6 +36,15 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.GroupSubscribedToTopic: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
     core.OffsetMetadataTooLarge: ErrorCode.OFFSET_METADATA_TOO_LARGE,
     core.InvalidAcl: ErrorCode.INVALID_REQUEST,
+    core.UnknownQueue: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    core.UnknownExchange: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    core.InequivalentDeclaration: ErrorCode.INVALID_CONFIG,
+    core.ResourceLocked: ErrorCode.INVALID_REQUEST,
+    core.ExclusiveUse: ErrorCode.INVALID_REQUEST,
+    core.ResourceInUse: ErrorCode.INVALID_REQUEST,
+    core.ReservedName: ErrorCode.INVALID_TOPIC_EXCEPTION,
+    core.NotPermitted: ErrorCode.INVALID_REQUEST,
+    core.InvalidArgument: ErrorCode.INVALID_CONFIG,
 }
 
 

@@ -7,14 +7,18 @@ parser rejects (INVALID_REQUEST). A broker resource must name this broker or be 
 INVALID_REQUEST); its configs are static, so changing any is INVALID_REQUEST ("Cannot update
 these configs dynamically"), and an empty change succeeds. validate_only checks without applying.
 A BROKER_LOGGER or unknown resource type fails the whole request with INVALID_REQUEST, as in Kafka.
+With ACLs enforced (SASL on), a topic needs ALTER_CONFIGS on it (TOPIC_AUTHORIZATION_FAILED), a
+broker resource ALTER_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED); no message, as Kafka.
 Gaps: the broker has no dynamic configs at all (Kafka would take e.g. log.retention.ms
 cluster-wide, and store unknown custom names); topic configs this gateway does not honour are
 listed read-only in DescribeConfigs and refused here with INVALID_CONFIG.
 """
 
 from protocols.kafka.admin.alter import null_values_error, refuse_broker_changes, replace_topic_configs
+from protocols.kafka.admin.config_access import config_refusal
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.resources import BROKER, BROKER_LOGGER, TOPIC
+from protocols.kafka.authorization import Operation
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -28,6 +32,10 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             _response(r, ErrorCode.INVALID_REQUEST, refused) for r in request.resources]}
     responses = []
     for resource in request.resources:
+        refusal = await config_refusal(ctx, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
+        if refusal is not None:
+            responses.append(_response(resource, refusal, None))
+            continue
         try:
             await _alter(resource, request.validate_only, ctx)
         except ApiError as err:

@@ -4,11 +4,15 @@ Behaviour: with one broker the only assignment a partition can have is [this bro
 there is a no-op that succeeds; a replica list that is empty, repeats a broker, holds a negative
 id or names any other broker is INVALID_REPLICA_ASSIGNMENT (in Kafka's words for each); cancelling
 (null replicas) is NO_REASSIGNMENT_IN_PROGRESS, there never being one; an unknown partition is
-UNKNOWN_TOPIC_OR_PARTITION.
-Gaps: none known.
+UNKNOWN_TOPIC_OR_PARTITION. With ACLs enforced (SASL on), the request needs ALTER on the cluster:
+without it the whole answer and every partition are CLUSTER_AUTHORIZATION_FAILED, as in Kafka.
+Gaps: the refusal's message is "Cluster authorization failed." (Kafka's quotes its internal
+request description).
 """
 
+from protocols.kafka import acl_wire
 from protocols.kafka.admin.topics import find_topic
+from protocols.kafka.authorization import Operation, check_cluster
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -16,6 +20,8 @@ from protocols.kafka.schema.alter_partition_reassignments import ALTER_PARTITION
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
+    if not await check_cluster(ctx, Operation.ALTER):
+        return _refused(request, *acl_wire.CLUSTER_AUTHORIZATION_FAILED)
     node_id = ctx.broker.settings.node_id
     responses = []
     for topic in request.topics:
@@ -27,6 +33,13 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             partitions.append({"partition_index": asked.partition_index, "error_code": code, "error_message": message})
         responses.append({"name": topic.name, "partitions": partitions})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "responses": responses}
+
+
+def _refused(request: Msg, code: int, message: str) -> dict:
+    return {"throttle_time_ms": 0, "error_code": code, "error_message": message, "responses": [
+        {"name": topic.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
+                                             "error_message": message} for p in topic.partitions]}
+        for topic in request.topics]}
 
 
 def _outcome(replicas: list[int] | None, exists: bool, node_id: int) -> tuple[ErrorCode, str | None]:

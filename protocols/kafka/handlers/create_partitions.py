@@ -5,7 +5,9 @@ Kafka's checks and codes: a topic named twice (INVALID_REQUEST), an unknown topi
 (UNKNOWN_TOPIC_OR_PARTITION), a count that does not grow the topic (INVALID_PARTITIONS), a
 manual assignment naming another broker, of the wrong length, or with other than one replica
 per partition (INVALID_REPLICA_ASSIGNMENT). validate_only checks and changes nothing. As in Kafka,
-timeout_ms <= 0 answers REQUEST_TIMED_OUT for topics that were nevertheless grown.
+timeout_ms <= 0 answers REQUEST_TIMED_OUT for topics that were nevertheless grown. With ACLs
+enforced (SASL on), after the duplicate check a topic needs ALTER (TOPIC_AUTHORIZATION_FAILED, "The
+topic authorization is failed."), checked before its existence, as in Kafka 2.8.
 Gaps: no quotas (throttle time is 0).
 """
 
@@ -15,6 +17,7 @@ from collections import Counter
 from core.errors import CoreError
 from protocols.kafka.admin.errors import ApiError, timed_out_unless_waited
 from protocols.kafka.admin.topics import existing_topic
+from protocols.kafka.authorization import Operation, ResourceType, check
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -35,6 +38,10 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         results.append(result)
         if named[topic.name] > 1:
             result.update(error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic in request.")
+            continue
+        if not await check(ctx, Operation.ALTER, ResourceType.TOPIC, topic.name):
+            result.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                          error_message="The topic authorization is failed.")
             continue
         try:
             await _grow(topic, request.validate_only, ctx)

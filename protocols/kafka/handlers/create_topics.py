@@ -10,6 +10,10 @@ then the configs (INVALID_CONFIG). -1 partitions / replication factor mean the b
 (num.partitions, 1). validate_only checks everything and creates nothing. v5+ results carry the
 partition count, replication factor and every topic config; v7 the new topic's id. As in Kafka,
 timeout_ms <= 0 answers REQUEST_TIMED_OUT for topics that were nevertheless created.
+With ACLs enforced (SASL on), as in Kafka 2.8: after the duplicate check, a topic needs CREATE on
+the cluster or on the topic (TOPIC_AUTHORIZATION_FAILED, "Authorization failed."); without
+DESCRIBE_CONFIGS on the topic its v5+ result has topic_config_error_code TOPIC_AUTHORIZATION_FAILED
+and no configs, counts or topic id (reset to NONE when the creation itself fails).
 Gaps: a manual assignment naming any broker but this one is refused (INVALID_REPLICA_ASSIGNMENT;
 Kafka would create offline partitions); topics are created in the client's tenant/namespace, and
 name collisions are checked within it; no CreateTopicPolicy, no quotas (throttle time is 0).
@@ -24,6 +28,7 @@ from core.names import TopicName
 from core.registry import TopicInfo
 from protocols.kafka.admin.configs import topic_config_entries
 from protocols.kafka.admin.errors import ApiError, timed_out_unless_waited
+from protocols.kafka.authorization import Operation, ResourceType, authorized_names, check_cluster, enforced
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -38,27 +43,44 @@ AVAILABLE_BROKERS = 1
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
     named = Counter(topic.name for topic in request.topics)
+    creatable, config_visible = await _authorized(ctx, list(named))
     results = []
     for topic in request.topics:
         result = {"name": topic.name, "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
         results.append(result)
+        if config_visible is not None and topic.name not in config_visible:
+            result["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         if named[topic.name] > 1:
             result.update(error_code=ErrorCode.INVALID_REQUEST, error_message="Found multiple entries for this topic.")
+            continue
+        if creatable is not None and topic.name not in creatable:
+            result.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
             continue
         try:
             info = await _create(topic, request.validate_only, ctx)
         except ApiError as err:
-            result.update(error_code=err.code, error_message=err.message)
+            result.update(error_code=err.code, error_message=err.message, topic_config_error_code=ErrorCode.NONE)
             continue
         code = ErrorCode.NONE if request.validate_only else timed_out_unless_waited(ErrorCode.NONE, request.timeout_ms)
         if code != ErrorCode.NONE:
-            result["error_code"] = code
+            result.update(error_code=code, topic_config_error_code=ErrorCode.NONE)
             continue
+        if config_visible is not None and topic.name not in config_visible:
+            continue   # created; what it was created with is not this client's to see
         result.update(num_partitions=info.partitions, replication_factor=1,
                       configs=[entry.created() for entry in topic_config_entries(info.configs)])
         if not request.validate_only:
             result["topic_id"] = uuid.UUID(hex=info.topic_id)
     return {"throttle_time_ms": 0, "topics": results}
+
+
+async def _authorized(ctx: RequestContext, names: list[str]) -> tuple[set[str] | None, set[str] | None]:
+    """(the topics that may be created, those whose configs may be described); None: all."""
+    if not enforced(ctx):
+        return None, None
+    creatable = None if await check_cluster(ctx, Operation.CREATE) else \
+        await authorized_names(ctx, Operation.CREATE, ResourceType.TOPIC, names)
+    return creatable, await authorized_names(ctx, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names)
 
 
 async def _create(topic: Msg, validate_only: bool, ctx: RequestContext) -> TopicInfo:

@@ -4,7 +4,8 @@ Behaviour: moves each partition's log start offset up to the given offset (-1: t
 watermark) and answers the new low watermark; storage ledgers wholly below it are deleted. An
 offset below the current start changes nothing; one past the high watermark, or negative other
 than -1, is OFFSET_OUT_OF_RANGE. A topic whose cleanup.policy lacks "delete" is POLICY_VIOLATION,
-and an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION, as in Kafka.
+and an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION, as in Kafka. With ACLs enforced
+(SASL on), each topic needs DELETE, checked before its existence (TOPIC_AUTHORIZATION_FAILED).
 Gaps: none known (timeout_ms is moot: the only replica is this broker's).
 """
 
@@ -12,6 +13,7 @@ from core.errors import CoreError
 from core.topic_config import TOPIC_CONFIGS
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.topics import existing_topic
+from protocols.kafka.authorization import Operation, ResourceType, authorized_names, enforced
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -22,12 +24,18 @@ CLEANUP_POLICY = "cleanup.policy"
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
     topics = []
+    deletable = await authorized_names(ctx, Operation.DELETE, ResourceType.TOPIC,
+                                       (t.name for t in request.topics)) if enforced(ctx) else None
     for topic in request.topics:
         partitions = []
         topics.append({"name": topic.name, "partitions": partitions})
+        denied = deletable is not None and topic.name not in deletable
         for asked in topic.partitions:
             answer = {"partition_index": asked.partition_index, "low_watermark": -1, "error_code": ErrorCode.NONE}
             partitions.append(answer)
+            if denied:
+                answer["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             try:
                 answer["low_watermark"] = await _delete(topic.name, asked.partition_index, asked.offset, ctx)
             except ApiError as err:

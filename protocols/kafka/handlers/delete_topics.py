@@ -5,6 +5,9 @@ and cursors included. v6 names a topic by name or by id (UNKNOWN_TOPIC_ID for an
 has; a name and an id together fail the whole request with INVALID_REQUEST, as in Kafka). An
 unknown or illegal name is UNKNOWN_TOPIC_OR_PARTITION. As in Kafka, timeout_ms <= 0 answers
 REQUEST_TIMED_OUT for topics that were nevertheless deleted.
+With ACLs enforced (SASL on), as in Kafka 2.8: a topic named by id without DESCRIBE on it is
+answered with a null name and TOPIC_AUTHORIZATION_FAILED; otherwise DELETE on the topic is needed,
+checked before its existence (TOPIC_AUTHORIZATION_FAILED).
 Gaps: finding a topic by id scans the namespace's topics (ids are not indexed); no quotas.
 """
 
@@ -15,6 +18,7 @@ from core.errors import CoreError
 from core.registry import TopicInfo
 from protocols.kafka.admin.errors import timed_out_unless_waited
 from protocols.kafka.admin.topics import find_topic
+from protocols.kafka.authorization import Operation, ResourceType, check
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -50,10 +54,20 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
 async def _delete(name: str | None, topic_id: uuid.UUID, ctx: RequestContext) -> dict:
     result = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE, "error_message": None}
     info = await _resolve(name, topic_id, ctx)
-    if info is None:
-        result["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID if topic_id != NO_ID else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if topic_id != NO_ID:
+        if info is None:
+            result["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID
+            return result
+        name = result["name"] = info.name.topic
+        if not await check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name):
+            result.update(name=None, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)   # the name stays secret
+            return result
+    if not await check(ctx, Operation.DELETE, ResourceType.TOPIC, name or ""):
+        result["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         return result
-    result["name"] = info.name.topic
+    if info is None:
+        result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return result
     try:
         await ctx.core.delete_topic(info.name)
     except CoreError as exc:

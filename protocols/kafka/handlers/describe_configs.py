@@ -9,7 +9,9 @@ configs, all read-only: the gateway's settings (STATIC_BROKER_CONFIG) and the br
 the topic configs; named "" it lists the cluster-wide dynamic defaults, of which there are none
 (as Kafka answers when none is set); another id is INVALID_REQUEST. configuration_keys filters
 by name. v0's is_default is true for DEFAULT_CONFIG values. A resource type Kafka does not know
-fails the whole request with INVALID_REQUEST, as Kafka's does.
+fails the whole request with INVALID_REQUEST, as Kafka's does. With ACLs enforced (SASL on), a
+topic needs DESCRIBE_CONFIGS on it (TOPIC_AUTHORIZATION_FAILED), a broker or broker logger resource
+DESCRIBE_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED), with Kafka's default messages.
 Gaps: BROKER_LOGGER resources (type 8) are INVALID_REQUEST (Kafka lists its log4j loggers).
 """
 
@@ -17,14 +19,20 @@ from collections.abc import Iterable
 
 from core.errors import InvalidName
 from core.names import TopicName
+from protocols.kafka.admin.config_access import config_refusal
 from protocols.kafka.admin.configs import ConfigEntry, broker_config_entries, topic_config_entries
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.resources import BROKER, BROKER_LOGGER, TOPIC, is_this_broker
 from protocols.kafka.admin.topics import find_topic
+from protocols.kafka.authorization import Operation
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.describe_configs import DESCRIBE_CONFIGS as API
+
+# Kafka answers a refused resource with its error's default message.
+_AUTHORIZATION_MESSAGES = {ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+                           ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed."}
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
@@ -35,6 +43,10 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             _result(r, ErrorCode.INVALID_REQUEST, message) for r in request.resources]}
     results = []
     for resource in request.resources:
+        refusal = await config_refusal(ctx, Operation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
+        if refusal is not None:
+            results.append(_result(resource, refusal, _AUTHORIZATION_MESSAGES[refusal]))
+            continue
         try:
             entries = await _entries(resource, ctx)
         except ApiError as err:

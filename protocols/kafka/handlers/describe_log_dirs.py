@@ -3,7 +3,8 @@
 Behaviour: one log dir, the gateway's data directory, holding every partition; each asked
 partition's size is its stored bytes (offset lag 0: nothing is ever copied between dirs). A null
 topic list means every topic of the client's tenant/namespace; unknown topics and partitions are
-left out, as Kafka leaves out what a dir does not hold.
+left out, as Kafka leaves out what a dir does not hold. With ACLs enforced (SASL on), the request
+needs DESCRIBE on the cluster, else the answer lists no log dir at all, as in Kafka.
 Gaps: sizes come from each partition's log, so describing everything opens every partition
 (they close again when idle); Kafka also lists, with no partitions, topics that were not asked.
 """
@@ -11,6 +12,7 @@ Gaps: sizes come from each partition's log, so describing everything opens every
 from core.errors import CoreError
 from core.registry import TopicInfo
 from protocols.kafka.admin.topics import find_topic
+from protocols.kafka.authorization import Operation, check_cluster
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -19,6 +21,8 @@ from protocols.kafka.schema.describe_log_dirs import DESCRIBE_LOG_DIRS as API
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
+    if not await check_cluster(ctx, Operation.DESCRIBE):
+        return {"throttle_time_ms": 0, "results": []}
     if request.topics is None:
         names = await ctx.core.registry.list_topics(ctx.tenant, ctx.namespace)
         asked = [(name, None) for name in names]

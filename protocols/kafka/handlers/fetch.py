@@ -7,6 +7,9 @@ Out-of-range offsets get OFFSET_OUT_OF_RANGE with the log start offset. read_com
 the last stable offset, which equals the high watermark (no transactions), with no aborted lists.
 Fetch sessions (KIP-227): answered as "no session" (session id 0), so clients keep sending full
 fetch requests, which the protocol allows.
+With ACLs enforced (SASL on), as in Kafka 2.8: a consumer needs READ on each topic, checked before
+the topic's existence (TOPIC_AUTHORIZATION_FAILED); a follower fetch (replica_id >= 0) needs
+CLUSTER_ACTION on the cluster, else every partition is TOPIC_AUTHORIZATION_FAILED.
 Gaps: incremental fetch sessions; preferred read replicas.
 """
 
@@ -14,6 +17,7 @@ import asyncio
 import time
 
 from core.errors import CoreError, OffsetOutOfRange
+from protocols.kafka.authorization import Operation, ResourceType, authorized_names, check_cluster, enforced
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -27,8 +31,13 @@ MAX_WAIT_MS = 30_000
 async def handle(request: Msg, ctx: RequestContext) -> dict:
     deadline = time.monotonic() + min(max(request.max_wait_ms, 0), MAX_WAIT_MS) / 1000
     wanted = []
+    readable = await _readable_topics(request, ctx)
     for topic in request.topics:
+        denied = readable is not None and topic.topic not in readable
         for asked in topic.partitions:
+            if denied:
+                wanted.append((topic.topic, asked, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             try:
                 partition = await ctx.core.partition(topic_name(topic.topic, ctx.tenant, ctx.namespace),
                                                      asked.partition)
@@ -41,7 +50,8 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         if total >= request.min_bytes or remaining <= 0:
             break
         waits = [asyncio.ensure_future(p.wait_for_data(asked.fetch_offset, remaining))
-                 for _, asked, p in wanted if not isinstance(p, Exception) and p.high_watermark <= asked.fetch_offset]
+                 for _, asked, p in wanted
+                 if not isinstance(p, (Exception, ErrorCode)) and p.high_watermark <= asked.fetch_offset]
         if not waits:
             break
         done, pending = await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
@@ -56,6 +66,16 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             "responses": [{"topic": name, "partitions": parts} for name, parts in responses.items()]}
 
 
+async def _readable_topics(request: Msg, ctx: RequestContext) -> set[str] | None:
+    """The topics this fetch may read; None: all of them (no ACLs to consult)."""
+    if not enforced(ctx):
+        return None
+    names = [topic.topic for topic in request.topics]
+    if request.replica_id >= 0:   # a follower: all or nothing
+        return set(names) if await check_cluster(ctx, Operation.CLUSTER_ACTION) else set()
+    return await authorized_names(ctx, Operation.READ, ResourceType.TOPIC, names)
+
+
 async def _read_all(request: Msg, wanted: list) -> tuple[list, int]:
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -64,6 +84,9 @@ async def _read_all(request: Msg, wanted: list) -> tuple[list, int]:
         answer = {"partition_index": asked.partition, "error_code": ErrorCode.NONE, "high_watermark": -1,
                   "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None, "records": b""}
         answers.append((name, answer))
+        if isinstance(partition, ErrorCode):
+            answer["error_code"] = partition
+            continue
         if isinstance(partition, CoreError):
             answer["error_code"] = kafka_code(partition)
             continue

@@ -1,19 +1,33 @@
 """FindCoordinator (key 10), versions 0-3.
 
 Behaviour: this broker coordinates every group (key_type 0) and every transactional id (key_type
-1), so the answer is always this node. Another key_type is INVALID_REQUEST, as in Kafka.
+1), so the answer is always this node. Another key_type is INVALID_REQUEST, as in Kafka. With
+ACLs enforced (SASL on), a group key needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED), a
+transactional id DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as in Kafka 2.8.
 Gaps: none for 2.8's range (batched keys are v4).
 """
 
+from protocols.kafka.authorization import Operation, ResourceType, check
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.find_coordinator import FIND_COORDINATOR as API
 
 GROUP, TRANSACTION = 0, 1
+# What each key type needs DESCRIBE on, and Kafka's answer (code, default message) without it.
+_REFUSALS = {
+    GROUP: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."),
+    TRANSACTION: (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                  "Transactional Id authorization failed."),
+}
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
+    if request.key_type in _REFUSALS:
+        resource_type, code, message = _REFUSALS[request.key_type]
+        if not await check(ctx, Operation.DESCRIBE, resource_type, request.key):
+            return {"throttle_time_ms": 0, "error_code": code, "error_message": message,
+                    "node_id": -1, "host": "", "port": -1}
     if request.key_type not in (GROUP, TRANSACTION):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST,
                 "error_message": f"unknown coordinator key type {request.key_type}",

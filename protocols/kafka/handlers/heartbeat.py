@@ -2,11 +2,13 @@
 
 Behaviour: keeps the member's session alive; REBALANCE_IN_PROGRESS tells a member of a group that
 is rebalancing to join again (the session is still renewed), ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID
-/ FENCED_INSTANCE_ID as Kafka's coordinator answers them.
+/ FENCED_INSTANCE_ID as Kafka's coordinator answers them. With ACLs enforced (SASL on), the group
+needs READ (GROUP_AUTHORIZATION_FAILED), as in Kafka.
 Gaps: none known.
 """
 
 from core.errors import GroupError
+from protocols.kafka.authorization import Operation, ResourceType, check
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -16,6 +18,8 @@ from protocols.kafka.schema.heartbeat import HEARTBEAT as API
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
+    if not await check(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     try:
         await coordinator(ctx).heartbeat(group_key(ctx, request.group_id), member_id=request.member_id,
                                          instance_id=request.group_instance_id, generation=request.generation_id)

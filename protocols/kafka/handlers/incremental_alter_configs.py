@@ -8,7 +8,9 @@ config that is not a list, or an operation id Kafka does not define (INVALID_REQ
 unknown topic (UNKNOWN_TOPIC_OR_PARTITION); an unknown config name (INVALID_CONFIG); a bad value
 (INVALID_REQUEST). A broker resource must name this broker's id: deleting a (never set) dynamic
 config succeeds, setting one is INVALID_REQUEST as for a non-dynamic config. An unknown resource
-type fails the whole request with INVALID_REQUEST.
+type fails the whole request with INVALID_REQUEST. With ACLs enforced (SASL on), a topic needs
+ALTER_CONFIGS on it (TOPIC_AUTHORIZATION_FAILED), a broker or broker logger resource ALTER_CONFIGS
+on the cluster (CLUSTER_AUTHORIZATION_FAILED); no message, as in Kafka.
 Gaps: BROKER_LOGGER resources (log levels) are INVALID_REQUEST (Kafka changes log4j levels); an
 unknown operation id is INVALID_REQUEST for its resource (Kafka fails the whole request with
 UNKNOWN_SERVER_ERROR).
@@ -18,10 +20,12 @@ from collections import Counter
 
 from core.topic_config import TOPIC_CONFIGS
 from protocols.kafka.admin.alter import refuse_broker_changes, replace_topic_configs
+from protocols.kafka.admin.config_access import config_refusal
 from protocols.kafka.admin.configs import TOPIC_CONFIG_TYPES, ConfigType
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.resources import BROKER, BROKER_LOGGER, TOPIC
 from protocols.kafka.admin.topics import existing_topic
+from protocols.kafka.authorization import Operation
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -37,6 +41,10 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             _response(r, ErrorCode.INVALID_REQUEST, "Unexpected resource type UNKNOWN") for r in request.resources]}
     responses = []
     for resource in request.resources:
+        refusal = await config_refusal(ctx, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
+        if refusal is not None:
+            responses.append(_response(resource, refusal, None))
+            continue
         try:
             await _alter(resource, request.validate_only, ctx)
         except ApiError as err:

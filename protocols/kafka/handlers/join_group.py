@@ -7,11 +7,13 @@ Kafka; GroupSettings) for more members. The handler awaits, which holds up only 
 (Kafka clients talk to the coordinator on a connection of its own), never the others. From v4 a
 member without an instance id joining with an empty member id gets MEMBER_ID_REQUIRED and a
 member id to join with (KIP-394); a static member (v5+, KIP-345) that restarts gets its old
-place, and its assignment without a rebalance when the group is Stable.
+place, and its assignment without a rebalance when the group is Stable. With ACLs enforced (SASL
+on), joining needs READ on the group (GROUP_AUTHORIZATION_FAILED, empty member id), as in Kafka.
 Gaps: group.max.size is unlimited; DescribeGroups' client host is empty.
 """
 
 from core.errors import GroupError
+from protocols.kafka.authorization import Operation, ResourceType, check
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -22,6 +24,8 @@ from protocols.kafka.schema.join_group import JOIN_GROUP as API
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
     version = ctx.version
+    if not await check(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, "", version)
     try:
         result = await coordinator(ctx).join(
             group_key(ctx, request.group_id),
@@ -37,9 +41,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         )
     except GroupError as exc:
         member_id = exc.member_id if exc.member_id is not None else request.member_id
-        return {"throttle_time_ms": 0, "error_code": kafka_code(exc), "generation_id": -1,
-                "protocol_type": None, "protocol_name": None if version >= 7 else "", "leader": "",
-                "member_id": member_id, "members": []}
+        return _error(kafka_code(exc), member_id, version)
     return {
         "throttle_time_ms": 0,
         "error_code": ErrorCode.NONE,
@@ -51,3 +53,8 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id, "metadata": m.metadata}
                     for m in result.members],
     }
+
+
+def _error(code: ErrorCode, member_id: str, version: int) -> dict:
+    return {"throttle_time_ms": 0, "error_code": code, "generation_id": -1, "protocol_type": None,
+            "protocol_name": None if version >= 7 else "", "leader": "", "member_id": member_id, "members": []}

@@ -3,11 +3,14 @@
 Behaviour: timestamp -2 = earliest (log start offset), -1 = latest (high watermark; the last stable
 offset is the same, there being no open transactions), otherwise the first offset whose record
 timestamp is at or after it (-1/-1 when there is none). v0 answers in old_style_offsets.
+With ACLs enforced (SASL on), each topic needs DESCRIBE, checked before its existence
+(TOPIC_AUTHORIZATION_FAILED), as in Kafka.
 Gaps: none known for 2.8's range (max-timestamp lookup, -3, is v7).
 """
 
 from core.errors import CoreError
 from core.names import TopicName
+from protocols.kafka.authorization import Operation, ResourceType, authorized_names, enforced
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -19,12 +22,18 @@ EARLIEST, LATEST = -2, -1
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
     topics = []
+    describable = await authorized_names(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
+                                         (t.name for t in request.topics)) if enforced(ctx) else None
     for topic in request.topics:
         partitions = []
         topics.append({"name": topic.name, "partitions": partitions})
+        denied = describable is not None and topic.name not in describable
         for asked in topic.partitions:
             answer = {"partition_index": asked.partition_index, "error_code": ErrorCode.NONE}
             partitions.append(answer)
+            if denied:
+                answer["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             try:
                 partition = await ctx.core.partition(TopicName.of(topic.name, ctx.tenant, ctx.namespace),
                                                      asked.partition_index)

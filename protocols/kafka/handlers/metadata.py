@@ -5,13 +5,23 @@ every partition (replicas and ISR = [this broker]). A null topic list (v1+) or a
 means every topic of the client's tenant/namespace. An unknown topic is created with the default
 partition count when the request allows it (v4+ flag, always before v4) and auto-creation is on.
 Leader epochs are -1 everywhere, so clients skip KIP-320 truncation checks consistently.
-Gaps: authorized-operations fields are left at "not provided" (-2^31).
+With ACLs enforced (SASL on), as in Kafka 2.8: a topic needs DESCRIBE. Asking for all topics, the
+others are left out; a named one is answered TOPIC_AUTHORIZATION_FAILED (no partitions, zero topic
+id) without looking it up, so its existence is not revealed. Auto-creating a missing topic also
+needs CREATE on the cluster or on the topic (else TOPIC_AUTHORIZATION_FAILED). When asked (v8+),
+topic_authorized_operations (topics described) and cluster_authorized_operations (v8-10; 0 without
+DESCRIBE on the cluster) are the bit fields of allowed operations; with SASL off, every supported
+operation, as a Kafka broker without an authorizer answers.
+Gaps: none known.
 """
 
 import uuid
 
+from core.acl import CLUSTER_NAME
 from core.errors import CoreError, InvalidName, UnknownTopic
 from core.names import TopicName
+from protocols.kafka.authorization import (Operation, ResourceType, authorized_operations, check, check_cluster,
+                                           enforced)
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -22,30 +32,80 @@ from protocols.kafka.schema.metadata import METADATA as API
 async def handle(request: Msg, ctx: RequestContext) -> dict:
     settings = ctx.broker.settings
     registry = ctx.core.registry
-    if request.topics is None or (ctx.version == 0 and not request.topics):
+    all_topics = request.topics is None or (ctx.version == 0 and not request.topics)
+    if all_topics:
         names = await registry.list_topics(ctx.tenant, ctx.namespace)
     else:
         names = [t.name for t in request.topics]
-    may_create = settings.auto_create_topics and (ctx.version < 4 or request.allow_auto_topic_creation)
-    topics = [await _describe(name, ctx, may_create) for name in names]
-    return {
+    may_create = settings.auto_create_topics and (ctx.version < 4 or request.allow_auto_topic_creation) \
+        and not all_topics
+    acl = _Decisions(ctx) if enforced(ctx) else None
+    topics = []
+    described = []   # the topics Kafka reports authorized operations for
+    for name in names:
+        if acl is not None and not await acl.may_describe(name or ""):
+            if not all_topics:   # all topics: the ones not describable are left out
+                topics.append(_unauthorized(name))
+            continue
+        topic = await _describe(name, ctx, may_create, acl)
+        topics.append(topic)
+        if topic["error_code"] != ErrorCode.TOPIC_AUTHORIZATION_FAILED:   # not a refused auto-creation
+            described.append(topic)
+    response = {
         "throttle_time_ms": 0,
         "brokers": [{"node_id": settings.node_id, "host": settings.host, "port": settings.port, "rack": settings.rack}],
         "cluster_id": settings.cluster_id,
         "controller_id": settings.node_id,
         "topics": topics,
     }
+    if request.include_topic_authorized_operations:
+        for topic in described:
+            topic["topic_authorized_operations"] = await authorized_operations(ctx, ResourceType.TOPIC, topic["name"])
+    if request.include_cluster_authorized_operations:   # v8-10
+        response["cluster_authorized_operations"] = (
+            await authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+            if await check_cluster(ctx, Operation.DESCRIBE) else 0)
+    return response
 
 
-async def _describe(name: str | None, ctx: RequestContext, may_create: bool) -> dict:
+class _Decisions:
+    """One request's ACL decisions: DESCRIBE per topic, CREATE on the cluster asked once."""
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self._ctx = ctx
+        self._cluster_create: bool | None = None
+
+    async def may_describe(self, name: str) -> bool:
+        return await check(self._ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)
+
+    async def may_create(self, name: str) -> bool:
+        if self._cluster_create is None:
+            self._cluster_create = await check_cluster(self._ctx, Operation.CREATE)
+        return self._cluster_create or await check(self._ctx, Operation.CREATE, ResourceType.TOPIC, name)
+
+
+def _unauthorized(name: str | None) -> dict:
+    return {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name or "", "is_internal": False,
+            "partitions": []}
+
+
+async def _describe(name: str | None, ctx: RequestContext, may_create: bool, acl: _Decisions | None) -> dict:
     node = ctx.broker.settings.node_id
     try:
-        topic = TopicName.of(name or "", ctx.tenant, ctx.namespace)
+        try:
+            topic = TopicName.of(name or "", ctx.tenant, ctx.namespace)
+        except InvalidName:
+            # Not a topic that exists: creating it needs CREATE too (Kafka then finds it invalid).
+            if may_create and acl is not None and not await acl.may_create(name or ""):
+                return _unauthorized(name)
+            raise
         try:
             info = await ctx.core.registry.get_topic(topic)
         except UnknownTopic:
             if not may_create:
                 raise
+            if acl is not None and not await acl.may_create(name or ""):
+                return _unauthorized(name)
             try:
                 info = await ctx.core.create_topic(topic, ctx.broker.settings.default_partitions)
             except CoreError:

@@ -4,6 +4,9 @@ Behaviour: every partition's batches are validated (framing, magic 2, CRC-32C, m
 and queued for storage while the request is handled, so their offsets follow request order; the
 response is sent once all of them are durable (acks=1 and acks=all mean the same here: fsynced on
 the ack quorum). acks=0 gets no response. Batches are stored as sent, compression included.
+With ACLs enforced (SASL on), each topic needs WRITE (TOPIC_AUTHORIZATION_FAILED, decided once per
+topic per request, before the existence check), as in Kafka 2.8; an idempotent producer needs no
+more here (since KIP-679 Kafka checks IDEMPOTENT_WRITE in InitProducerId only).
 Gaps: transactional produce is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); message format
 v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
 """
@@ -11,6 +14,7 @@ v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
 import inspect
 
 from core.errors import CoreError
+from protocols.kafka.authorization import Operation, ResourceType, check, enforced
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -22,17 +26,22 @@ from protocols.kafka.topic_names import topic_name
 async def handle(request: Msg, ctx: RequestContext):
     started: list[tuple[dict, object]] = []
     responses = []
+    writable: dict[str, bool] | None = {} if enforced(ctx) else None   # None: no ACLs to consult
     for topic in request.topic_data:
         partitions = []
         responses.append({"name": topic.name, "partition_responses": partitions})
+        allowed = writable is None or await _may_write(ctx, topic.name, writable)
         for data in topic.partition_data:
             answer = {"index": data.index, "error_code": ErrorCode.NONE, "base_offset": -1}
             partitions.append(answer)
-            if request.acks not in (-1, 0, 1):
-                answer["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
-                continue
             if request.transactional_id is not None:
                 answer["error_code"] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                continue
+            if not allowed:
+                answer["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            if request.acks not in (-1, 0, 1):
+                answer["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
                 continue
             try:
                 partition = await ctx.core.partition(topic_name(topic.name, ctx.tenant, ctx.namespace), data.index)
@@ -40,6 +49,13 @@ async def handle(request: Msg, ctx: RequestContext):
             except CoreError as exc:
                 answer["error_code"] = kafka_code(exc)
     return _complete(request.acks, responses, started)
+
+
+async def _may_write(ctx: RequestContext, name: str, decided: dict[str, bool]) -> bool:
+    allowed = decided.get(name)
+    if allowed is None:
+        allowed = decided[name] = await check(ctx, Operation.WRITE, ResourceType.TOPIC, name)
+    return allowed
 
 
 async def _complete(acks: int, responses: list, started: list) -> dict | None:

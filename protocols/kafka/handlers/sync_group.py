@@ -3,11 +3,13 @@
 Behaviour: the leader's request carries every member's assignment (members it leaves out get an
 empty one); each member's response comes once the leader's has arrived, with its own assignment.
 A member of a Stable group gets its current assignment at once. From v5 the protocol type and
-name are mandatory and must be the group's (INCONSISTENT_GROUP_PROTOCOL otherwise).
+name are mandatory and must be the group's (INCONSISTENT_GROUP_PROTOCOL otherwise). With ACLs
+enforced (SASL on), after that check the group needs READ (GROUP_AUTHORIZATION_FAILED), as in Kafka.
 Gaps: none known.
 """
 
 from core.errors import GroupError
+from protocols.kafka.authorization import Operation, ResourceType, check
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -19,6 +21,8 @@ from protocols.kafka.schema.sync_group import SYNC_GROUP as API
 async def handle(request: Msg, ctx: RequestContext) -> dict:
     if ctx.version >= 5 and (request.protocol_type is None or request.protocol_name is None):
         return _error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+    if not await check(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     try:
         result = await coordinator(ctx).sync(
             group_key(ctx, request.group_id),

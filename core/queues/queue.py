@@ -1,0 +1,147 @@
+"""A queue: a topic with one partition, one shared subscription on it, and a batching publisher.
+
+    /queues/<tenant>/<namespace>/<storage key of the name>
+        {"name": str, "topic": str, "durable": bool, "exclusive": bool, "auto_delete": bool,
+         "arguments": {...}, "owns_topic": bool}
+
+The messages are the records of the topic (partition 0); the queue's position is the cursor named
+CURSOR_NAME on it. An exclusive queue belongs to one owner (an AMQP connection) and is never stored
+across a restart; neither is a non-durable one (both are deleted when their namespace is loaded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.clock import Clock
+from core.cursor import Cursor
+from core.names import TopicName
+from core.partition import Partition
+from core.queues import arguments as stored_arguments
+from core.queues.publisher import BatchPublisher
+from core.queues.subscription import Consumer, QueuedMessage, SharedSubscription
+from core.records.builder import Record
+
+CURSOR_NAME = "queue"
+
+# The topic settings of a queue's topic: messages stay until acknowledged (acknowledged ledgers are
+# dropped by the subscription), messages up to the AMQP maximum fit, and ledgers roll small enough
+# that acknowledged data is reclaimed soon.
+QUEUE_TOPIC_CONFIGS = {
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "max.message.bytes": str(256 << 20),
+    "segment.bytes": str(64 << 20),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    name: str
+    topic: str
+    durable: bool = True
+    exclusive: bool = False
+    auto_delete: bool = False
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    owns_topic: bool = True      # False: declared over a topic that existed (kept when the queue goes)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"name": self.name, "topic": self.topic, "durable": self.durable, "exclusive": self.exclusive,
+                "auto_delete": self.auto_delete, "arguments": stored_arguments.to_json(self.arguments),
+                "owns_topic": self.owns_topic}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> "QueueInfo":
+        return cls(doc["name"], doc["topic"], doc["durable"], doc["exclusive"], doc["auto_delete"],
+                   stored_arguments.from_json(doc["arguments"]), doc.get("owns_topic", True))
+
+
+class Queue:
+    """The live side of a declared queue. `open()` loads the cursor before anything is consumed;
+    publishing needs no open."""
+
+    def __init__(self, core, info: QueueInfo, topic: TopicName, clock: Clock, *, owner: Hashable | None = None) -> None:
+        self._core = core
+        self.info = info
+        self.topic = topic
+        self.owner = owner                    # the exclusive owner, if exclusive
+        self._clock = clock
+        self.publisher = BatchPublisher(self.partition, on_durable=self._on_durable)
+        self.subscription: SharedSubscription | None = None
+        self._opening: asyncio.Future | None = None
+        self.had_consumers = False            # auto-delete applies only once someone consumed
+        self.deleted = False
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    async def partition(self) -> Partition:
+        # Always through the core: it reopens a partition that it closed while idle.
+        return await self._core.partition(self.topic, 0)
+
+    async def open(self) -> SharedSubscription:
+        if self.subscription is not None:
+            return self.subscription
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._load())
+        try:
+            return await asyncio.shield(self._opening)
+        except BaseException:
+            if self._opening is not None and self._opening.done():
+                self._opening = None
+            raise
+
+    async def _load(self) -> SharedSubscription:
+        partition = await self.partition()
+        cursor = await Cursor.load(self._core.metadata, self._clock, self.topic, 0, CURSOR_NAME,
+                                   initial_offset=partition.log_start_offset)
+        subscription = SharedSubscription(self.partition, cursor, self._clock, name=self.info.name)
+        subscription.note_high_watermark(partition.high_watermark)
+        self.subscription = subscription
+        return subscription
+
+    # --- publishing -----------------------------------------------------------------------------
+
+    def publish(self, record: Record) -> asyncio.Future:
+        return self.publisher.publish(record)
+
+    def _on_durable(self) -> None:
+        if self.subscription is not None:
+            self.subscription.wake()
+
+    # --- consuming ------------------------------------------------------------------------------
+
+    async def add_consumer(self, consumer: Consumer, *, exclusive: bool = False) -> None:
+        subscription = await self.open()
+        subscription.add_consumer(consumer, exclusive=exclusive)
+        self.had_consumers = True
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.subscription.consumers) if self.subscription is not None else 0
+
+    async def get(self, owner: Hashable, *, auto_ack: bool) -> QueuedMessage | None:
+        return await (await self.open()).get(owner, auto_ack=auto_ack)
+
+    async def message_count(self) -> int:
+        subscription = await self.open()
+        subscription.note_high_watermark((await self.partition()).high_watermark)
+        return subscription.ready_count
+
+    async def purge(self) -> int:
+        subscription = await self.open()
+        subscription.note_high_watermark((await self.partition()).high_watermark)
+        return subscription.purge()
+
+    async def close(self) -> None:
+        if self.subscription is not None:
+            await self.subscription.close()
+
+    def discard(self) -> None:
+        self.deleted = True
+        if self.subscription is not None:
+            self.subscription.discard()

@@ -1,0 +1,402 @@
+"""Exchanges, bindings and queues per tenant/namespace: declaring, deleting, routing, publishing.
+
+`QueueService(core)` hands out one `QueueNamespace` per tenant/namespace, loaded from the metadata
+store on first use. Loading drops what does not outlive a restart (non-durable exchanges and
+queues, exclusive queues, bindings whose ends are gone) and adds the predeclared exchanges:
+amq.direct, amq.fanout, amq.topic, amq.headers and amq.match (never stored, never deletable).
+
+Declarations, deletions and bindings of a namespace run one at a time (a lock), each stored before
+it is visible. Routing and publishing take no lock: they read the in-memory routing table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from core.errors import (InequivalentDeclaration, InvalidArgument, NotPermitted, ReservedName, ResourceInUse,
+                         ResourceLocked, TopicExists, UnknownExchange, UnknownQueue, UnknownTopic)
+from core.names import TopicName
+from core.partition import storage_errors
+from core.queues.exchange import Binding, DestinationKind, Exchange, ExchangeType, HeadersPattern
+from core.queues.naming import queue_topic
+from core.queues.queue import CURSOR_NAME, QUEUE_TOPIC_CONFIGS, Queue, QueueInfo
+from core.queues.routing import DEFAULT_EXCHANGE, HeadersFunction, RoutingTable
+from core.queues.store import NamespaceStore
+from core.records.builder import Record
+
+log = logging.getLogger("gateway.core")
+
+RESERVED_PREFIX = "amq."
+PREDECLARED_EXCHANGES = (
+    Exchange("amq.direct", ExchangeType.DIRECT),
+    Exchange("amq.fanout", ExchangeType.FANOUT),
+    Exchange("amq.topic", ExchangeType.TOPIC),
+    Exchange("amq.headers", ExchangeType.HEADERS),
+    Exchange("amq.match", ExchangeType.HEADERS),
+)
+_PREDECLARED = frozenset(exchange.name for exchange in PREDECLARED_EXCHANGES)
+
+# Queue arguments the core does not implement yet: refused, since accepting them would promise
+# behaviour that does not happen. Arguments it does not know at all are kept and ignored.
+UNSUPPORTED_QUEUE_ARGUMENTS = frozenset({
+    "x-message-ttl", "x-expires", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
+    "x-max-length-bytes", "x-overflow", "x-max-priority", "x-single-active-consumer", "x-delivery-limit",
+    "x-max-age", "x-stream-max-segment-size-bytes", "x-queue-leader-locator", "x-queue-master-locator",
+})
+SUPPORTED_QUEUE_TYPES = ("classic",)
+# Arguments whose value must match on a redeclare (the rest may differ, as in RabbitMQ).
+_EQUIVALENT_QUEUE_ARGUMENTS = ("x-queue-type", "x-queue-mode")
+
+
+class QueueNamespace:
+    def __init__(self, core, tenant: str, namespace: str) -> None:
+        self._core = core
+        self.tenant = tenant
+        self.namespace = namespace
+        self._store = NamespaceStore(core.metadata, tenant, namespace)
+        self.routing = RoutingTable()
+        self.queues: dict[str, Queue] = {}
+        self._lock = asyncio.Lock()
+
+    def _topic(self, info: QueueInfo) -> TopicName:
+        return TopicName(self.tenant, self.namespace, info.topic)
+
+    # --- loading --------------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        stored = await self._store.load()
+        for exchange in PREDECLARED_EXCHANGES:
+            self.routing.put_exchange(exchange)
+        for exchange in stored.exchanges:
+            if exchange.durable and exchange.name not in _PREDECLARED:
+                self.routing.put_exchange(exchange)
+            elif exchange.name not in _PREDECLARED:
+                await self._store.delete_exchange(exchange.name)
+        for info in stored.queues:
+            if info.durable and not info.exclusive:
+                self.queues[info.name] = Queue(self._core, info, self._topic(info), self._core.clock)
+            else:   # transient: gone with the process that declared it
+                await self._store.delete_queue(info.name)
+                await self._delete_topic(info)
+        for binding in stored.bindings:
+            source_ok = binding.source in self.routing.exchanges
+            destination_ok = (binding.destination in self.queues if binding.kind is DestinationKind.QUEUE
+                              else binding.destination in self.routing.exchanges)
+            if source_ok and destination_ok:
+                self.routing.add_binding(binding)
+            else:
+                await self._store.delete_binding(binding)
+
+    # --- exchanges ------------------------------------------------------------------------------
+
+    def exchange(self, name: str) -> Exchange:
+        exchange = self.routing.exchanges.get(name)
+        if exchange is None:
+            raise UnknownExchange(f"no exchange '{name}'")
+        return exchange
+
+    async def declare_exchange(self, name: str, exchange_type: ExchangeType, *, durable: bool = True,
+                               auto_delete: bool = False, internal: bool = False,
+                               arguments: Mapping[str, Any] | None = None, passive: bool = False) -> Exchange:
+        _not_default(name)
+        if passive:
+            return self.exchange(name)
+        wanted = Exchange(name, exchange_type, durable, auto_delete, internal, dict(arguments or {}))
+        async with self._lock:
+            existing = self.routing.exchanges.get(name)
+            if existing is not None:
+                _check_exchange_equivalence(existing, wanted)
+                return existing
+            if name.startswith(RESERVED_PREFIX):
+                raise ReservedName(f"exchange name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'")
+            await self._store.put_exchange(wanted)
+            self.routing.put_exchange(wanted)
+            return wanted
+
+    async def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        _not_default(name)
+        if name in _PREDECLARED:
+            raise NotPermitted(f"deletion of system exchange '{name}' not allowed")
+        async with self._lock:
+            if name not in self.routing.exchanges:
+                return
+            if if_unused and self.routing.bindings_from(name):
+                raise ResourceInUse(f"exchange '{name}' in use")
+            await self._remove_exchange(name)
+
+    async def _remove_exchange(self, name: str) -> None:
+        await self._store.delete_exchange(name)
+        removed = self.routing.remove_exchange(name)
+        for binding in removed:
+            await self._store.delete_binding(binding)
+        await self._auto_delete_sources(removed)
+
+    async def _auto_delete_sources(self, removed: list[Binding]) -> None:
+        """Auto-delete exchanges go when their last binding goes."""
+        for source in {binding.source for binding in removed}:
+            exchange = self.routing.exchanges.get(source)
+            if exchange is not None and exchange.auto_delete and not self.routing.bindings_from(source):
+                await self._remove_exchange(source)
+
+    # --- bindings -------------------------------------------------------------------------------
+
+    async def bind(self, binding: Binding, *, owner: Hashable | None = None) -> None:
+        async with self._lock:
+            self._check_binding_ends(binding, owner)
+            source = self.exchange(binding.source)
+            if source.type is ExchangeType.HEADERS:
+                try:
+                    HeadersPattern.of(binding.arguments)
+                except ValueError as exc:
+                    raise InvalidArgument(str(exc)) from None
+            if binding.binding_id in self.routing.bindings.get(binding.source, {}):
+                return
+            await self._store.put_binding(binding)
+            self.routing.add_binding(binding)
+
+    async def unbind(self, binding: Binding, *, owner: Hashable | None = None) -> None:
+        async with self._lock:
+            self._check_binding_ends(binding, owner)
+            if not self.routing.remove_binding(binding):
+                return
+            await self._store.delete_binding(binding)
+            await self._auto_delete_sources([binding])
+
+    def _check_binding_ends(self, binding: Binding, owner: Hashable | None) -> None:
+        _not_default(binding.source)
+        if binding.kind is DestinationKind.QUEUE:
+            self.queue(binding.destination, owner)
+        else:
+            _not_default(binding.destination)
+            self.exchange(binding.destination)
+        self.exchange(binding.source)
+
+    # --- queues ---------------------------------------------------------------------------------
+
+    def queue(self, name: str, owner: Hashable | None = None) -> Queue:
+        """The queue, if `owner` may use it (an exclusive queue only by its owner)."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise UnknownQueue(f"no queue '{name}'")
+        if queue.info.exclusive and queue.owner is not owner:
+            raise ResourceLocked(_locked_text(name))
+        return queue
+
+    async def declare_queue(self, name: str, *, durable: bool = True, exclusive: bool = False,
+                            auto_delete: bool = False, arguments: Mapping[str, Any] | None = None,
+                            owner: Hashable | None = None, passive: bool = False,
+                            server_named: bool = False) -> Queue:
+        if passive:
+            return self.queue(name, owner)
+        arguments = dict(arguments or {})
+        async with self._lock:
+            existing = self.queues.get(name)
+            if existing is not None:
+                self.queue(name, owner)     # exclusive to someone else: RESOURCE_LOCKED
+                if existing.info.exclusive != exclusive:    # RabbitMQ's strict exclusive-access check
+                    raise ResourceLocked(_locked_text(name))
+                _check_queue_equivalence(existing.info, durable, auto_delete, arguments)
+                return existing
+            if name.startswith(RESERVED_PREFIX) and not server_named:
+                raise ReservedName(f"queue name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'")
+            _check_queue_arguments(name, arguments)
+            info = QueueInfo(name, queue_topic(name), durable, exclusive, auto_delete, arguments)
+            created = await self._create_topic(info)
+            info = replace(info, owns_topic=created)
+            queue = Queue(self._core, info, self._topic(info), self._core.clock,
+                          owner=owner if exclusive else None)
+            await self._store.put_queue(info)
+            self.queues[name] = queue
+            return queue
+
+    async def _create_topic(self, info: QueueInfo) -> bool:
+        """The queue's topic, starting empty: an existing one-partition topic is taken over from its
+        current end (a queue over a Kafka topic). True if the topic is new."""
+        topic = self._topic(info)
+        created = True
+        try:
+            await self._core.create_topic(topic, 1, dict(QUEUE_TOPIC_CONFIGS))
+        except TopicExists:
+            created = False
+            existing = await self._core.registry.get_topic(topic)
+            if existing.partitions != 1:
+                raise InequivalentDeclaration(f"queue '{info.name}' would use the topic '{info.topic}', "
+                                              f"which has {existing.partitions} partitions") from None
+        partition = await self._core.partition(topic, 0)
+        cursor = await self._core.cursor(topic, 0, CURSOR_NAME)
+        cursor.commit(partition.high_watermark)
+        with storage_errors():
+            await cursor.flush()
+        return created
+
+    async def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False,
+                           owner: Hashable | None = None) -> int:
+        """Returns how many messages were ready in it. A missing queue is not an error."""
+        async with self._lock:
+            if name not in self.queues:
+                return 0
+            queue = self.queue(name, owner)
+            if if_unused and queue.consumer_count:
+                raise ResourceInUse(f"queue '{name}' in use")
+            count = await queue.message_count()
+            if if_empty and count:
+                raise ResourceInUse(f"queue '{name}' not empty")
+            await self._remove_queue(queue)
+            return count
+
+    async def _remove_queue(self, queue: Queue) -> None:
+        name = queue.name
+        consumers = list(queue.subscription.consumers) if queue.subscription is not None else []
+        del self.queues[name]
+        queue.discard()
+        for consumer in consumers:
+            consumer.queue_deleted()
+        removed = self.routing.remove_destination(DestinationKind.QUEUE, name)
+        await self._store.delete_queue(name)
+        for binding in removed:
+            await self._store.delete_binding(binding)
+        await self._delete_topic(queue.info)
+        await self._auto_delete_sources(removed)
+
+    async def _delete_topic(self, info: QueueInfo) -> None:
+        """The queue's messages go with it: its topic, or only its cursor on a topic it took over."""
+        topic = self._topic(info)
+        try:
+            if info.owns_topic:
+                await self._core.delete_topic(topic)
+            else:
+                await (await self._core.cursor(topic, 0, CURSOR_NAME)).delete()
+        except UnknownTopic:
+            pass
+
+    async def purge_queue(self, name: str, *, owner: Hashable | None = None) -> int:
+        return await self.queue(name, owner).purge()
+
+    async def consumer_removed(self, queue: Queue) -> None:
+        """Call after removing a consumer: an auto-delete queue goes with its last consumer."""
+        if queue.info.auto_delete and queue.had_consumers and not queue.consumer_count and not queue.deleted:
+            async with self._lock:
+                if self.queues.get(queue.name) is queue and not queue.consumer_count:
+                    await self._remove_queue(queue)
+
+    async def release_owner(self, owner: Hashable) -> None:
+        """The owner (a connection) is gone: its exclusive queues are deleted."""
+        owned = [queue for queue in self.queues.values() if queue.info.exclusive and queue.owner is owner]
+        if not owned:
+            return
+        async with self._lock:
+            for queue in owned:
+                if self.queues.get(queue.name) is queue:
+                    await self._remove_queue(queue)
+
+    # --- publishing -----------------------------------------------------------------------------
+
+    def route(self, exchange: str, routing_key: str, headers: HeadersFunction) -> list[Queue]:
+        """The queues a publish to `exchange` reaches; UnknownExchange / NotPermitted (internal)."""
+        if exchange != DEFAULT_EXCHANGE:
+            found = self.exchange(exchange)
+            if found.internal:
+                raise NotPermitted(f"cannot publish to internal exchange '{exchange}'")
+        queues = self.queues
+        return [queues[name] for name in self.routing.route(exchange, routing_key, headers, queues)]
+
+    async def close(self) -> None:
+        for queue in list(self.queues.values()):
+            try:
+                await queue.close()
+            except Exception as exc:
+                log.warning("closing queue %s failed: %s", queue.name, exc)
+
+
+class QueueService:
+    def __init__(self, core) -> None:
+        self._core = core
+        self._namespaces: dict[tuple[str, str], QueueNamespace] = {}
+        self._loading: dict[tuple[str, str], asyncio.Future] = {}
+
+    async def namespace(self, tenant: str, namespace: str) -> QueueNamespace:
+        key = (tenant, namespace)
+        found = self._namespaces.get(key)
+        if found is not None:
+            return found
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = asyncio.ensure_future(self._load(tenant, namespace))
+            self._loading[key] = loading
+            loading.add_done_callback(lambda _: self._loading.pop(key, None))
+        return await asyncio.shield(loading)
+
+    async def _load(self, tenant: str, namespace: str) -> QueueNamespace:
+        space = QueueNamespace(self._core, tenant, namespace)
+        await space.load()
+        self._namespaces[(tenant, namespace)] = space
+        return space
+
+    async def close(self) -> None:
+        for space in list(self._namespaces.values()):
+            await space.close()
+
+
+def publish(queues: list[Queue], record: Record) -> list[asyncio.Future]:
+    """Append `record` to every queue; one future per queue, resolved once durable there."""
+    return [queue.publish(record) for queue in queues]
+
+
+# --- checks ---------------------------------------------------------------------------------------
+
+def _not_default(name: str) -> None:
+    if name == DEFAULT_EXCHANGE:
+        raise NotPermitted("operation not permitted on the default exchange")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _inequivalent(arg: str, kind: str, name: str, received: Any, current: Any) -> InequivalentDeclaration:
+    return InequivalentDeclaration(f"inequivalent arg '{arg}' for {kind} '{name}': received "
+                                   f"'{_shown(received)}' but current is '{_shown(current)}'")
+
+
+def _check_exchange_equivalence(existing: Exchange, wanted: Exchange) -> None:
+    for arg, attr in (("type", "type"), ("durable", "durable"), ("auto_delete", "auto_delete"),
+                      ("internal", "internal")):
+        if getattr(existing, attr) != getattr(wanted, attr):
+            raise _inequivalent(arg, "exchange", existing.name, getattr(wanted, attr), getattr(existing, attr))
+    if existing.alternate != wanted.alternate:
+        raise _inequivalent("alternate-exchange", "exchange", existing.name, wanted.alternate or "none",
+                            existing.alternate or "none")
+
+
+def _locked_text(name: str) -> str:
+    return (f"cannot obtain exclusive access to locked queue '{name}'. It could be originally declared on another "
+            "connection or the exclusive property value does not match that of the original declaration.")
+
+
+def _check_queue_equivalence(info: QueueInfo, durable: bool, auto_delete: bool, arguments: Mapping[str, Any]) -> None:
+    for arg, received, current in (("durable", durable, info.durable), ("auto_delete", auto_delete, info.auto_delete)):
+        if received != current:
+            raise _inequivalent(arg, "queue", info.name, received, current)
+    for arg in _EQUIVALENT_QUEUE_ARGUMENTS:
+        received, current = arguments.get(arg), info.arguments.get(arg)
+        if received != current and not (arg == "x-queue-type" and {received, current} <= {None, "classic"}):
+            raise _inequivalent(arg, "queue", info.name, received if received is not None else "none",
+                                current if current is not None else "none")
+
+
+def _check_queue_arguments(name: str, arguments: Mapping[str, Any]) -> None:
+    for arg in arguments:
+        if arg in UNSUPPORTED_QUEUE_ARGUMENTS:
+            raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}': not supported by this gateway yet")
+    queue_type = arguments.get("x-queue-type")
+    if queue_type is not None and queue_type not in SUPPORTED_QUEUE_TYPES:
+        raise InvalidArgument(f"invalid arg 'x-queue-type' for queue '{name}': queue type '{queue_type}' is not "
+                              f"supported by this gateway yet (only {', '.join(SUPPORTED_QUEUE_TYPES)})")
+    if arguments.get("x-queue-mode") not in (None, "default", "lazy"):
+        raise InvalidArgument(f"invalid arg 'x-queue-mode' for queue '{name}': {arguments['x-queue-mode']!r}")

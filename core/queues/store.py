@@ -1,0 +1,81 @@
+"""Exchanges, queues and bindings of one namespace in the metadata store.
+
+    /exchanges/<tenant>/<namespace>/<storage key>   Exchange.to_doc()
+    /queues/<tenant>/<namespace>/<storage key>      QueueInfo.to_doc()
+    /bindings/<tenant>/<namespace>/<binding id>     Binding.to_doc()
+
+Storage keys are naming.storage_key(name); a binding's id is a hash of all its fields, so binding
+the same thing twice writes one row. Every write is durable when it returns.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from core.partition import storage_errors
+from core.queues.exchange import Binding, Exchange
+from core.queues.naming import storage_key
+from core.queues.queue import QueueInfo
+from storage.api import MetadataStore, NoNode
+
+
+@dataclass(frozen=True, slots=True)
+class StoredNamespace:
+    exchanges: list[Exchange]
+    queues: list[QueueInfo]
+    bindings: list[Binding]
+
+
+class NamespaceStore:
+    def __init__(self, metadata: MetadataStore, tenant: str, namespace: str) -> None:
+        self._metadata = metadata
+        self._suffix = f"{tenant}/{namespace}"
+
+    def _path(self, kind: str, key: str) -> str:
+        return f"/{kind}/{self._suffix}/{key}"
+
+    async def load(self) -> StoredNamespace:
+        with storage_errors():
+            return StoredNamespace(
+                [Exchange.from_doc(doc) for doc in await self._all("exchanges")],
+                [QueueInfo.from_doc(doc) for doc in await self._all("queues")],
+                [Binding.from_doc(doc) for doc in await self._all("bindings")],
+            )
+
+    async def _all(self, kind: str) -> list[dict]:
+        docs = []
+        for key in await self._metadata.children(f"/{kind}/{self._suffix}"):
+            node = await self._metadata.get(self._path(kind, key))
+            if node is not None:
+                docs.append(json.loads(node.value))
+        return docs
+
+    async def put_exchange(self, exchange: Exchange) -> None:
+        await self._put("exchanges", storage_key(exchange.name), exchange.to_doc())
+
+    async def delete_exchange(self, name: str) -> None:
+        await self._delete("exchanges", storage_key(name))
+
+    async def put_queue(self, info: QueueInfo) -> None:
+        await self._put("queues", storage_key(info.name), info.to_doc())
+
+    async def delete_queue(self, name: str) -> None:
+        await self._delete("queues", storage_key(name))
+
+    async def put_binding(self, binding: Binding) -> None:
+        await self._put("bindings", binding.binding_id, binding.to_doc())
+
+    async def delete_binding(self, binding: Binding) -> None:
+        await self._delete("bindings", binding.binding_id)
+
+    async def _put(self, kind: str, key: str, doc: dict) -> None:
+        with storage_errors():
+            await self._metadata.put(self._path(kind, key), json.dumps(doc, separators=(",", ":")).encode())
+
+    async def _delete(self, kind: str, key: str) -> None:
+        with storage_errors():
+            try:
+                await self._metadata.delete(self._path(kind, key))
+            except NoNode:
+                pass

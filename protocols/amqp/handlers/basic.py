@@ -1,0 +1,143 @@
+"""basic.qos / consume / cancel / publish / get / ack / nack / reject / recover.
+
+- qos: prefetch_count with global=false applies to consumers created afterwards on the channel (one
+  limit each); global=true is one limit shared by the channel's deliveries, as RabbitMQ 3.x has it.
+  A prefetch_size is NOT_IMPLEMENTED (RabbitMQ does not implement it either).
+- consume: a consumer tag reused on the channel is NOT_ALLOWED (closes the connection); exclusive
+  is ACCESS_REFUSED while the queue has other consumers. Consumer arguments (x-priority, ...) are
+  not implemented and ignored; no-local is ignored, as RabbitMQ does.
+- publish: unknown exchange NOT_FOUND, internal exchange ACCESS_REFUSED; mandatory and unroutable
+  -> basic.return 312 NO_ROUTE; immediate=true is NOT_IMPLEMENTED (as RabbitMQ since 3.0); a
+  user_id property other than the logged-in user is PRECONDITION_FAILED. Properties stay raw
+  unless a headers exchange or a user_id needs them.
+- ack / nack / reject: an unknown delivery tag is PRECONDITION_FAILED; tag 0 with multiple means
+  everything outstanding; requeued messages are redelivered first with redelivered=true.
+- recover (and recover-async) with requeue=true requeues everything unacknowledged on the
+  channel; requeue=false is NOT_IMPLEMENTED, as in RabbitMQ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from core.queues.service import publish as publish_to
+from protocols.amqp.channel import Channel, ChannelConsumer, generated_name
+from protocols.amqp.codec.properties import ContentProperties
+from protocols.amqp.handlers.queue import queue_name
+from protocols.amqp.machine.errors import AmqpConnectionError, ChannelError
+from protocols.amqp.machine.events import ContentReceived
+from protocols.amqp.records import to_record
+from protocols.amqp.spec import ReplyCode
+
+CONSUMER_TAG_PREFIX = "amq.ctag-"
+_USER_ID_FLAG = 0x10     # user-id is the 12th basic property: bit 4 of the first flags short (its low byte)
+
+
+def qos(channel: Channel, args: Mapping[str, Any]) -> None:
+    if args["prefetch_size"]:
+        raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({args['prefetch_size']})",
+                                  method_name="basic.qos")
+    if args["global"]:
+        channel.channel_prefetch = args["prefetch_count"]
+        channel.wake_consumers()
+    else:
+        channel.consumer_prefetch = args["prefetch_count"]
+    channel.send("basic.qos-ok")
+
+
+async def consume(channel: Channel, args: Mapping[str, Any]) -> None:
+    connection = channel.connection
+    queue = connection.space.queue(queue_name(channel, args["queue"], "basic.consume"), connection.owner)
+    tag = args["consumer_tag"] or generated_name(CONSUMER_TAG_PREFIX)
+    if tag in channel.consumers:
+        raise AmqpConnectionError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'",
+                                  method_name="basic.consume")
+    subscription = await queue.open()
+    subscription.check_consumer(exclusive=args["exclusive"])
+    if channel.closed or queue.deleted:
+        return
+    consumer = ChannelConsumer(tag, queue, channel, channel.consumer_prefetch, args["no_ack"])
+    channel.consumers[tag] = consumer
+    if not args["nowait"]:
+        channel.send("basic.consume-ok", consumer_tag=tag)
+    await queue.add_consumer(consumer, exclusive=args["exclusive"])   # delivers at once: after consume-ok
+
+
+async def cancel(channel: Channel, args: Mapping[str, Any]) -> None:
+    tag = args["consumer_tag"]
+    consumer = channel.consumers.get(tag)
+    if consumer is not None:
+        queue = channel.cancel(consumer)
+        await channel.connection.space.consumer_removed(queue)
+    if not args["nowait"]:
+        channel.send("basic.cancel-ok", consumer_tag=tag)
+
+
+def publish(channel: Channel, event: ContentReceived) -> None:
+    args = event.args
+    connection = channel.connection
+    if args["immediate"]:
+        raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, "immediate=true", method_name="basic.publish")
+    properties: ContentProperties = event.properties
+    raw = properties.raw
+    if raw[1] & _USER_ID_FLAG:
+        user_id = properties.decoded.user_id
+        if user_id is not None and user_id != connection.username:
+            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"user_id property set to '{user_id}' but "
+                               f"authenticated user was '{connection.username}'", method_name="basic.publish")
+    exchange, routing_key = args["exchange"], args["routing_key"]
+    queues = connection.space.route(exchange, routing_key, lambda: properties.decoded.headers or {})
+    if queues:
+        record = to_record(exchange, routing_key, raw, event.body, connection.clock.now_ms())
+        durable = publish_to(queues, record)
+        connection.published_to(queues)
+    else:
+        durable = []
+        if args["mandatory"]:
+            connection.write(connection.machine.send_content(
+                channel.number, "basic.return", properties, event.body, reply_code=ReplyCode.NO_ROUTE,
+                reply_text="NO_ROUTE", exchange=exchange, routing_key=routing_key))
+    channel.published(durable)
+
+
+async def get(channel: Channel, args: Mapping[str, Any]) -> None:
+    connection = channel.connection
+    queue = connection.space.queue(queue_name(channel, args["queue"], "basic.get"), connection.owner)
+    message = await queue.get(channel, auto_ack=args["no_ack"])
+    if message is None:
+        channel.send("basic.get-empty")
+        return
+    channel.send_got(queue, message, auto_ack=args["no_ack"], message_count=await queue.message_count())
+
+
+def ack(channel: Channel, args: Mapping[str, Any]) -> None:
+    channel.ack(args["delivery_tag"], args["multiple"])
+
+
+def nack(channel: Channel, args: Mapping[str, Any]) -> None:
+    channel.reject(args["delivery_tag"], args["multiple"], args["requeue"])
+
+
+def reject(channel: Channel, args: Mapping[str, Any]) -> None:
+    channel.reject(args["delivery_tag"], False, args["requeue"])
+
+
+def _recover(channel: Channel, args: Mapping[str, Any], method_name: str) -> None:
+    if not args["requeue"]:
+        raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, "requeue=false", method_name=method_name)
+    channel.recover()
+
+
+def recover(channel: Channel, args: Mapping[str, Any]) -> None:
+    _recover(channel, args, "basic.recover")
+    channel.send("basic.recover-ok")
+
+
+def recover_async(channel: Channel, args: Mapping[str, Any]) -> None:
+    _recover(channel, args, "basic.recover-async")
+
+
+HANDLERS = {"basic.qos": qos, "basic.consume": consume, "basic.cancel": cancel, "basic.publish": publish,
+            "basic.get": get, "basic.ack": ack, "basic.nack": nack, "basic.reject": reject,
+            "basic.recover": recover, "basic.recover-async": recover_async}

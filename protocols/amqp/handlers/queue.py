@@ -1,0 +1,91 @@
+"""queue.declare / bind / unbind / purge / delete.
+
+declare: "" gets a server name ("amq.gen-" and 22 characters); passive on a missing queue is
+NOT_FOUND; an exclusive queue of another connection is RESOURCE_LOCKED; a redeclare with other
+durable / exclusive / auto-delete / x-queue-type is PRECONDITION_FAILED; an "amq." name is
+ACCESS_REFUSED. Exclusive queues belong to the connection and are deleted with it; auto-delete
+queues go with their last consumer. Queue arguments the core does not implement yet (TTL,
+dead-lettering, length limits, priorities, single active consumer, quorum and stream types) are
+refused with PRECONDITION_FAILED rather than accepted and ignored.
+
+The "" queue name of bind / purge / delete (and basic.consume / basic.get) means the queue this
+channel declared last, as in RabbitMQ; with it, an empty routing key means that queue's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from core.queues.exchange import Binding, DestinationKind
+from protocols.amqp.channel import Channel, generated_name
+from protocols.amqp.machine.errors import ChannelError
+from protocols.amqp.spec import ReplyCode
+
+SERVER_NAMED_PREFIX = "amq.gen-"
+
+
+def queue_name(channel: Channel, name: str, method_name: str) -> str:
+    """The queue a method names, with the "" shortcut for the channel's last declared queue."""
+    if name:
+        return name
+    if not channel.most_recent_queue:
+        raise ChannelError(ReplyCode.NOT_FOUND, "no previously declared queue", method_name=method_name)
+    return channel.most_recent_queue
+
+
+async def declare(channel: Channel, args: Mapping[str, Any]) -> None:
+    connection = channel.connection
+    name = args["queue"]
+    server_named = not name and not args["passive"]
+    if server_named:
+        name = generated_name(SERVER_NAMED_PREFIX)
+    elif not name:
+        name = queue_name(channel, name, "queue.declare")
+    queue = await connection.space.declare_queue(
+        name, durable=args["durable"], exclusive=args["exclusive"], auto_delete=args["auto_delete"],
+        arguments=args["arguments"], owner=connection.owner, passive=args["passive"], server_named=server_named)
+    channel.most_recent_queue = queue.name
+    if not args["nowait"]:
+        channel.send("queue.declare-ok", queue=queue.name, message_count=await queue.message_count(),
+                     consumer_count=queue.consumer_count)
+
+
+def _binding(channel: Channel, args: Mapping[str, Any], method_name: str) -> Binding:
+    name = queue_name(channel, args["queue"], method_name)
+    routing_key = args["routing_key"] or ("" if args["queue"] else name)
+    return Binding(args["exchange"], name, DestinationKind.QUEUE, routing_key, dict(args["arguments"]))
+
+
+async def bind(channel: Channel, args: Mapping[str, Any]) -> None:
+    connection = channel.connection
+    await connection.space.bind(_binding(channel, args, "queue.bind"), owner=connection.owner)
+    if not args["nowait"]:
+        channel.send("queue.bind-ok")
+
+
+async def unbind(channel: Channel, args: Mapping[str, Any]) -> None:
+    connection = channel.connection
+    await connection.space.unbind(_binding(channel, args, "queue.unbind"), owner=connection.owner)
+    channel.send("queue.unbind-ok")
+
+
+async def purge(channel: Channel, args: Mapping[str, Any]) -> None:
+    connection = channel.connection
+    name = queue_name(channel, args["queue"], "queue.purge")
+    count = await connection.space.purge_queue(name, owner=connection.owner)
+    if not args["nowait"]:
+        channel.send("queue.purge-ok", message_count=count)
+
+
+async def delete(channel: Channel, args: Mapping[str, Any]) -> None:
+    connection = channel.connection
+    name = queue_name(channel, args["queue"], "queue.delete")
+    count = await connection.space.delete_queue(name, if_unused=args["if_unused"], if_empty=args["if_empty"],
+                                                owner=connection.owner)
+    if not args["nowait"]:
+        channel.send("queue.delete-ok", message_count=count)
+
+
+HANDLERS = {"queue.declare": declare, "queue.bind": bind, "queue.unbind": unbind, "queue.purge": purge,
+            "queue.delete": delete}

@@ -1,0 +1,368 @@
+"""The asyncio adapter: one task per AMQP connection, bytes from the socket into the connection
+machine (machine/connection.py), its events to the handlers, and what they answer back out.
+
+Events are handled one after another in arrival order; a handler that needs storage (declaring,
+binding, basic.get) is awaited before the next event, so a channel's methods take effect in order.
+basic.publish and the acks never wait: a publish is routed and queued for its queues' next batch at
+once, and its confirm follows when the batch is durable.
+
+Deliveries are written by the queues' dispatchers (other tasks) straight into this connection's
+transport. Back-pressure: once more than OUTPUT_HIGH_WATER bytes wait to be sent, the consumers of
+this connection get nothing more until the transport drains; while a queue this connection published
+to holds more than its backlog limit not yet durable, or the output is beyond OUTPUT_PAUSE_READING,
+the connection is not read (TCP pushes back on the client).
+
+Timers (one task per connection): the handshake must finish within handshake_timeout_s; heartbeats
+are sent when nothing else was for half the negotiated interval, and a peer silent for two intervals
+is dropped; after our connection.close the client has CLOSE_OK_TIMEOUT_S to answer.
+
+When the connection ends, however it ends, its channels give back what they held unacknowledged
+(redelivered first), its consumers go (auto-delete queues with them) and its exclusive queues are
+deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+from core.auth import Principal, UserStore
+from core.errors import CoreError
+from core.queues.queue import Queue
+from core.queues.service import QueueNamespace, QueueService
+from protocols.amqp.channel import Channel
+from protocols.amqp.codec.errors import DecodeError
+from protocols.amqp.errors import from_core
+from protocols.amqp.handlers import HANDLERS
+from protocols.amqp.machine.connection import AmqpServerConnection, ConnectionState
+from protocols.amqp.machine.errors import AmqpConnectionError, AmqpError
+from protocols.amqp.machine.events import (
+    AuthenticationRequested, ChannelErrorRaised, ConnectionCloseRequested, ConnectionClosed, ConnectionErrorRaised,
+    ConnectionLost, ContentReceived, Event, MethodReceived, ProtocolHeaderAccepted, ProtocolHeaderRejected,
+    VhostOpenRequested,
+)
+from protocols.amqp.machine.settings import ServerSettings
+from protocols.amqp.spec import ReplyCode
+from protocols.amqp.vhosts import authenticate, may_open, vhost_namespace
+
+log = logging.getLogger("gateway.amqp")
+
+# Exactly the extensions that work (connection.blocked, consumer priorities and direct reply-to do not yet).
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "exchange_exchange_bindings": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+}
+READ_BYTES = 256 * 1024
+OUTPUT_HIGH_WATER = 4 << 20
+OUTPUT_PAUSE_READING = 16 << 20
+CLOSE_OK_TIMEOUT_S = 3.0
+TICK_S = 1.0
+_CHANNEL_LIFECYCLE = ("channel.open", "channel.close", "channel.close-ok")
+
+
+@dataclass(frozen=True, slots=True)
+class AmqpSettings:
+    server: ServerSettings = field(default_factory=lambda: ServerSettings(capabilities=CAPABILITIES))
+    default_guest: bool = True            # guest/guest on "/" from loopback, unless [[users]] has a guest
+    handshake_timeout_s: float = 10.0     # RabbitMQ's handshake_timeout
+
+
+class AmqpBroker:
+    """What every AMQP connection shares."""
+
+    def __init__(self, core, settings: AmqpSettings, queues: QueueService | None = None) -> None:
+        self.core = core
+        self.settings = settings
+        self.queues = queues if queues is not None else QueueService(core)
+        self.users = UserStore(core.metadata)
+
+
+def make_broker(core, settings: AmqpSettings | None = None, queues: QueueService | None = None) -> AmqpBroker:
+    return AmqpBroker(core, settings or AmqpSettings(), queues)
+
+
+def connection_handler(broker: AmqpBroker):
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await AmqpConnection(broker, reader, writer).run()
+    return handle
+
+
+class _Stop(Exception):
+    """Nothing more is to be read: the connection is over."""
+
+
+class AmqpConnection:
+    def __init__(self, broker: AmqpBroker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.broker = broker
+        self.machine = AmqpServerConnection(broker.settings.server)
+        self.clock = broker.core.clock
+        self.channels: dict[int, Channel] = {}
+        self.space: QueueNamespace | None = None
+        self.principal: Principal | None = None
+        self.owner = self                    # the owner of the exclusive queues it declares
+        self.writable = True                 # False while the output is backed up
+        self._reader = reader
+        self._writer = writer
+        self._loop = asyncio.get_running_loop()
+        self._peer = writer.get_extra_info("peername")
+        self._published: set[Queue] = set()
+        self._close_deadline: float | None = None
+        self._drainer: asyncio.Task | None = None
+
+    @property
+    def username(self) -> str:
+        return self.machine.username
+
+    @property
+    def vhost(self) -> str:
+        return self.machine.vhost
+
+    # --- the connection's life ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        timer = asyncio.create_task(self._keep_time(), name=f"amqp-timer {self._peer}")
+        try:
+            await self._serve()
+        except (_Stop, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception:
+            log.exception("AMQP connection from %s failed", self._peer)
+        finally:
+            timer.cancel()
+            if self._drainer is not None:
+                self._drainer.cancel()
+            await self._release_everything()
+            self._writer.close()
+
+    async def _serve(self) -> None:
+        while not self.machine.terminated:
+            data = await self._reader.read(READ_BYTES)
+            await self._handle(self.machine.receive_data(data, now=self._loop.time()))
+            if not data:
+                return
+            await self._apply_backpressure()
+
+    async def _handle(self, events: list[Event]) -> None:
+        pending = deque(events)
+        while pending:
+            event = pending.popleft()
+            if isinstance(event, ContentReceived):
+                failure = self._content(event)
+                if failure is not None:
+                    await failure
+            elif isinstance(event, MethodReceived):
+                await self._method(event)
+            elif isinstance(event, AuthenticationRequested):
+                await self._authenticate(event)
+                pending.extend(self.machine.next_events())
+            elif isinstance(event, VhostOpenRequested):
+                await self._open_vhost(event)
+                pending.extend(self.machine.next_events())
+            elif isinstance(event, ProtocolHeaderAccepted):
+                self.write(event.data)
+            elif isinstance(event, ProtocolHeaderRejected):
+                self.write(event.data)
+                raise _Stop
+            elif isinstance(event, ChannelErrorRaised):
+                self.write(event.data)
+                await self._close_channel(event.channel)
+            elif isinstance(event, ConnectionErrorRaised):
+                log.info("closing AMQP connection from %s: %s", self._peer, event.reply_text)
+                self.write(event.data)
+                if event.lost_sync:
+                    raise _Stop
+                await self._closing()
+            elif isinstance(event, ConnectionCloseRequested):
+                await self._release_everything()
+                self.write(self.machine.send_method(0, "connection.close-ok"))
+                raise _Stop
+            elif isinstance(event, (ConnectionClosed, ConnectionLost)):
+                raise _Stop
+
+    # --- handshake ------------------------------------------------------------------------------
+
+    async def _authenticate(self, event: AuthenticationRequested) -> None:
+        host = self._peer[0] if isinstance(self._peer, tuple) else None
+        principal = await authenticate(self.broker.users, event.username, event.password, host,
+                                       default_guest=self.broker.settings.default_guest)
+        if principal is None:
+            log.info("AMQP login of user %r from %s refused", event.username, self._peer)
+            self.write(self.machine.refuse_authentication())
+            raise _Stop
+        self.principal = principal
+        self.write(self.machine.accept_authentication())
+
+    async def _open_vhost(self, event: VhostOpenRequested) -> None:
+        mapped = vhost_namespace(event.vhost)
+        refusal = None
+        if mapped is None or mapped[1] not in await self.broker.core.registry.namespaces(mapped[0]):
+            refusal = f"vhost {event.vhost} not found"
+        elif self.principal is None or not may_open(self.principal, *mapped):
+            refusal = f"access to vhost '{event.vhost}' refused for user '{self.username}'"
+        if refusal is not None:
+            self.write(self.machine.refuse_vhost(refusal))
+            await self._closing()
+            return
+        self.space = await self.broker.queues.namespace(*mapped)
+        self.write(self.machine.accept_vhost())
+
+    # --- methods --------------------------------------------------------------------------------
+
+    def _ignored(self, number: int, name: str) -> bool:
+        """What was read after we closed the channel or the connection (in the same read) is dropped,
+        as RabbitMQ drops everything after an error up to the client's close-ok."""
+        if self._close_deadline is not None:
+            return True
+        return number != 0 and number not in self.channels and name not in _CHANNEL_LIFECYCLE
+
+    async def _method(self, event: MethodReceived) -> None:
+        number, name = event.channel, event.method_name
+        if self._ignored(number, name):
+            return
+        try:
+            if number == 0:    # connection.update-secret: no token-based logins here
+                raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, f"{name} is not supported",
+                                          method_name=name)
+            if name == "channel.open":
+                self.channels[number] = Channel(self, number)
+                self.write(self.machine.send_method(number, "channel.open-ok"))
+            elif name == "channel.close":
+                await self._close_channel(number)
+                self.write(self.machine.send_method(number, "channel.close-ok"))
+            elif name == "channel.close-ok":
+                pass    # the answer to our channel.close; the channel was released when we sent it
+            else:
+                handler = HANDLERS.get(name)
+                if handler is None:
+                    raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, f"{name} is not implemented",
+                                              method_name=name)
+                result = handler(self.channels[number], event.args)
+                if inspect.isawaitable(result):
+                    await result
+        except Exception as exc:
+            await self._failed(number, event.method.key, exc)
+
+    def _content(self, event: ContentReceived):
+        """basic.publish, synchronously (publishes never wait); the error path is returned to await."""
+        if self._ignored(event.channel, event.method_name):
+            return None
+        try:
+            HANDLERS[event.method_name](self.channels[event.channel], event)
+        except Exception as exc:
+            return self._failed(event.channel, event.method.key, exc)
+        return None
+
+    async def _failed(self, number: int, method_key: tuple[int, int], exc: Exception) -> None:
+        if isinstance(exc, CoreError):
+            error = from_core(exc, self.vhost, *method_key)
+        elif isinstance(exc, AmqpError):
+            error = exc
+            if not (error.class_id or error.method_id):
+                error.class_id, error.method_id = method_key
+        elif isinstance(exc, DecodeError):
+            error = AmqpConnectionError(exc.reply_code, str(exc), *method_key)
+        else:
+            log.exception("AMQP method %s on channel %d from %s failed", method_key, number, self._peer)
+            error = AmqpConnectionError(ReplyCode.INTERNAL_ERROR, f"internal error: {exc!r}", *method_key)
+        self.write(self.machine.send_error(number, error))
+        if error.closes_connection:
+            log.info("closing AMQP connection from %s: %s", self._peer, error.reply_text)
+            await self._closing()
+        else:
+            await self._close_channel(number)
+
+    # --- closing --------------------------------------------------------------------------------
+
+    async def _close_channel(self, number: int) -> None:
+        channel = self.channels.pop(number, None)
+        if channel is not None:
+            await self._release_channel(channel)
+
+    async def _release_channel(self, channel: Channel) -> None:
+        for queue in channel.close():
+            try:
+                await self.space.consumer_removed(queue)
+            except CoreError as exc:
+                log.warning("auto-deleting queue %s failed: %s", queue.name, exc)
+
+    async def _closing(self) -> None:
+        """We sent connection.close: release everything now, wait a little for the close-ok."""
+        self._close_deadline = self._loop.time() + CLOSE_OK_TIMEOUT_S
+        await self._release_everything()
+
+    async def _release_everything(self) -> None:
+        channels, self.channels = list(self.channels.values()), {}
+        for channel in channels:
+            await self._release_channel(channel)
+        if self.space is not None:
+            try:
+                await self.space.release_owner(self.owner)
+            except CoreError as exc:
+                log.warning("deleting the exclusive queues of %s failed: %s", self._peer, exc)
+
+    # --- output ---------------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        transport = self._writer.transport
+        if transport.is_closing():
+            return
+        self._writer.write(data)
+        self.machine.mark_sent(self._loop.time())
+        if self.writable and transport.get_write_buffer_size() > OUTPUT_HIGH_WATER:
+            self.writable = False
+            self._drainer = asyncio.create_task(self._wait_drained(), name=f"amqp-drain {self._peer}")
+
+    async def _wait_drained(self) -> None:
+        try:
+            await self._writer.drain()
+        except ConnectionError:
+            return
+        self.writable = True
+        self._drainer = None
+        for channel in list(self.channels.values()):
+            channel.wake_consumers()
+
+    def published_to(self, queues: list[Queue]) -> None:
+        self._published.update(queues)
+
+    async def _apply_backpressure(self) -> None:
+        if self._published:
+            published, self._published = self._published, set()
+            for queue in published:
+                await queue.publisher.wait_writable()
+        if self._writer.transport.get_write_buffer_size() > OUTPUT_PAUSE_READING:
+            await self._writer.drain()
+
+    # --- timers ---------------------------------------------------------------------------------
+
+    async def _keep_time(self) -> None:
+        handshake_deadline = self._loop.time() + self.broker.settings.handshake_timeout_s
+        machine = self.machine
+        while True:
+            interval = machine.heartbeat_interval
+            await asyncio.sleep(min(TICK_S, interval / 2) if interval else TICK_S)
+            now = self._loop.time()
+            if machine.state in (ConnectionState.AWAITING_HEADER, ConnectionState.HANDSHAKE) \
+                    and now > handshake_deadline:
+                log.info("AMQP connection from %s: handshake timed out", self._peer)
+                self._writer.transport.abort()
+                return
+            if self._close_deadline is not None and now > self._close_deadline:
+                self._writer.transport.abort()
+                return
+            if machine.peer_is_dead(now):
+                log.info("AMQP connection from %s: missed heartbeats from client, timeout: %ds", self._peer,
+                         interval)
+                self._writer.transport.abort()
+                return
+            if machine.needs_heartbeat(now):
+                self.write(machine.send_heartbeat())

@@ -1,0 +1,219 @@
+"""The asyncio adapter in-process, over raw sockets: handshake and login, heartbeats both ways, the
+handshake timeout, errors that close one connection only, confirms, and the vhost and error
+mappings it relies on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from amqp_client_frames import PROTOCOL_HEADER, method, open_vhost, publish, server_frames, start_ok, tune_ok
+
+from core.auth import UserStore
+from core.clock import FakeClock
+from core.errors import ResourceLocked, StorageUnavailable, UnknownQueue
+from core.service import Core
+from protocols.amqp.codec.frames import FrameReader, encode_frame
+from protocols.amqp.errors import from_core
+from protocols.amqp.server import AmqpSettings, connection_handler, make_broker
+from protocols.amqp.vhosts import authenticate, is_loopback, vhost_namespace
+from storage.config import StorageConfig
+from storage.embedded import EmbeddedStorage
+
+
+@pytest.fixture
+async def core(tmp_path):
+    storage = await EmbeddedStorage.open(tmp_path / "data", StorageConfig())
+    instance = Core(storage.metadata, storage.logs, FakeClock())
+    await instance.start()
+    yield instance
+    await instance.close()
+    await storage.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(core, **settings):
+    broker = make_broker(core, AmqpSettings(**settings))
+    server = await asyncio.start_server(connection_handler(broker), "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[:2]
+    finally:
+        server.close()
+        await broker.queues.close()
+
+
+class RawClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.frames = FrameReader(frame_max=0)
+
+    @classmethod
+    async def connect(cls, address) -> "RawClient":
+        return cls(*await asyncio.open_connection(*address))
+
+    def send(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def next(self, timeout: float = 5.0) -> tuple:
+        """The next frame the server sent, decoded (see server_frames)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                frame = self.frames.next_frame()
+                if frame is not None:
+                    return server_frames(encode_frame(frame.type, frame.channel, frame.payload))[0]
+                data = await self.reader.read(65536)
+                if not data:
+                    raise EOFError("the server closed the connection")
+                self.frames.feed(data)
+
+    async def expect(self, name: str) -> dict:
+        channel, got, args = await self.next()
+        assert got == name, (got, args)
+        return args
+
+    async def closed(self, timeout: float = 5.0) -> bool:
+        async with asyncio.timeout(timeout):
+            while await self.reader.read(65536):
+                pass
+        return True
+
+    async def handshake(self, heartbeat: int = 0, vhost: str = "/") -> None:
+        self.send(PROTOCOL_HEADER)
+        await self.expect("connection.start")
+        self.send(start_ok())
+        await self.expect("connection.tune")
+        self.send(tune_ok(heartbeat=heartbeat) + open_vhost(vhost))
+        await self.expect("connection.open-ok")
+
+
+def test_vhosts_map_to_tenants_and_namespaces() -> None:
+    assert vhost_namespace("/") == ("public", "default")
+    assert vhost_namespace("billing") == ("public", "billing")
+    assert vhost_namespace("acme/billing") == ("acme", "billing")
+    assert vhost_namespace("a/b/c") is None
+    assert vhost_namespace("bad name") is None
+
+
+def test_core_errors_read_as_rabbitmq_words_them() -> None:
+    error = from_core(UnknownQueue("no queue 'q'"), "/", 50, 10)
+    assert (error.reply_code, error.reply_text, error.class_id, error.method_id) == (
+        404, "NOT_FOUND - no queue 'q' in vhost '/'", 50, 10)
+    locked = from_core(ResourceLocked("cannot obtain exclusive access to locked queue 'q'. It could"), "v")
+    assert locked.reply_code == 405 and "locked queue 'q' in vhost 'v'. It could" in locked.reply_text
+    assert not locked.closes_connection
+    unavailable = from_core(StorageUnavailable("disk full"), "/")
+    assert unavailable.reply_code == 541 and unavailable.closes_connection
+
+
+async def test_guest_logs_in_from_loopback_only_and_configured_users_win(core) -> None:
+    users = UserStore(core.metadata)
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and not is_loopback("10.1.2.3")
+    assert (await authenticate(users, "guest", "guest", "127.0.0.1")).user == "guest"
+    assert await authenticate(users, "guest", "guest", "10.1.2.3") is None
+    assert await authenticate(users, "guest", "guest", "127.0.0.1", default_guest=False) is None
+    await users.put_user("guest", "changed", iterations=1)
+    assert await authenticate(users, "guest", "guest", "127.0.0.1") is None
+    assert (await authenticate(users, "guest", "changed", "10.1.2.3")).user == "guest"
+
+
+async def test_capabilities_say_what_works(core) -> None:
+    async with serving(core) as address:
+        client = await RawClient.connect(address)
+        client.send(PROTOCOL_HEADER)
+        start = await client.expect("connection.start")
+        assert start["server_properties"]["capabilities"] == {
+            "publisher_confirms": True, "basic.nack": True, "consumer_cancel_notify": True,
+            "exchange_exchange_bindings": True, "authentication_failure_close": True, "per_consumer_qos": True}
+        assert start["mechanisms"] == b"PLAIN AMQPLAIN"
+        client.writer.close()
+
+
+async def test_server_sends_heartbeats_and_drops_a_silent_peer(core) -> None:
+    async with serving(core) as address:
+        client = await RawClient.connect(address)
+        await client.handshake(heartbeat=1)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert (await client.next(timeout=3))[1] == "heartbeat"
+        # We send nothing at all: after two intervals without a byte the server gives up on us.
+        assert await client.closed(timeout=6)
+        assert loop.time() - started >= 1.5
+
+
+async def test_a_silent_connection_is_closed_after_the_handshake_timeout(core) -> None:
+    async with serving(core, handshake_timeout_s=0.2) as address:
+        client = await RawClient.connect(address)
+        client.send(PROTOCOL_HEADER)
+        await client.expect("connection.start")
+        assert await client.closed(timeout=5)
+
+
+async def test_a_wrong_protocol_header_gets_ours_back(core) -> None:
+    async with serving(core) as address:
+        client = await RawClient.connect(address)
+        client.send(b"AMQP\x01\x01\x00\x09")
+        assert await client.reader.read(8) == PROTOCOL_HEADER
+        assert await client.closed()
+
+
+async def test_a_broken_frame_closes_that_connection_only(core) -> None:
+    async with serving(core) as address:
+        good = await RawClient.connect(address)
+        await good.handshake()
+        bad = await RawClient.connect(address)
+        await bad.handshake()
+        bad.send(b"\x01\x00\x01\x00\x00\x00\x05hello\x00")    # a method frame with the wrong end octet
+        args = await bad.expect("connection.close")
+        assert args["reply_code"] == 501
+        assert await bad.closed()
+        good.send(method(1, "channel.open"))
+        await good.expect("channel.open-ok")
+
+
+async def test_confirms_cover_consecutive_publishes_with_multiple(core) -> None:
+    async with serving(core) as address:
+        client = await RawClient.connect(address)
+        await client.handshake()
+        client.send(method(1, "channel.open") + method(1, "queue.declare", queue="confirmed")
+                    + method(1, "confirm.select"))
+        await client.expect("channel.open-ok")
+        await client.expect("queue.declare-ok")
+        await client.expect("confirm.select-ok")
+        client.send(b"".join(publish(1, b"m%d" % i, routing_key="confirmed") for i in range(50)))
+        acked = 0
+        while acked < 50:
+            args = await client.expect("basic.ack")
+            assert args["delivery_tag"] > acked
+            assert args["multiple"] == (args["delivery_tag"] - acked > 1)
+            acked = args["delivery_tag"]
+        client.send(method(1, "basic.get", queue="confirmed", no_ack=True))
+        assert (await client.expect("basic.get-ok"))["message_count"] == 49
+
+
+async def test_methods_after_a_channel_error_in_the_same_read_are_dropped(core) -> None:
+    async with serving(core) as address:
+        client = await RawClient.connect(address)
+        await client.handshake()
+        client.send(method(1, "channel.open"))
+        await client.expect("channel.open-ok")
+        # One write: a publish to a missing exchange, then a queue.declare the closed channel must not run.
+        client.send(publish(1, b"x", exchange="missing") + method(1, "queue.declare", queue="never"))
+        args = await client.expect("channel.close")
+        assert args["reply_code"] == 404 and (args["class_id"], args["method_id"]) == (60, 40)
+        client.send(method(1, "channel.close-ok") + method(2, "channel.open")
+                    + method(2, "queue.declare", queue="never", passive=True))
+        await client.expect("channel.open-ok")
+        assert (await client.expect("channel.close"))["reply_code"] == 404
+
+
+async def test_tx_select_closes_the_connection_with_not_implemented(core) -> None:
+    async with serving(core) as address:
+        client = await RawClient.connect(address)
+        await client.handshake()
+        client.send(method(1, "channel.open") + method(1, "tx.select"))
+        await client.expect("channel.open-ok")
+        args = await client.expect("connection.close")
+        assert (args["reply_code"], args["class_id"], args["method_id"]) == (540, 90, 10)
+        client.send(method(0, "connection.close-ok"))
+        assert await client.closed()
