@@ -396,3 +396,35 @@ def test_confirmed_messages_survive_kill_9(gateway_launcher, tmp_path) -> None:
     channel = conn.channel()
     assert [body for _, _, body in drain(channel, "crash-safe", 50)] == [b"%d" % i for i in range(50)]
     conn.close()
+
+
+def test_purge_unbind_and_conditional_delete(connection) -> None:
+    channel = connection.channel()
+    queue = unique("admin")
+    channel.queue_declare(queue)
+    channel.queue_bind(queue, "amq.direct", routing_key="k")
+    channel.confirm_delivery()
+    for _ in range(4):
+        channel.basic_publish("amq.direct", "k", b"x")
+    assert channel.queue_purge(queue).method.message_count == 4
+    channel.queue_unbind(queue, "amq.direct", routing_key="k")
+    with pytest.raises(pika.exceptions.UnroutableError):
+        channel.basic_publish("amq.direct", "k", b"y", mandatory=True)
+    channel.basic_publish("", queue, b"z")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as not_empty:
+        channel.queue_delete(queue, if_empty=True)
+    assert not_empty.value.reply_code == 406 and "not empty" in not_empty.value.reply_text
+    assert connection.channel().queue_delete(queue).method.message_count == 1
+
+
+def test_recover_requeues_everything_unacknowledged_on_the_channel(connection) -> None:
+    channel = connection.channel()
+    queue = unique("recover")
+    channel.queue_declare(queue)
+    channel.confirm_delivery()
+    for body in (b"1", b"2"):
+        channel.basic_publish("", queue, body)
+    assert [channel.basic_get(queue)[2] for _ in range(2)] == [b"1", b"2"]
+    channel.basic_recover(requeue=True)
+    again = [channel.basic_get(queue, auto_ack=True) for _ in range(2)]
+    assert [(m[2], m[0].redelivered) for m in again] == [(b"1", True), (b"2", True)]

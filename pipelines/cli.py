@@ -13,6 +13,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,7 +50,8 @@ FailOnDataLoss = Annotated[bool, typer.Option(help="Spark's failOnDataLoss.")]
 def _group(log_level: Annotated[str, typer.Option(help="Python log level.")] = "info") -> None:
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLogger().level))  # chatty at INFO
+    for chatty in ("kafka", "py4j"):  # both log every connection and callback at INFO
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 @cli.command()
@@ -137,10 +139,15 @@ def stream(
     )
     spark = spark_session(master=master, jars=connector_jars(jars))
     query = start_stream(spark, settings)
-    signal.signal(signal.SIGTERM, lambda *_: query.stop())
+    # The handler only sets a flag: calling into Spark from it would re-enter the py4j call the
+    # main thread is blocked in. The loop below wakes up every second to look at it.
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     typer.echo(f"streaming query {query.id} running; checkpoint {checkpoint}")
+    deadline = None if run_for is None else time.monotonic() + run_for
     try:
-        query.awaitTermination(run_for)
+        while not stopping.is_set() and (deadline is None or time.monotonic() < deadline):
+            query.awaitTermination(1)  # raises if the query failed
     except KeyboardInterrupt:
         pass
     finally:

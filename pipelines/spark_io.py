@@ -42,6 +42,7 @@ def spark_session(app_name: str = "gateway-recon", master: str = "local[2]", jar
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                # Stateful streaming: a small state store per shuffle partition, kept on local disk.
                .config("spark.sql.streaming.stateStore.providerClass",
                        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"))

@@ -37,7 +37,8 @@ from core.records.decoder import decode_batch
 
 log = logging.getLogger("gateway.core")
 
-READ_AHEAD_MESSAGES = 512        # read more once fewer than this wait in memory
+READ_AHEAD_MESSAGES = 512        # read more while fewer than this wait in memory
+READ_AHEAD_BYTES = 8 << 20       # ... and while their bodies take less than this
 READ_BYTES = 1 << 20             # per log read (at least one whole batch)
 DATA_WAIT_S = 1.0                # re-check for consumers this often while waiting for new data
 TRIM_INTERVAL_MS = 10_000        # drop acknowledged ledgers at most this often
@@ -83,6 +84,7 @@ class SharedSubscription:
         self.exclusive_consumer: Consumer | None = None
         self._turn = 0                                   # round-robin position in consumers
         self._buffer: deque[QueuedMessage] = deque()     # read ahead, not yet handed out, offset order
+        self._buffer_bytes = 0
         self._requeued: list[tuple[int, QueuedMessage]] = []   # heap: handed out again first
         self._unacked: dict[int, tuple[QueuedMessage, Hashable]] = {}
         self._held: dict[Hashable, set[int]] = {}        # owner -> offsets it has not acknowledged
@@ -113,9 +115,6 @@ class SharedSubscription:
     @property
     def unacked_count(self) -> int:
         return len(self._unacked)
-
-    def held_by(self, owner: Hashable) -> int:
-        return len(self._held.get(owner, ()))
 
     # --- consumers ------------------------------------------------------------------------------
 
@@ -205,7 +204,7 @@ class SharedSubscription:
             start = max(start, offset + 1)
         if start < self._high_watermark:
             self.cursor.ack(start, self._high_watermark)
-        self._buffer.clear()
+        self._clear_buffer()
         self._requeued.clear()
         self._read_offset = max(self._read_offset, self._high_watermark)
         self._cursor_changed()
@@ -265,14 +264,22 @@ class SharedSubscription:
             message = buffer[0]
             if not cursor.is_acked(message.offset) and message.offset not in self._unacked:
                 return message
-            buffer.popleft()
+            self._pop_buffer()
         return None
 
     def _take(self) -> None:
         if self._requeued:
             heapq.heappop(self._requeued)
         else:
-            self._buffer.popleft()
+            self._pop_buffer()
+
+    def _pop_buffer(self) -> None:
+        message = self._buffer.popleft()
+        self._buffer_bytes -= len(message.value or b"")
+
+    def _clear_buffer(self) -> None:
+        self._buffer.clear()
+        self._buffer_bytes = 0
 
     def _hand_out(self, message: QueuedMessage, owner: Hashable, auto_ack: bool) -> None:
         if auto_ack:
@@ -302,7 +309,8 @@ class SharedSubscription:
     # --- reading the log ------------------------------------------------------------------------
 
     def _wants_data(self) -> bool:
-        return bool(self.consumers) and len(self._buffer) < READ_AHEAD_MESSAGES and not self._closed
+        return (bool(self.consumers) and len(self._buffer) < READ_AHEAD_MESSAGES
+                and self._buffer_bytes < READ_AHEAD_BYTES and not self._closed)
 
     def _start_feeding(self) -> None:
         if self._feeder is None and not self._closed:
@@ -363,6 +371,7 @@ class SharedSubscription:
                         continue
                     buffer.append(QueuedMessage(record.offset, record.timestamp_ms, record.key, record.value,
                                                 record.headers))
+                    self._buffer_bytes += len(record.value or b"")
             self._read_offset = max(self._read_offset, next_offset)
 
     # --- persisting the cursor ------------------------------------------------------------------
@@ -425,7 +434,7 @@ class SharedSubscription:
                 task.cancel()
         self._feeder = self._flusher = None
         self.consumers.clear()
-        self._buffer.clear()
+        self._clear_buffer()
         self._requeued.clear()
         self._unacked.clear()
         self._held.clear()

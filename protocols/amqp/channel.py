@@ -118,7 +118,6 @@ class Channel:
         tag = self._take_tag()
         if not auto_ack:
             self.unacked[tag] = Unacked(queue, message.offset)
-            self.held_in.add(queue)
         exchange, routing_key, properties = message_envelope(message)
         self.connection.write(self.connection.machine.send_content(
             self.number, "basic.get-ok", properties, message.value or b"", delivery_tag=tag,

@@ -31,6 +31,7 @@ from protocols.amqp.records import to_record
 from protocols.amqp.spec import ReplyCode
 
 CONSUMER_TAG_PREFIX = "amq.ctag-"
+DEFAULT_EXCHANGE_ALIAS = "amq.default"     # RabbitMQ's other name for the default exchange
 _USER_ID_FLAG = 0x10     # user-id is the 12th basic property: bit 4 of the first flags short (its low byte)
 
 
@@ -87,6 +88,8 @@ def publish(channel: Channel, event: ContentReceived) -> None:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"user_id property set to '{user_id}' but "
                                f"authenticated user was '{connection.username}'", method_name="basic.publish")
     exchange, routing_key = args["exchange"], args["routing_key"]
+    if exchange == DEFAULT_EXCHANGE_ALIAS:
+        exchange = ""
     queues = connection.space.route(exchange, routing_key, lambda: properties.decoded.headers or {})
     if queues:
         record = to_record(exchange, routing_key, raw, event.body, connection.clock.now_ms())
@@ -108,6 +111,8 @@ async def get(channel: Channel, args: Mapping[str, Any]) -> None:
     if message is None:
         channel.send("basic.get-empty")
         return
+    if not args["no_ack"]:
+        channel.held_in.add(queue)    # from here on the channel gives it back if it closes
     channel.send_got(queue, message, auto_ack=args["no_ack"], message_count=await queue.message_count())
 
 

@@ -217,3 +217,23 @@ async def test_tx_select_closes_the_connection_with_not_implemented(core) -> Non
         assert (args["reply_code"], args["class_id"], args["method_id"]) == (540, 90, 10)
         client.send(method(0, "connection.close-ok"))
         assert await client.closed()
+
+
+async def test_channel_flow_pauses_and_resumes_deliveries(core) -> None:
+    async with serving(core) as address:
+        client = await RawClient.connect(address)
+        await client.handshake()
+        client.send(method(1, "channel.open") + method(1, "queue.declare", queue="flowing")
+                    + method(1, "channel.flow", active=False)
+                    + method(1, "basic.consume", queue="flowing", consumer_tag="c", no_ack=True))
+        await client.expect("channel.open-ok")
+        await client.expect("queue.declare-ok")
+        assert (await client.expect("channel.flow-ok"))["active"] is False
+        await client.expect("basic.consume-ok")
+        client.send(method(2, "channel.open") + method(2, "confirm.select") + publish(2, b"held", routing_key="flowing"))
+        await client.expect("channel.open-ok")
+        await client.expect("confirm.select-ok")
+        assert (await client.expect("basic.ack"))["delivery_tag"] == 1     # stored, but not delivered
+        client.send(method(1, "channel.flow", active=True))
+        assert (await client.expect("channel.flow-ok"))["active"] is True
+        assert (await client.expect("basic.deliver"))["consumer_tag"] == "c"
