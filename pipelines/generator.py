@@ -137,7 +137,8 @@ class _Group:
 def generate(config: GeneratorConfig) -> GeneratedFlow:
     rng = random.Random(config.seed)
     start = config.start or datetime.now(UTC)
-    merchants = [(f"{config.prefix}m{index:03d}", CURRENCIES[index % len(CURRENCIES)]) for index in range(config.merchants)]
+    merchants = [(f"{config.prefix}m{index:03d}", CURRENCIES[index % len(CURRENCIES)])
+                 for index in range(config.merchants)]
     groups: list[_Group] = []
     for index in range(config.orders):
         paid_at = start + timedelta(seconds=index / config.rate)

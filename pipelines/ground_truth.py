@@ -116,7 +116,8 @@ def expected_totals(groups: tuple[GroupTruth, ...], session_gap_s: float, window
     for group in groups:
         if not is_matched(group) or (group.flush and not include_flush):
             continue
-        key = TotalsKey(order_window_start_ms(group, session_gap_s, window_s), group.merchant, group.currency, group.kind)
+        key = TotalsKey(order_window_start_ms(group, session_gap_s, window_s), group.merchant, group.currency,
+                        group.kind)
         row = sums[key]
         row[0] += 1
         row[1] += group.amount

@@ -63,14 +63,14 @@ def _range_sources(bootstrap: str, start: dict, end: dict | None) -> tuple[Kafka
     return source(TRADE_TOPIC), source(FUND_TOPIC)
 
 
-def measure_batch(spark, bootstrap: str, work: Path, backlog_orders: int) -> dict:
-    warm = generate(GeneratorConfig(orders=200, prefix="warm-", start=datetime.now(UTC) - timedelta(hours=3)))
+def measure_batch(spark, bootstrap: str, work: Path, backlog_orders: int, run: str) -> dict:
+    warm = generate(GeneratorConfig(orders=200, prefix=f"{run}warm-", start=datetime.now(UTC) - timedelta(hours=3)))
     before_warm = end_offsets(bootstrap)
     produce(warm, bootstrap, paced=False)
     trades, funds = _range_sources(bootstrap, before_warm, end_offsets(bootstrap))
     run_batch(spark, BatchSettings(trades, funds, Targets(output_dir=str(work / "warm"))))
 
-    backlog = generate(GeneratorConfig(orders=backlog_orders, rate=200, prefix="backlog-", seed=2,
+    backlog = generate(GeneratorConfig(orders=backlog_orders, rate=200, prefix=f"{run}backlog-", seed=2,
                                        start=datetime.now(UTC) - timedelta(hours=2)))
     start = end_offsets(bootstrap)
     produced = produce(backlog, bootstrap, paced=False)
@@ -80,10 +80,11 @@ def measure_batch(spark, bootstrap: str, work: Path, backlog_orders: int) -> dic
     result = run_batch(spark, BatchSettings(trades, funds, Targets(bootstrap, ALERT_TOPIC, str(work / "batch"))))
     seconds = time.monotonic() - began
     records = result.trade_records + result.fund_records
-    check = check_alerts(GroundTruth.of(backlog), _alerts_of_prefix(bootstrap, "backlog-"))
+    check = check_alerts(GroundTruth.of(backlog), _alerts_of_prefix(bootstrap, f"{run}backlog-"))
     return {"records": records, "produce_records_per_s": round(produced.records / produced.seconds),
             "batch_seconds": round(seconds, 2), "batch_records_per_s": round(records / seconds),
-            "alerts_exact": check.ok, "start": start, "end": end}
+            "alerts_exact": check.ok, "missing": len(check.missing), "unexpected": len(check.unexpected),
+            "repeated": len(check.repeated), "start": start, "end": end}
 
 
 def measure_stream_catch_up(spark, bootstrap: str, work: Path, start: dict, end: dict) -> dict:
@@ -108,7 +109,8 @@ def measure_stream_catch_up(spark, bootstrap: str, work: Path, start: dict, end:
             "after_first_records_per_s": round(rest_records / (rest_ms / 1000)) if rest_ms else None}
 
 
-def measure_latency(spark, bootstrap: str, work: Path, rate: float, seconds: float, trigger_s: float) -> dict:
+def measure_latency(spark, bootstrap: str, work: Path, rate: float, seconds: float, trigger_s: float,
+                    run: str) -> dict:
     ensure_topics(bootstrap, {ALERT_TOPIC: 1})
     alerts_before = len(read_alerts(bootstrap, ALERT_TOPIC))
     trades, funds = (KafkaSource(bootstrap, topic, starting_offsets="latest") for topic in (TRADE_TOPIC, FUND_TOPIC))
@@ -117,7 +119,7 @@ def measure_latency(spark, bootstrap: str, work: Path, rate: float, seconds: flo
     query = start_stream(spark, settings)
     try:
         _wait_for_progress(query, lambda progress: progress["batchId"] >= 1)  # started and warm
-        flow = generate(GeneratorConfig(orders=round(rate * seconds), rate=rate, prefix="live-", seed=3,
+        flow = generate(GeneratorConfig(orders=round(rate * seconds), rate=rate, prefix=f"{run}live-", seed=3,
                                         discrepancy_rate=0.05, flush_after_s=30.0, start=datetime.now(UTC)))
         produced = produce(flow, bootstrap, paced=True)
         truth = GroundTruth.of(flow, produced.sent_at_ms)
@@ -125,7 +127,7 @@ def measure_latency(spark, bootstrap: str, work: Path, rate: float, seconds: flo
         deadline = time.monotonic() + 300
         while True:
             live = [a for a in read_alerts(bootstrap, ALERT_TOPIC)[alerts_before:]
-                    if a.alert["order_id"].startswith("live-")]
+                    if a.alert["order_id"].startswith(f"{run}live-")]
             if {AlertKey.of(a.alert) for a in live} >= expected or time.monotonic() > deadline:
                 break
             time.sleep(1.0)  # waiting for another component's output, with a deadline
@@ -134,9 +136,13 @@ def measure_latency(spark, bootstrap: str, work: Path, rate: float, seconds: flo
         query.stop()
     latency = alert_latency(truth, live)
     check = check_alerts(truth, [a.alert for a in live])
-    return {"orders_per_s": rate, "records": produced.records, "records_per_s": round(produced.records / produced.seconds),
-            "alerts": len(live), "alerts_exact": check.ok, "latency_p50_ms": latency.p50_ms if latency else None,
-            "latency_p99_ms": latency.p99_ms if latency else None, "latency_max_ms": latency.max_ms if latency else None,
+    return {"orders_per_s": rate, "records": produced.records,
+            "records_per_s": round(produced.records / produced.seconds),
+            "alerts": len(live), "alerts_exact": check.ok, "missing": len(check.missing),
+            "unexpected": len(check.unexpected), "repeated": len(check.repeated),
+            "latency_p50_ms": latency.p50_ms if latency else None,
+            "latency_p99_ms": latency.p99_ms if latency else None,
+            "latency_max_ms": latency.max_ms if latency else None,
             "micro_batch_ms_median": sorted(durations)[len(durations) // 2] if durations else None}
 
 
@@ -177,9 +183,10 @@ def main(
     spark = spark_session(app_name="gateway-recon-measure", master=master, jars=connector_jars(jars))
     with tempfile.TemporaryDirectory(prefix="recon-measure-") as directory:
         work = Path(directory)
-        batch = measure_batch(spark, bootstrap, work, backlog_orders)
+        run = f"r{int(time.time())}-"  # ids unique to this run: the topics may hold earlier runs
+        batch = measure_batch(spark, bootstrap, work, backlog_orders, run)
         catch_up = measure_stream_catch_up(spark, bootstrap, work, batch.pop("start"), batch.pop("end"))
-        latency = measure_latency(spark, bootstrap, work, rate, live_seconds, trigger)
+        latency = measure_latency(spark, bootstrap, work, rate, live_seconds, trigger, run)
     spark.stop()
     typer.echo(json.dumps({"master": master, "batch": batch, "stream_catch_up": catch_up, "live": latency,
                            "recon": ReconConfig().__repr__()}, indent=1))

@@ -31,13 +31,12 @@ same whether computed by the stream, by a batch replay, or by a re-run of a micr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from pipelines.flows import FUND_SIDE, FUNDS_WITHOUT_TRADE, MALFORMED, TRADE_SIDE
+from pipelines.recon_config import ReconConfig
 
 MATCHED = "matched"
 
@@ -67,21 +66,6 @@ ALERT_COLUMNS = ("alert_id", "alert_type", "order_id", "kind", "merchant", "side
                  "window_start", "window_end")
 TOTALS_COLUMNS = ("window_start", "window_end", "merchant", "currency", "kind", "orders", "amount",
                   "trade_records", "fund_records")
-
-
-@dataclass(frozen=True, slots=True)
-class ReconConfig:
-    watermark_delay_s: float = 2.0  # how late (in event time) a record may arrive and still count
-    funds_before_trade_s: float = 2.0  # join window: funds may precede their trade (clock skew) ...
-    funds_after_trade_s: float = 5.0  # ... or follow it by this much
-    session_gap_s: float = 2.0  # lines of one order group closer than this form one session
-    totals_window_s: float = 10.0  # tumbling window of the matched totals
-
-    def __post_init__(self) -> None:
-        if min(self.watermark_delay_s, self.funds_before_trade_s, self.funds_after_trade_s) < 0:
-            raise ValueError("delays and join bounds must be >= 0")
-        if self.session_gap_s <= 0 or self.totals_window_s <= 0:
-            raise ValueError("session gap and totals window must be > 0")
 
 
 def _interval(seconds: float) -> str:
@@ -121,9 +105,11 @@ def reconcile(trade_rows: DataFrame, fund_rows: DataFrame, config: ReconConfig) 
     delay = _interval(config.watermark_delay_s)
     t = _prefixed(trades.where("valid").withWatermark("event_time", delay), "t_")
     f = _prefixed(funds.where("valid").withWatermark("event_time", delay), "f_")
+    before = F.expr(f"INTERVAL {_interval(config.funds_before_trade_s)}")
+    after = F.expr(f"INTERVAL {_interval(config.funds_after_trade_s)}")
     on = ((F.col("t_order_id") == F.col("f_order_id")) & (F.col("t_kind") == F.col("f_kind"))
-          & (F.col("f_event_time") >= F.col("t_event_time") - F.expr(f"INTERVAL {_interval(config.funds_before_trade_s)}"))
-          & (F.col("f_event_time") <= F.col("t_event_time") + F.expr(f"INTERVAL {_interval(config.funds_after_trade_s)}")))
+          & (F.col("f_event_time") >= F.col("t_event_time") - before)
+          & (F.col("f_event_time") <= F.col("t_event_time") + after))
 
     trade_groups = _decided(_trade_anchored(t, f, on, config))
     fund_groups = _decided(_funds_anchored(t, f, on, config))

@@ -17,6 +17,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 JARS_ENV = "SPARK_KAFKA_JARS"
+FETCH_MAX_WAIT_MS = 20
 CONNECTOR_JAR_PREFIXES = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
 
 
@@ -30,7 +31,8 @@ def connector_jars(directory: str | Path | None = None) -> list[str]:
     if not directory:
         raise MissingConnectorJars(f"Spark's Kafka connector jars: set {JARS_ENV} to their directory or pass --jars")
     jars = sorted(str(path) for path in Path(directory).glob("*.jar"))
-    missing = [prefix for prefix in CONNECTOR_JAR_PREFIXES if not any(Path(jar).name.startswith(prefix) for jar in jars)]
+    missing = [prefix for prefix in CONNECTOR_JAR_PREFIXES
+               if not any(Path(jar).name.startswith(prefix) for jar in jars)]
     if missing:
         raise MissingConnectorJars(f"no {', '.join(missing)} jar in {directory}")
     return jars
@@ -45,7 +47,12 @@ def spark_session(app_name: str = "gateway-recon", master: str = "local[2]", jar
                .config("spark.ui.showConsoleProgress", "false")
                # Stateful streaming: a small state store per shuffle partition, kept on local disk.
                .config("spark.sql.streaming.stateStore.providerClass",
-                       "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"))
+                       "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+               # Every state file is written then renamed; Hadoop's FileContext rename on a local
+               # disk forks `readlink` per file when native Hadoop is absent (as in the PySpark
+               # wheel). The FileSystem-based manager renames without forking.
+               .config("spark.sql.streaming.checkpointFileManagerClass",
+                       "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"))
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
     for key, value in (extra or {}).items():
@@ -77,6 +84,12 @@ class KafkaSource:
             "subscribePattern" if self.pattern else "subscribe": self.topic,
             "failOnDataLoss": str(self.fail_on_data_loss).lower(),
             "includeHeaders": "false",
+            # After each poll the Java consumer sends the next fetch at once; at the end of the log
+            # the broker holds it for fetch.max.wait.ms, and the ListOffsets Spark sends right
+            # after every read queues behind it on the connection (a broker answers requests of
+            # one connection in order; Kafka does the same). Kafka's default of 500 ms idles each
+            # read task that long; a short wait keeps micro-batches short.
+            "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
         }
         if self.starting_timestamp_ms is not None:
             options["startingTimestamp"] = str(self.starting_timestamp_ms)

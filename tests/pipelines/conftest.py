@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 
 import pytest
 
 from pipelines.flows import FUND_TOPIC, TRADE_TOPIC
 from pipelines.generator import Emission
 
-FIXED_START = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="session")

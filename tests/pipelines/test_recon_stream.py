@@ -32,8 +32,9 @@ def write_part(root, name: str, rows: dict[str, list[dict]]) -> None:
 def start_query(spark, source_root, output_dir, checkpoint):
     def stream(topic: str):
         return (spark.readStream.schema(KAFKA_SHAPE_DDL).option("maxFilesPerTrigger", 1)
-                .json(str(source_root / topic)).selectExpr("CAST(key AS BINARY) AS key", "CAST(value AS BINARY) AS value",
-                                                           "topic", "partition", "offset", "timestamp"))
+                .json(str(source_root / topic))
+                .selectExpr("CAST(key AS BINARY) AS key", "CAST(value AS BINARY) AS value",
+                            "topic", "partition", "offset", "timestamp"))
     writer = BatchWriter(spark, Targets(output_dir=str(output_dir)), marker_dir=str(checkpoint / "kafka-sink"))
     return (reconcile(stream(TRADE_TOPIC), stream(FUND_TOPIC), RECON).writeStream.outputMode("append")
             .foreachBatch(writer).option("checkpointLocation", str(checkpoint / "query"))

@@ -108,7 +108,8 @@ def test_alert_ids_do_not_depend_on_partitioning_or_order(spark, kafka_rows, kaf
 def test_funds_outside_the_join_window_do_not_match_their_trade(spark, kafka_frames):
     # Funds 10 s after the trade, the join window ending 5 s after it: neither side is explained.
     trade = TradeRecord("t1", "o1", "m1", 500, "EUR", PAY, format_event_time(START))
-    late_funds = FundRecord("f1", "o1", "m1", 500, "EUR", PAY, "wallet", format_event_time(START + timedelta(seconds=10)))
+    late_funds = FundRecord("f1", "o1", "m1", 500, "EUR", PAY, "wallet",
+                            format_event_time(START + timedelta(seconds=10)))
     rows = {TRADE_TOPIC: [{"key": "o1", "value": trade.to_json().decode(), "topic": TRADE_TOPIC, "partition": 0,
                            "offset": 0, "timestamp": START.isoformat()}],
             FUND_TOPIC: [{"key": "o1", "value": late_funds.to_json().decode(), "topic": FUND_TOPIC, "partition": 0,
