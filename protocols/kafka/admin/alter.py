@@ -13,9 +13,11 @@ from collections.abc import Iterable, Mapping
 
 from core.errors import CoreError, InvalidConfig
 from core.topic_config import TOPIC_CONFIGS
+from protocols.kafka.admin.config_access import config_refusal
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.resources import BROKER, TOPIC, is_this_broker, resource_text
 from protocols.kafka.admin.topics import existing_topic
+from protocols.kafka.authorization import Operation
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.errors import ErrorCode
 
@@ -62,3 +64,26 @@ def null_values_error(names: Iterable[str]) -> ApiError | None:
     if not names:
         return None
     return ApiError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {','.join(names)}")
+
+
+def resource_response(resource, code, message: str | None) -> dict:
+    """One resource's answer in AlterConfigs and IncrementalAlterConfigs (the same shape in both)."""
+    return {"error_code": code, "error_message": message, "resource_type": resource.resource_type,
+            "resource_name": resource.resource_name}
+
+
+async def alter_each(resources: list, ctx: RequestContext, alter) -> list[dict]:
+    """Authorize (ALTER_CONFIGS) then apply `alter(resource)` to each resource, answering each on its own."""
+    responses = []
+    for resource in resources:
+        refusal = await config_refusal(ctx, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
+        if refusal is not None:
+            responses.append(resource_response(resource, refusal, None))
+            continue
+        try:
+            await alter(resource)
+        except ApiError as err:
+            responses.append(resource_response(resource, err.code, err.message))
+            continue
+        responses.append(resource_response(resource, ErrorCode.NONE, None))
+    return responses

@@ -14,11 +14,8 @@ cluster-wide, and store unknown custom names); topic configs this gateway does n
 listed read-only in DescribeConfigs and refused here with INVALID_CONFIG.
 """
 
-from protocols.kafka.admin.alter import null_values_error, refuse_broker_changes, replace_topic_configs
-from protocols.kafka.admin.config_access import config_refusal
-from protocols.kafka.admin.errors import ApiError
+from protocols.kafka.admin.alter import alter_each, resource_response, null_values_error, refuse_broker_changes, replace_topic_configs
 from protocols.kafka.admin.resources import BROKER, BROKER_LOGGER, TOPIC
-from protocols.kafka.authorization import Operation
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -30,18 +27,8 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     if refused is not None:
         return {"throttle_time_ms": 0, "responses": [
             _response(r, ErrorCode.INVALID_REQUEST, refused) for r in request.resources]}
-    responses = []
-    for resource in request.resources:
-        refusal = await config_refusal(ctx, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
-        if refusal is not None:
-            responses.append(_response(resource, refusal, None))
-            continue
-        try:
-            await _alter(resource, request.validate_only, ctx)
-        except ApiError as err:
-            responses.append(_response(resource, err.code, err.message))
-            continue
-        responses.append(_response(resource, ErrorCode.NONE, None))
+    responses = await alter_each(request.resources, ctx,
+                                 lambda resource: _alter(resource, request.validate_only, ctx))
     return {"throttle_time_ms": 0, "responses": responses}
 
 
@@ -65,6 +52,4 @@ async def _alter(resource: Msg, validate_only: bool, ctx: RequestContext) -> Non
         refuse_broker_changes(ctx, resource.resource_name, configs)
 
 
-def _response(resource: Msg, code: ErrorCode, message: str | None) -> dict:
-    return {"error_code": code, "error_message": message, "resource_type": resource.resource_type,
-            "resource_name": resource.resource_name}
+_response = resource_response

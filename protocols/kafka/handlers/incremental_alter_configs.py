@@ -19,13 +19,11 @@ UNKNOWN_SERVER_ERROR).
 from collections import Counter
 
 from core.topic_config import TOPIC_CONFIGS
-from protocols.kafka.admin.alter import refuse_broker_changes, replace_topic_configs
-from protocols.kafka.admin.config_access import config_refusal
+from protocols.kafka.admin.alter import alter_each, resource_response, refuse_broker_changes, replace_topic_configs
 from protocols.kafka.admin.configs import TOPIC_CONFIG_TYPES, ConfigType
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.resources import BROKER, BROKER_LOGGER, TOPIC
 from protocols.kafka.admin.topics import existing_topic
-from protocols.kafka.authorization import Operation
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -39,18 +37,8 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     if any(r.resource_type not in (TOPIC, BROKER, BROKER_LOGGER) for r in request.resources):
         return {"throttle_time_ms": 0, "responses": [
             _response(r, ErrorCode.INVALID_REQUEST, "Unexpected resource type UNKNOWN") for r in request.resources]}
-    responses = []
-    for resource in request.resources:
-        refusal = await config_refusal(ctx, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
-        if refusal is not None:
-            responses.append(_response(resource, refusal, None))
-            continue
-        try:
-            await _alter(resource, request.validate_only, ctx)
-        except ApiError as err:
-            responses.append(_response(resource, err.code, err.message))
-            continue
-        responses.append(_response(resource, ErrorCode.NONE, None))
+    responses = await alter_each(request.resources, ctx,
+                                 lambda resource: _alter(resource, request.validate_only, ctx))
     return {"throttle_time_ms": 0, "responses": responses}
 
 
@@ -104,6 +92,4 @@ def _apply(op: Msg, configs: dict[str, str]) -> None:
         configs[op.name] = ",".join(items)
 
 
-def _response(resource: Msg, code: ErrorCode, message: str | None) -> dict:
-    return {"error_code": code, "error_message": message, "resource_type": resource.resource_type,
-            "resource_name": resource.resource_name}
+_response = resource_response
