@@ -112,7 +112,8 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
                          auto_create_topics=config.auto_create_topics,
                          default_partitions=config.default_partitions,
                          limits=Limits(max_frame_bytes=config.max_frame_bytes), log_dir=log_dir,
-                         sasl_mechanisms=config.mechanisms, super_users=config.super_user_list)
+                         sasl_mechanisms=config.mechanisms, super_users=config.super_user_list,
+                         group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms)
 
 
 class Gateway:

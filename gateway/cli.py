@@ -64,10 +64,14 @@ def serve(
     kafka_super_users: Annotated[
         str | None, typer.Option(help="Principals never refused by ACLs, e.g. User:admin.", show_default="")
     ] = None,
+    kafka_group_initial_rebalance_delay_ms: Annotated[
+        int | None, typer.Option(help="How long a new consumer group waits for more members before its first "
+                                      "assignment (Kafka's group.initial.rebalance.delay.ms).", show_default="3000")
+    ] = None,
 ) -> None:
     """Serve Kafka, AMQP and the admin API until SIGTERM or SIGINT.
 
-    Settings come from defaults < the --config TOML file < GATEWAY_DATA_DIR, GATEWAY_HOST, GATEWAY_KAFKA_PORT, GATEWAY_AMQP_PORT, GATEWAY_ADMIN_PORT, GATEWAY_LOG_LEVEL, GATEWAY_KAFKA_AUTO_CREATE_TOPICS, GATEWAY_KAFKA_DEFAULT_PARTITIONS, GATEWAY_KAFKA_ADVERTISED_HOST, GATEWAY_KAFKA_CLUSTER_ID, GATEWAY_KAFKA_MAX_FRAME_BYTES < flags.
+    Settings come from defaults < the --config TOML file < GATEWAY_DATA_DIR, GATEWAY_HOST, GATEWAY_KAFKA_PORT, GATEWAY_AMQP_PORT, GATEWAY_ADMIN_PORT, GATEWAY_LOG_LEVEL, GATEWAY_KAFKA_AUTO_CREATE_TOPICS, GATEWAY_KAFKA_DEFAULT_PARTITIONS, GATEWAY_KAFKA_ADVERTISED_HOST, GATEWAY_KAFKA_CLUSTER_ID, GATEWAY_KAFKA_MAX_FRAME_BYTES and the other GATEWAY_KAFKA_* variables < flags.
 
     Once listening, prints one line `GATEWAY READY {json}` on stdout; logs go to stderr.
     """
@@ -85,6 +89,7 @@ def serve(
         "kafka_max_frame_bytes": kafka_max_frame_bytes,
         "kafka_sasl_mechanisms": kafka_sasl_mechanisms,
         "kafka_super_users": kafka_super_users,
+        "kafka_group_initial_rebalance_delay_ms": kafka_group_initial_rebalance_delay_ms,
     }
     try:
         gateway_config = resolve_config(config_file=config, flags=flags)

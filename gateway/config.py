@@ -44,6 +44,7 @@ KAFKA_SETTINGS: Mapping[str, type] = {
     "max_frame_bytes": int,
     "sasl_mechanisms": str,
     "super_users": str,
+    "group_initial_rebalance_delay_ms": int,
 }
 KAFKA_ENV_VARS: Mapping[str, str] = {name: f"GATEWAY_KAFKA_{name.upper()}" for name in KAFKA_SETTINGS}
 KAFKA_FLAG_PREFIX = "kafka_"
@@ -68,6 +69,7 @@ class KafkaConfig:
     max_frame_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
     sasl_mechanisms: str = ""               # e.g. "PLAIN,SCRAM-SHA-256": empty means no authentication
     super_users: str = ""                   # Kafka's super.users, e.g. "User:admin": never refused by ACLs
+    group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
 
     def __post_init__(self) -> None:
         if not isinstance(self.auto_create_topics, bool):
@@ -85,6 +87,9 @@ class KafkaConfig:
         if not _is_int(self.max_frame_bytes) or not MIN_FRAME_BYTES <= self.max_frame_bytes <= MAX_FRAME_BYTES:
             raise ConfigError(f"kafka.max_frame_bytes must be an integer in {MIN_FRAME_BYTES}..{MAX_FRAME_BYTES}, "
                               f"got {self.max_frame_bytes!r}")
+        if not _is_int(self.group_initial_rebalance_delay_ms) or not 0 <= self.group_initial_rebalance_delay_ms <= 300_000:
+            raise ConfigError("kafka.group_initial_rebalance_delay_ms must be an integer in 0..300000, "
+                              f"got {self.group_initial_rebalance_delay_ms!r}")
 
 
     @property

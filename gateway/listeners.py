@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -73,6 +74,12 @@ class Listener:
     def open_connections(self) -> int:
         return len(self._connections)
 
+    @property
+    def failures(self) -> dict[str, int]:
+        """Connections the protocol closed for a failure, by reason (what its handler counts)."""
+        counts = getattr(self._handler, "failures", None)
+        return dataclasses.asdict(counts) if dataclasses.is_dataclass(counts) else {}
+
     async def start(self) -> None:
         self.sock.listen(LISTEN_BACKLOG)
         self._server = await asyncio.start_server(self._serve_connection, sock=self.sock, backlog=LISTEN_BACKLOG)
@@ -107,6 +114,10 @@ class Listener:
         if self._server is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), _ABORT_WAIT_S)
+        # The protocol's shared state (group coordinator, queues): saved once no connection uses it.
+        close_handler = getattr(self._handler, "close", None)
+        if close_handler is not None:
+            await close_handler()
 
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

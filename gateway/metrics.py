@@ -23,6 +23,9 @@ class ConnectionStats(Protocol):
     @property
     def open_connections(self) -> int: ...
 
+    @property
+    def failures(self) -> dict[str, int]: ...
+
 
 class GatewayMetrics:
     def __init__(self, version: str) -> None:
@@ -48,11 +51,16 @@ class _ListenerCollector(Collector):
                                        labels=["listener"])
         current = GaugeMetricFamily("gateway_connections_open", "Client connections currently open",
                                     labels=["listener"])
+        failed = CounterMetricFamily("gateway_connections_failed", "Client connections closed for a failure",
+                                     labels=["listener", "reason"])
         for listener in self._listeners:
             accepted.add_metric([listener.name], listener.accepted_total)
             current.add_metric([listener.name], listener.open_connections)
+            for reason, count in listener.failures.items():
+                failed.add_metric([listener.name, reason], count)
         yield accepted
         yield current
+        yield failed
 
     def describe(self) -> Iterable[Metric]:
         return self.collect()

@@ -407,6 +407,7 @@ def test_offset_metadata_round_trips_and_admin_clients_list_describe_and_delete_
         assert described["live-group"]["group_state"] == "Stable"
         assert described["live-group"]["protocol_data"] in ("range", "roundrobin")
         assert [m["client_id"] for m in described["live-group"]["members"]] == ["live"]
+        assert [m["client_host"] for m in described["live-group"]["members"]] == ["/127.0.0.1"]
         assert described["meta-group"]["group_state"] == "Empty"
 
         listed = confluent.list_consumer_groups().result()

@@ -9,6 +9,7 @@ import struct
 import time
 import uuid
 
+import httpx
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -175,6 +176,9 @@ def test_unknown_api_key_closes_the_connection(gateway_process, bystander):
     bystander.round_trip()
     assert "unknown API key 9999" in gateway_process.stderr
     assert "unknown-key-client" in gateway_process.stderr
+    metrics = httpx.get(f"{gateway_process.admin_url}/metrics", timeout=10).text
+    assert 'gateway_connections_failed_total{listener="kafka",reason="protocol_errors"} 1.0' in metrics
+    assert 'gateway_connections_failed_total{listener="kafka",reason="internal_errors"} 0.0' in metrics
 
 
 def test_truncated_body_closes_the_connection(gateway_process, bystander):

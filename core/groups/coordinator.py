@@ -13,7 +13,6 @@ they wait for completes.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from core.clock import Clock
@@ -35,17 +34,6 @@ log = logging.getLogger("gateway.core")
 # Given a group's protocol type, chosen protocol and its members' metadata for it: the topics the
 # members consume, or None when the protocol type is not one whose subscriptions are understood.
 ConsumedTopics = Callable[[str | None, str | None, list[bytes]], set[str] | None]
-
-_coordinators: weakref.WeakKeyDictionary[Core, GroupCoordinator] = weakref.WeakKeyDictionary()
-
-
-def coordinator_for(core: Core, settings: GroupSettings | None = None) -> GroupCoordinator:
-    """The coordinator of `core`'s groups, created on first use (with `settings`, if given)."""
-    coordinator = _coordinators.get(core)
-    if coordinator is None:
-        coordinator = _coordinators[core] = GroupCoordinator(core, settings)
-    return coordinator
-
 
 class GroupCoordinator:
     def __init__(self, core: Core, settings: GroupSettings | None = None, clock: Clock | None = None) -> None:

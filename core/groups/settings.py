@@ -9,10 +9,10 @@ from dataclasses import dataclass
 class GroupSettings:
     min_session_timeout_ms: int = 6_000          # group.min.session.timeout.ms
     max_session_timeout_ms: int = 1_800_000      # group.max.session.timeout.ms
-    # group.initial.rebalance.delay.ms is 3000 in Kafka: how long a new (empty) group waits for more
-    # members before its first generation. Shorter here so a lone consumer starts sooner; each
-    # member that joins during the wait extends it once more, up to the rebalance timeout.
-    initial_rebalance_delay_ms: int = 500
+    # group.initial.rebalance.delay.ms: how long a new (empty) group waits for more members before
+    # its first generation; each member that joins during the wait extends it once more, up to the
+    # rebalance timeout.
+    initial_rebalance_delay_ms: int = 3_000
     new_member_join_timeout_ms: int = 300_000    # Kafka's fixed NewMemberJoinTimeoutMs
     offset_metadata_max_bytes: int = 4096        # offset.metadata.max.bytes
     # How long an Empty group stays in memory (offsets.retention.check.interval.ms); its committed

@@ -88,10 +88,21 @@ def make_broker(core, settings: AmqpSettings | None = None, queues: QueueService
     return AmqpBroker(core, settings or AmqpSettings(), queues)
 
 
-def connection_handler(broker: AmqpBroker):
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await AmqpConnection(broker, reader, writer).run()
-    return handle
+class AmqpConnectionHandler:
+    """The listener's connection handler; `close()` saves the queues' state once connections are gone."""
+
+    def __init__(self, broker: AmqpBroker) -> None:
+        self.broker = broker
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await AmqpConnection(self.broker, reader, writer).run()
+
+    async def close(self) -> None:
+        await self.broker.queues.close()
+
+
+def connection_handler(broker: AmqpBroker) -> AmqpConnectionHandler:
+    return AmqpConnectionHandler(broker)
 
 
 class _Stop(Exception):

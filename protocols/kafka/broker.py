@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from core.acl import Authorizer
 from core.auth import Principal, User, UserStore
+from core.groups.coordinator import GroupCoordinator
+from core.groups.settings import GroupSettings
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.service import Core
 from protocols.kafka.codec.frames import RequestHeader
@@ -26,6 +28,7 @@ class KafkaSettings:
     log_dir: str = ""                   # Kafka's log.dirs: what DescribeLogDirs reports (the data directory)
     sasl_mechanisms: tuple[str, ...] = ()   # empty: no authentication (PLAINTEXT listener)
     super_users: tuple[str, ...] = ()       # Kafka's super.users, e.g. ("User:admin",): never refused by ACLs
+    group_initial_rebalance_delay_ms: int = 3000   # Kafka's group.initial.rebalance.delay.ms
 
 
 class KafkaBroker:
@@ -36,6 +39,12 @@ class KafkaBroker:
         self.users = UserStore(core.metadata)
         # ACLs are stored always but enforced only with SASL on (protocols/kafka/authorization.py).
         self.authorizer = Authorizer(core.metadata, super_users=settings.super_users)
+        self.groups = GroupCoordinator(
+            core, GroupSettings(initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms))
+
+    def close(self) -> None:
+        """Stop background work (group timers); stored state needs no saving."""
+        self.groups.close()
 
 
 @dataclass(slots=True)

@@ -70,6 +70,10 @@ class KafkaConnectionHandler:
     async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await KafkaConnection(self.broker, reader, writer, handlers=self.handlers, failures=self.failures).run()
 
+    async def close(self) -> None:
+        """Once no connection is left: stop the broker's background work (group timers)."""
+        self.broker.close()
+
 
 def connection_handler(broker: KafkaBroker) -> KafkaConnectionHandler:
     return KafkaConnectionHandler(broker)

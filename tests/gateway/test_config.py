@@ -307,3 +307,11 @@ def test_kafka_config_feeds_the_broker_settings():
 
 def test_advertised_host_replaces_the_bind_host_in_broker_settings():
     assert kafka_settings(KafkaConfig(advertised_host="kafka.example"), "0.0.0.0", 9092).host == "kafka.example"
+
+
+def test_the_initial_rebalance_delay_defaults_to_kafkas_and_is_bounded():
+    assert resolve_config(env={}).kafka.group_initial_rebalance_delay_ms == 3000
+    env = {"GATEWAY_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"}
+    assert resolve_config(env=env).kafka.group_initial_rebalance_delay_ms == 0
+    with pytest.raises(ConfigError, match="group_initial_rebalance_delay_ms"):
+        resolve_config(env={"GATEWAY_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "-1"})

@@ -6,7 +6,6 @@ An unknown group is described as Dead with no error, as in Kafka before v6. With
 (SASL on), each group needs DESCRIBE (GROUP_AUTHORIZATION_FAILED). With
 include_authorized_operations (v3+), a described group carries the bit field of the group
 operations (READ, DELETE, DESCRIBE) the client may do; with SASL off, all of them.
-Gaps: client_host is empty (the request context does not carry the peer address).
 """
 
 from core.errors import CoreError
