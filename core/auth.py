@@ -1,10 +1,17 @@
-"""Users and their credentials: who may connect, and which tenant/namespace they land in.
+"""Users and their credentials: who may connect, which tenant/namespace they land in, and what
+they may do in which tenant/namespace.
 
 Users live at /users/<name> in the metadata store:
 
     {"tenant": str, "namespace": str,
      "scram": {"SCRAM-SHA-256": {"salt": b64, "iterations": int, "stored_key": b64, "server_key": b64},
-               "SCRAM-SHA-512": {...}}}
+               "SCRAM-SHA-512": {...}},
+     "permissions": [{"tenant": str, "namespace": str, "configure": regex, "write": regex, "read": regex}, ...]}
+
+"permissions" (optional) are RabbitMQ's per-vhost permissions: in each listed tenant/namespace, the
+queues and exchanges whose names the configure / write / read patterns match (a regular-expression
+search; "" is "^$" and grants nothing). Without the key a user has every permission in its own
+tenant/namespace and none elsewhere; with it, exactly the listed ones.
 
 Only salted SCRAM keys are stored (RFC 5802), never the password; PLAIN logins are checked by
 deriving the SCRAM-SHA-256 keys from the offered password and comparing in constant time, so one
@@ -19,6 +26,7 @@ import hashlib
 import hmac
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, check_name
@@ -26,6 +34,7 @@ from storage.api import MetadataStore, NoNode
 
 SCRAM_MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 DEFAULT_ITERATIONS = 4096
+EVERYTHING = ".*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +54,11 @@ class ScramCredential:
     @classmethod
     def derive(cls, password: str, hash_name: str, salt: bytes, iterations: int) -> "ScramCredential":
         salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+        return cls.from_salted_password(salted, hash_name, salt, iterations)
+
+    @classmethod
+    def from_salted_password(cls, salted: bytes, hash_name: str, salt: bytes, iterations: int) -> "ScramCredential":
+        """The stored keys of a password already salted (what Kafka's admin clients send)."""
         client_key = hmac.digest(salted, b"Client Key", hash_name)
         return cls(salt, iterations, hashlib.new(hash_name, client_key).digest(),
                    hmac.digest(salted, b"Server Key", hash_name))
@@ -61,9 +75,40 @@ class ScramCredential:
 
 
 @dataclass(frozen=True, slots=True)
+class Permission:
+    """What a user may do in one tenant/namespace: regular expressions over queue and exchange names
+    for configure (declare, delete), write (publish to, bind into) and read (consume, bind from)."""
+
+    tenant: str
+    namespace: str
+    configure: str = EVERYTHING
+    write: str = EVERYTHING
+    read: str = EVERYTHING
+
+    def to_doc(self) -> dict:
+        return {"tenant": self.tenant, "namespace": self.namespace, "configure": self.configure,
+                "write": self.write, "read": self.read}
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> "Permission":
+        return cls(doc["tenant"], doc["namespace"], doc["configure"], doc["write"], doc["read"])
+
+
+@dataclass(frozen=True, slots=True)
 class User:
     principal: Principal
     scram: dict[str, ScramCredential]
+    permissions: tuple[Permission, ...] | None = None   # None: everything in its own tenant/namespace
+
+    def permission_on(self, tenant: str, namespace: str) -> Permission | None:
+        """The user's permission in a tenant/namespace, or None if it has none there."""
+        if self.permissions is None:
+            own = self.principal
+            return Permission(tenant, namespace) if (own.tenant, own.namespace) == (tenant, namespace) else None
+        for permission in self.permissions:
+            if (permission.tenant, permission.namespace) == (tenant, namespace):
+                return permission
+        return None
 
 
 class UserStore:
@@ -71,13 +116,16 @@ class UserStore:
         self._metadata = metadata
 
     async def put_user(self, name: str, password: str, *, tenant: str = DEFAULT_TENANT,
-                       namespace: str = DEFAULT_NAMESPACE, iterations: int = DEFAULT_ITERATIONS) -> None:
+                       namespace: str = DEFAULT_NAMESPACE, iterations: int = DEFAULT_ITERATIONS,
+                       permissions: Sequence[Permission] | None = None) -> None:
         check_name("user", name)
         scram = {}
         for mechanism, hash_name in SCRAM_MECHANISMS.items():
             credential = await asyncio.to_thread(ScramCredential.derive, password, hash_name, os.urandom(16), iterations)
             scram[mechanism] = credential.to_doc()
         doc = {"tenant": tenant, "namespace": namespace, "scram": scram}
+        if permissions is not None:
+            doc["permissions"] = [permission.to_doc() for permission in permissions]
         await self._metadata.put(f"/users/{name}", json.dumps(doc).encode())
 
     async def delete_user(self, name: str) -> None:
@@ -96,16 +144,53 @@ class UserStore:
             return None
         doc = json.loads(node.value)
         scram = {mechanism: ScramCredential.from_doc(c) for mechanism, c in doc["scram"].items()}
-        return User(Principal(name, doc["tenant"], doc["namespace"]), scram)
+        permissions = doc.get("permissions")
+        if permissions is not None:
+            permissions = tuple(Permission.from_doc(p) for p in permissions)
+        return User(Principal(name, doc["tenant"], doc["namespace"]), scram, permissions)
+
+    async def verify(self, name: str, password: str) -> User | None:
+        """PLAIN-style check: the user if the password is right, else None (constant time)."""
+        user = await self.get(name)
+        mechanism = next((m for m in SCRAM_MECHANISMS if user is not None and m in user.scram), None)
+        reference = user.scram[mechanism] if mechanism is not None else _DUMMY
+        offered = await asyncio.to_thread(ScramCredential.derive, password, SCRAM_MECHANISMS.get(mechanism, "sha256"),
+                                          reference.salt, reference.iterations)
+        matches = hmac.compare_digest(offered.stored_key, reference.stored_key)
+        return user if mechanism is not None and matches else None
 
     async def verify_password(self, name: str, password: str) -> Principal | None:
-        """PLAIN-style check: the principal if the password is right, else None (constant time)."""
-        user = await self.get(name)
-        reference = user.scram["SCRAM-SHA-256"] if user else _DUMMY
-        offered = await asyncio.to_thread(ScramCredential.derive, password, "sha256", reference.salt,
-                                          reference.iterations)
-        matches = hmac.compare_digest(offered.stored_key, reference.stored_key)
-        return user.principal if user is not None and matches else None
+        """As verify, for who the user is."""
+        user = await self.verify(name, password)
+        return user.principal if user is not None else None
+
+
+    async def names(self) -> list[str]:
+        return sorted(await self._metadata.children("/users"))
+
+    async def put_scram(self, name: str, mechanism: str, credential: ScramCredential, *,
+                        tenant: str = DEFAULT_TENANT, namespace: str = DEFAULT_NAMESPACE) -> None:
+        """Set one mechanism's credential; a new user lands in `tenant`/`namespace`."""
+        check_name("user", name)
+        doc = await self._doc(name) or {"tenant": tenant, "namespace": namespace, "scram": {}}
+        doc["scram"][mechanism] = credential.to_doc()
+        await self._metadata.put(f"/users/{name}", json.dumps(doc).encode())
+
+    async def delete_scram(self, name: str, mechanism: str) -> bool:
+        """Remove one mechanism's credential (the user with its last one); False if it had none."""
+        doc = await self._doc(name)
+        if doc is None or mechanism not in doc["scram"]:
+            return False
+        del doc["scram"][mechanism]
+        if doc["scram"]:
+            await self._metadata.put(f"/users/{name}", json.dumps(doc).encode())
+        else:
+            await self.delete_user(name)
+        return True
+
+    async def _doc(self, name: str) -> dict | None:
+        node = await self._metadata.get(f"/users/{name}")
+        return None if node is None else json.loads(node.value)
 
 
 # Compared against when the user does not exist, so a wrong user costs as much as a wrong password.

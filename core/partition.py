@@ -5,6 +5,12 @@ rewrites only the base offset (outside the CRC), and hands the bytes to the log:
 Reads return whole batches from the one containing the requested offset, as Kafka does, so a read
 that starts inside a batch returns that batch.
 
+Transactions: a transactional batch opens its producer's transaction here (producer_state.py); a
+marker written by the transaction coordinator (`write_marker`) closes it, and an abort marker adds
+the transaction to the aborted index. The last stable offset (LSO) is the first offset of the oldest
+open transaction, or the high watermark; read_committed reads stop there and carry the aborted
+transactions of the range read. Clients may not write control batches.
+
 Owned by the event loop: offsets are assigned synchronously in `append`, so concurrent appends to
 one partition are ordered by their arrival.
 """
@@ -12,6 +18,7 @@ one partition are ordered by their arrival.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,9 +30,13 @@ from core.producer_state import ProducerStates
 from core.records import batch as record_batch
 from core.records.decoder import decode_batch
 from core.topic_config import EffectiveConfig
+from core.transactions.aborted_index import AbortedIndex, AbortedIndexStore, AbortedTxn
+from core.transactions.markers import Marker, build_marker, read_marker
 from storage.api import LedgerFenced, LogClosed, ManagedLog, PositionOutOfRange, RetentionPolicy, StorageError
 
 MAX_DECODE_BYTES = 64 << 20
+
+logger = logging.getLogger("gateway.core")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +44,18 @@ class ReadResult:
     records: bytes               # whole batches, back to back (Kafka's "records" field)
     high_watermark: int
     log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedRead:
+    """A read_committed read: whole batches below the last stable offset, and the aborted
+    transactions with records in the range read."""
+
+    records: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: list[AbortedTxn]
 
 
 @contextmanager
@@ -62,13 +85,17 @@ def retention_policy(config: EffectiveConfig) -> RetentionPolicy:
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, log: ManagedLog, config: EffectiveConfig, clock: Clock) -> None:
+    def __init__(self, topic: str, index: int, log: ManagedLog, config: EffectiveConfig, clock: Clock,
+                 aborted_store: AbortedIndexStore | None = None) -> None:
         self.topic = topic
         self.index = index
         self.log = log
         self.config = config
         self._clock = clock
         self.producers = ProducerStates()
+        self.aborted = AbortedIndex()
+        self._aborted_store = aborted_store   # None: the aborted index is rebuilt from the log tail only
+        self._stable_waiters: list[asyncio.Future] = []
 
     @property
     def log_start_offset(self) -> int:
@@ -77,6 +104,13 @@ class Partition:
     @property
     def high_watermark(self) -> int:
         return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed readers stop: the oldest open transaction's first offset, else the HW."""
+        high_watermark = self.log.high_watermark
+        first_unstable = self.producers.first_unstable_offset()
+        return high_watermark if first_unstable is None else min(first_unstable, high_watermark)
 
     async def append(self, records: bytes | memoryview) -> int:
         """Store every batch of a Produce "records" field; returns the base offset of the first."""
@@ -99,7 +133,12 @@ class Partition:
             if len(batch) > self.config.max_message_bytes:
                 raise RecordTooLarge(f"batch of {len(batch)} bytes is over max.message.bytes "
                                      f"{self.config.max_message_bytes}")
-            headers.append(record_batch.read_header(batch))
+            header = record_batch.read_header(batch)
+            if header.is_control:
+                raise InvalidRecord("clients may not write control batches")
+            if header.is_transactional and header.producer_id < 0:
+                raise InvalidRecord("a transactional batch needs a producer id")
+            headers.append(header)
         pending: list[Awaitable[int]] = []
         first_queued = self.log.next_offset
         with storage_errors():
@@ -123,7 +162,39 @@ class Partition:
                 if idempotent:
                     self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
                                           header.record_count, base_offset)
+                    if header.is_transactional:
+                        self.producers.begin_transaction(header.producer_id, base_offset)
         return self._first_offset(pending, first_queued)
+
+    async def write_marker(self, marker: Marker) -> int:
+        """Append the marker ending `marker.producer_id`'s transaction; returns its offset once durable.
+        Only then does the transaction stop holding back the last stable offset."""
+        with storage_errors():
+            offset = self.log.next_offset
+            batch = build_marker(marker, self._clock.now_ms())
+            stored = record_batch.with_offset_and_epoch(batch, offset, record_batch.NO_LEADER_EPOCH)
+            await self.log.append(stored, 1, record_batch.read_header(batch).max_timestamp)
+        aborted = self._end_transaction(marker, offset)
+        if aborted is not None and self._aborted_store is not None:
+            try:
+                with storage_errors():
+                    await self._aborted_store.save(aborted)
+            except CoreError as exc:   # the marker is durable: the tail scan on reopen still finds it
+                logger.warning("storing the aborted transaction at %s-%d@%d failed: %s", self.topic, self.index,
+                               offset, exc)
+        return offset
+
+    def _end_transaction(self, marker: Marker, offset: int) -> AbortedTxn | None:
+        first = self.producers.end_transaction(marker.producer_id, marker.producer_epoch)
+        aborted = None
+        if first is not None and not marker.commit:
+            aborted = AbortedTxn(last_offset=offset, first_offset=first, producer_id=marker.producer_id)
+            self.aborted.add(marker.producer_id, first, offset)
+        waiters, self._stable_waiters = self._stable_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        return aborted
 
     async def _first_offset(self, pending: list[Awaitable[int]], first_queued: int) -> int:
         try:
@@ -144,23 +215,42 @@ class Partition:
         return first
 
     async def load_producer_states(self, max_scan_bytes: int = 64 << 20) -> None:
-        """Rebuild the idempotent producers' state from the tail of the log (about the last
-        `max_scan_bytes`); producers older than that are treated as new, as Kafka treats expired ones."""
+        """Rebuild the idempotent producers' state, the open transactions and the aborted index from the
+        tail of the log (about the last `max_scan_bytes`) and the stored aborted index; producers
+        older than that are treated as new, as Kafka treats expired ones."""
         start, end = self.log_start_offset, self.high_watermark
         size = self.log.size_bytes
         if size > max_scan_bytes and end > start:
             start = max(start, end - (end - start) * max_scan_bytes // size)
         offset = start
+        marked: set[int] = set()   # producers whose markers the scan has seen
         with storage_errors():
+            if self._aborted_store is not None:
+                for entry in await self._aborted_store.load(self.log_start_offset):
+                    if entry.last_offset < start:   # the scan below finds the others again
+                        self.aborted.add(entry.producer_id, entry.first_offset, entry.last_offset)
             while offset < end:
                 entries = await self.log.read(offset, 4 << 20)
                 if not entries:
                     break
                 for entry in entries:
                     header = record_batch.read_header(entry.payload)
-                    if header.producer_id >= 0:
-                        self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
-                                              header.record_count, entry.base_offset)
+                    if header.producer_id < 0:
+                        continue
+                    if header.is_control:
+                        marker = read_marker(entry.payload)
+                        if marker is not None:
+                            if header.producer_id not in marked:
+                                # A transaction that began before the scanned tail is taken to begin
+                                # where the scan does: the producer wrote nothing else in between.
+                                self.producers.begin_transaction(header.producer_id, start)
+                                marked.add(header.producer_id)
+                            self._end_transaction(marker, entry.base_offset)
+                        continue
+                    self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
+                                          header.record_count, entry.base_offset)
+                    if header.is_transactional:
+                        self.producers.begin_transaction(header.producer_id, entry.base_offset)
                 offset = entries[-1].next_offset
 
     async def read(self, offset: int, max_bytes: int) -> ReadResult:
@@ -169,8 +259,36 @@ class Partition:
         return ReadResult(b"".join(entry.payload for entry in entries), self.log.high_watermark,
                           self.log.log_start_offset)
 
-    async def wait_for_data(self, offset: int, timeout_s: float) -> bool:
-        return await self.log.wait_for_append(offset, timeout_s)
+    async def read_committed(self, offset: int, max_bytes: int) -> CommittedRead:
+        """Whole batches from `offset` below the last stable offset (none when it is not below it)."""
+        stable = self.last_stable_offset
+        if offset > self.high_watermark or offset < self.log_start_offset:
+            raise OffsetOutOfRange(f"offset {offset} is outside [{self.log_start_offset}, {self.high_watermark}]")
+        entries = []
+        if offset < stable:
+            with storage_errors():
+                entries = [entry for entry in await self.log.read(offset, max_bytes) if entry.base_offset < stable]
+        end = entries[-1].next_offset if entries else offset
+        self.aborted.trim_before(self.log.log_start_offset)
+        return CommittedRead(b"".join(entry.payload for entry in entries), self.log.high_watermark, stable,
+                             self.log.log_start_offset, self.aborted.overlapping(offset, end) if entries else [])
+
+    async def wait_for_data(self, offset: int, timeout_s: float, *, committed: bool = False) -> bool:
+        """Wait until there is data at `offset` (for read_committed: below the last stable offset)."""
+        if not committed or self.high_watermark <= offset:
+            return await self.log.wait_for_append(offset, timeout_s)
+        if self.last_stable_offset > offset:
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        self._stable_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            if waiter in self._stable_waiters:
+                self._stable_waiters.remove(waiter)
+        return self.last_stable_offset > offset
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= timestamp_ms, or None."""

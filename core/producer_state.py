@@ -8,6 +8,11 @@ A batch from producer P (epoch E, sequences first..last) is checked before it is
     this partition has not seen): else OUT_OF_ORDER_SEQUENCE_NUMBER.
 The state advances when the batch is queued (so pipelined batches check against each other) and is
 rebuilt from the log when the partition opens, so retries across a restart stay exactly-once.
+
+Transactions: each producer with an open transaction on the partition has the offset of its first
+transactional batch since its last marker; the smallest of them bounds the last stable offset. A
+marker closes the producer's transaction and, at a higher epoch, starts that epoch with no sequences
+(the coordinator bumped it to fence the producer that began the transaction).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class ProducerStates:
 
     def __init__(self) -> None:
         self._producers: dict[int, ProducerEntry] = {}
+        self._open_txns: dict[int, int] = {}   # producer id -> first offset of its open transaction
 
     def check(self, producer_id: int, epoch: int, first_seq: int, record_count: int) -> int | None:
         """Validate a batch; the base offset of the stored original if it is a duplicate, else None."""
@@ -70,6 +76,30 @@ class ProducerStates:
         for entry in self._producers.values():
             while entry.batches and entry.batches[-1].base_offset >= offset:
                 entry.batches.pop()
+        for producer_id in [p for p, first in self._open_txns.items() if first >= offset]:
+            del self._open_txns[producer_id]
+
+    # --- transactions -----------------------------------------------------------------------------
+
+    def begin_transaction(self, producer_id: int, offset: int) -> None:
+        """A transactional batch at `offset`: opens the producer's transaction unless one is open."""
+        self._open_txns.setdefault(producer_id, offset)
+
+    def end_transaction(self, producer_id: int, epoch: int) -> int | None:
+        """A marker of the producer at `epoch`: the first offset of the transaction it ends (None if
+        none was open here)."""
+        entry = self._producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            self._producers[producer_id] = ProducerEntry(epoch)
+        return self._open_txns.pop(producer_id, None)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, None when none is open."""
+        return min(self._open_txns.values()) if self._open_txns else None
+
+    @property
+    def open_transactions(self) -> dict[int, int]:
+        return dict(self._open_txns)
 
     def __len__(self) -> int:
         return len(self._producers)

@@ -1,4 +1,5 @@
-"""The core as one object: the registry, open partitions, cursors and the retention sweep.
+"""The core as one object: the registry, open partitions, cursors, delayed messages and the retention
+sweep.
 
 Partitions open lazily on first use and close again after being idle (or when too many are open),
 so the number of topics does not bound memory; reopening an idle partition costs one metadata read.
@@ -13,9 +14,11 @@ from collections import OrderedDict
 
 from core.clock import Clock, SystemClock
 from core.cursor import Cursor
+from core.delayed.service import DelayedService
 from core.errors import UnknownTopic
 from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
+from core.transactions.aborted_index import AbortedIndexStore
 from core.registry import Registry, TopicInfo
 from storage.api import ManagedLogFactory, MetadataStore
 
@@ -36,9 +39,11 @@ class Core:
         self._last_used: dict[tuple[TopicName, int], float] = {}
         self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
         self._sweeper: asyncio.Task | None = None
+        self.delayed = DelayedService(self)     # delayed messages: held until due, then routed
 
     async def start(self) -> None:
         await self.registry.start()
+        await self.delayed.start()
         self._sweeper = asyncio.create_task(self._sweep(), name="core-retention")
 
     # --- topics -------------------------------------------------------------------------------
@@ -121,7 +126,8 @@ class Core:
         config = info.effective
         with storage_errors():
             managed = await self.logs.open_log(name.partition_log(index), retention_policy(config))
-        partition = Partition(name.path, index, managed, config, self.clock)
+        partition = Partition(name.path, index, managed, config, self.clock,
+                              AbortedIndexStore(self.metadata, info.topic_id, index))
         await partition.load_producer_states()
         return partition
 
@@ -163,6 +169,10 @@ class Core:
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        try:
+            await self.delayed.close()
+        except Exception as exc:
+            log.warning("closing the delayed messages failed: %s", exc)
         partitions, self._partitions = list(self._partitions.values()), OrderedDict()
         self._last_used.clear()
         for partition in partitions:

@@ -5,7 +5,7 @@ Each client writes keys, headers, CreateTime timestamps, null keys and tombstone
 compression codec and acks setting (idempotence on wherever acks=all allows it), and each client
 reads what each other client wrote, byte for byte. Also: max.message.bytes at its boundary, topics
 auto-created or refused, manual assignment with seeks and offset look-ups. Transactional producers
-are out of scope (the gateway refuses transactional ids).
+are tested in test_kafka_transactions.py.
 """
 
 from __future__ import annotations

@@ -150,3 +150,46 @@ def test_oversized_frames_before_authentication_close_the_connection(secured) ->
     with socket.create_connection(secured.kafka, timeout=5) as sock:
         sock.sendall(struct.pack(">i", 600 * 1024) + b"\0" * 1024)
         assert sock.recv(100) == b""
+
+
+def test_confluent_admin_sets_describes_and_deletes_scram_credentials_that_then_log_in(secured) -> None:
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialDeletion, UserScramCredentialUpsertion)
+    auth = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "alice", "sasl.password": "alice-secret"}
+    admin = AdminClient({"bootstrap.servers": bootstrap(secured), **auth})
+    user = f"carol{uuid.uuid4().hex[:6]}"
+    sha256, sha512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
+
+    upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(sha512, 8192), b"carol-secret", b"salt-of-carol"),
+               UserScramCredentialUpsertion("x", ScramCredentialInfo(sha256, 1000), b"pw")]
+    outcome = admin.alter_user_scram_credentials(upserts)
+    assert outcome[user].result() is None
+    with pytest.raises(KafkaException, match="Too few iterations"):
+        outcome["x"].result()
+
+    described = admin.describe_user_scram_credentials([user])[user].result()
+    assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == [(sha512, 8192)]
+    assert user in admin.describe_user_scram_credentials().result()   # every user
+    with pytest.raises(KafkaException, match="does not exist"):
+        admin.describe_user_scram_credentials(["nobody"])["nobody"].result()
+
+    login = {"bootstrap.servers": bootstrap(secured), "security.protocol": "SASL_PLAINTEXT",
+             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user}
+    # Logged in, then refused by the ACLs (the new user has none) ...
+    delivered = []
+    producer = Producer({**login, "sasl.password": "carol-secret", "message.timeout.ms": 10000})
+    producer.produce("scram-admin", b"hi", on_delivery=lambda err, msg: delivered.append(err))
+    producer.flush(15)
+    assert [e.code() for e in delivered] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    # ... while a wrong password never gets that far.
+    errors = []
+    bad = Producer({**login, "sasl.password": "wrong", "error_cb": errors.append})
+    bad.produce("scram-admin", b"never")
+    bad.flush(5)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+
+    assert admin.alter_user_scram_credentials([UserScramCredentialDeletion(user, sha512)])[user].result() is None
+    with pytest.raises(KafkaException, match="does not exist"):
+        admin.describe_user_scram_credentials([user])[user].result()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from core.acl import Authorizer
 from core.auth import Principal, User, UserStore
 from core.groups.coordinator import GroupCoordinator
 from core.groups.settings import GroupSettings
+from core.quotas import ClientQuotas
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.service import Core
+from core.transactions.coordinator import TransactionCoordinator, TransactionSettings
 from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import Limits
 from protocols.kafka.sasl.scram import ScramServer
@@ -29,6 +32,11 @@ class KafkaSettings:
     sasl_mechanisms: tuple[str, ...] = ()   # empty: no authentication (PLAINTEXT listener)
     super_users: tuple[str, ...] = ()       # Kafka's super.users, e.g. ("User:admin",): never refused by ACLs
     group_initial_rebalance_delay_ms: int = 3000   # Kafka's group.initial.rebalance.delay.ms
+    transaction_max_timeout_ms: int = 900_000      # Kafka's transaction.max.timeout.ms
+    # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
+    transaction_cleanup_interval_ms: int = 10_000
+
+PRODUCER_ID_COUNTER = "kafka-producer-id"   # one counter for idempotent and transactional producers
 
 
 class KafkaBroker:
@@ -39,12 +47,24 @@ class KafkaBroker:
         self.users = UserStore(core.metadata)
         # ACLs are stored always but enforced only with SASL on (protocols/kafka/authorization.py).
         self.authorizer = Authorizer(core.metadata, super_users=settings.super_users)
+        self.quotas = ClientQuotas(core.metadata, core.clock)
         self.groups = GroupCoordinator(
             core, GroupSettings(initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms))
+        self.transactions = TransactionCoordinator(
+            core, self.groups, lambda: core.metadata.next_id(PRODUCER_ID_COUNTER),
+            TransactionSettings(max_timeout_ms=settings.transaction_max_timeout_ms,
+                                cleanup_interval_ms=settings.transaction_cleanup_interval_ms))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass   # no loop yet: the coordinator starts on its first request
+        else:
+            self.transactions.start()   # now, so transactions a crash left open get aborted
 
     def close(self) -> None:
-        """Stop background work (group timers); stored state needs no saving."""
+        """Stop background work (group timers, transaction cleanup); stored state needs no saving."""
         self.groups.close()
+        self.transactions.close()
 
 
 @dataclass(slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core import errors as core
+from core.transactions import errors as txn
 from protocols.kafka.codec.errors import ErrorCode
 
 CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
@@ -45,6 +46,13 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.ReservedName: ErrorCode.INVALID_TOPIC_EXCEPTION,
     core.NotPermitted: ErrorCode.INVALID_REQUEST,
     core.InvalidArgument: ErrorCode.INVALID_CONFIG,
+    txn.TransactionError: ErrorCode.UNKNOWN_SERVER_ERROR,
+    txn.InvalidTxnState: ErrorCode.INVALID_TXN_STATE,
+    txn.InvalidProducerIdMapping: ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+    txn.ProducerFenced: ErrorCode.INVALID_PRODUCER_EPOCH,   # PRODUCER_FENCED where the API version knows it
+    txn.ConcurrentTransactions: ErrorCode.CONCURRENT_TRANSACTIONS,
+    txn.InvalidTransactionTimeout: ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+    txn.InvalidTransactionalId: ErrorCode.INVALID_REQUEST,
 }
 
 

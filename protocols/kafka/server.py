@@ -33,6 +33,7 @@ from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import (KafkaServerConnection, RemoteProtocolError, RequestReceived,
                                                 UnsupportedApiVersions)
 from protocols.kafka.schema.api_versions import API_VERSIONS
+from protocols.kafka.throttle import PRODUCE_KEY, QUOTA_KEYS, throttle_ms
 
 log = logging.getLogger("gateway.kafka")
 
@@ -108,6 +109,7 @@ class KafkaConnection:
         self._session = ConnectionSession(client_host=self._peer[0] if isinstance(self._peer, tuple) else None)
         self._sender: asyncio.Task[None] | None = None
         self._failed = False   # a failure was logged and counted: the connection's one log line
+        self._throttled_until = 0.0   # loop time before which nothing more is read (quota exceeded)
 
     @property
     def pending_responses(self) -> int:
@@ -144,6 +146,8 @@ class KafkaConnection:
             if self._sender.done():
                 raise _SendingStopped
             for event in self._conn.receive_data(data):
+                if self._throttled_until:
+                    await self._wait_out_throttle()
                 await self._enqueue((event, await self._respond(event)))
                 self._conn.authenticated = self._conn.authenticated or self._session.authenticated
                 if self._session.close_after_response:
@@ -163,6 +167,8 @@ class KafkaConnection:
         try:
             ctx = RequestContext(self._broker, event.header, self._session)
             result = await self._handlers[event.api.key](event.body, ctx)
+            if event.api.key in QUOTA_KEYS and self._broker.quotas.active:
+                return self._finish_throttled(event, result)
             if inspect.isawaitable(result):
                 return result   # the sender awaits it, in order
             return self._encode(event, result)
@@ -171,9 +177,32 @@ class KafkaConnection:
 
     async def _finish(self, event: RequestReceived, result: Awaitable) -> bytes | None:
         try:
-            return self._encode(event, await result)
+            body = await result
+            return body if isinstance(body, bytes) else self._encode(event, body)   # bytes: encoded already
         except Exception as exc:
             raise HandlerFailed(event.header, event.api.name) from exc
+
+    async def _finish_throttled(self, event: RequestReceived, result: Any) -> bytes | None:
+        """Encode a Produce/Fetch response with the throttle time its bytes earned (KIP-219)."""
+        body = await result if inspect.isawaitable(result) else result
+        if event.api.key == PRODUCE_KEY:
+            throttle = await throttle_ms(self._broker, self._session, event.header, event.size)
+            encoded = self._encode(event, _with_throttle(body, throttle))
+        else:
+            encoded = self._encode(event, body)
+            throttle = await throttle_ms(self._broker, self._session, event.header, len(encoded or b""))
+            if throttle:
+                encoded = self._encode(event, _with_throttle(body, throttle))
+        if throttle:
+            loop = asyncio.get_running_loop()
+            self._throttled_until = max(self._throttled_until, loop.time() + throttle / 1000)
+        return encoded
+
+    async def _wait_out_throttle(self) -> None:
+        delay = self._throttled_until - asyncio.get_running_loop().time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._throttled_until = 0.0
 
     def _encode(self, event: RequestReceived, body) -> bytes | None:
         return None if body is None else self._conn.response(event.api, event.header, body)
@@ -245,6 +274,12 @@ def _describe(header: RequestHeader | None, api_name: str | None = None) -> str:
         return "no request header"
     api = api_name or f"API key {header.api_key}"
     return f"client id {header.client_id!r}, {api} v{header.api_version}, correlation id {header.correlation_id}"
+
+
+def _with_throttle(body: Any, throttle: int) -> Any:
+    if throttle and isinstance(body, dict):
+        body["throttle_time_ms"] = throttle
+    return body
 
 
 def _discard(item: object) -> None:

@@ -3,8 +3,12 @@
 Behaviour: reads whole batches from each partition's fetch offset (a fetch inside a batch returns
 that batch), within the partition and response byte limits but always at least one batch for the
 first partition with data (KIP-74). Waits up to max_wait_ms for min_bytes, woken by appends.
-Out-of-range offsets get OFFSET_OUT_OF_RANGE with the log start offset. read_committed reads up to
-the last stable offset, which equals the high watermark (no transactions), with no aborted lists.
+Out-of-range offsets get OFFSET_OUT_OF_RANGE with the log start offset. read_committed (v4+,
+isolation_level 1) reads only batches below the last stable offset (the first offset of the oldest
+open transaction, else the high watermark), waits for that offset to move, and lists the aborted
+transactions (producer id, first offset) with records in the range returned, so the consumer drops
+them; read_uncommitted returns everything up to the high watermark. Control batches (transaction
+markers) are returned as stored: consumers skip them.
 Fetch sessions (KIP-227): answered as "no session" (session id 0), so clients keep sending full
 fetch requests, which the protocol allows.
 With ACLs enforced (SASL on), as in Kafka 2.8: a consumer needs READ on each topic, checked before
@@ -26,6 +30,7 @@ from protocols.kafka.schema.fetch import FETCH as API
 from protocols.kafka.topic_names import topic_name
 
 MAX_WAIT_MS = 30_000
+READ_COMMITTED = 1
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
@@ -49,9 +54,11 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0:
             break
-        waits = [asyncio.ensure_future(p.wait_for_data(asked.fetch_offset, remaining))
+        committed = _read_committed(request)
+        waits = [asyncio.ensure_future(p.wait_for_data(asked.fetch_offset, remaining, committed=committed))
                  for _, asked, p in wanted
-                 if not isinstance(p, (Exception, ErrorCode)) and p.high_watermark <= asked.fetch_offset]
+                 if not isinstance(p, (Exception, ErrorCode))
+                 and (p.last_stable_offset if committed else p.high_watermark) <= asked.fetch_offset]
         if not waits:
             break
         done, pending = await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
@@ -76,7 +83,12 @@ async def _readable_topics(request: Msg, ctx: RequestContext) -> set[str] | None
     return await authorized_names(ctx, Operation.READ, ResourceType.TOPIC, names)
 
 
+def _read_committed(request: Msg) -> bool:
+    return request.isolation_level == READ_COMMITTED   # absent before v4: decoded as its default, 0
+
+
 async def _read_all(request: Msg, wanted: list) -> tuple[list, int]:
+    committed = _read_committed(request)
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     answers = []
@@ -90,14 +102,17 @@ async def _read_all(request: Msg, wanted: list) -> tuple[list, int]:
         if isinstance(partition, CoreError):
             answer["error_code"] = kafka_code(partition)
             continue
-        answer.update(high_watermark=partition.high_watermark, last_stable_offset=partition.high_watermark,
+        answer.update(high_watermark=partition.high_watermark, last_stable_offset=partition.last_stable_offset,
                       log_start_offset=partition.log_start_offset,
                       aborted_transactions=[] if request.isolation_level == 1 else None)
         limit = min(asked.partition_max_bytes, budget - total)
         if limit <= 0 and total > 0:
             continue
         try:
-            result = await partition.read(asked.fetch_offset, max(limit, 1))
+            if committed:
+                result = await partition.read_committed(asked.fetch_offset, max(limit, 1))
+            else:
+                result = await partition.read(asked.fetch_offset, max(limit, 1))
         except OffsetOutOfRange:
             answer["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
             continue
@@ -105,6 +120,10 @@ async def _read_all(request: Msg, wanted: list) -> tuple[list, int]:
             answer["error_code"] = kafka_code(exc)
             continue
         answer.update(records=result.records, high_watermark=result.high_watermark,
-                      last_stable_offset=result.high_watermark, log_start_offset=result.log_start_offset)
+                      last_stable_offset=partition.last_stable_offset, log_start_offset=result.log_start_offset)
+        if committed:
+            answer.update(last_stable_offset=result.last_stable_offset,
+                          aborted_transactions=[{"producer_id": t.producer_id, "first_offset": t.first_offset}
+                                                for t in result.aborted])
         total += len(result.records)
     return answers, total

@@ -7,13 +7,20 @@ the ack quorum). acks=0 gets no response. Batches are stored as sent, compressio
 With ACLs enforced (SASL on), each topic needs WRITE (TOPIC_AUTHORIZATION_FAILED, decided once per
 topic per request, before the existence check), as in Kafka 2.8; an idempotent producer needs no
 more here (since KIP-679 Kafka checks IDEMPOTENT_WRITE in InitProducerId only).
-Gaps: transactional produce is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); message format
-v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
+Transactions: a transactional batch (attributes bit 4) is accepted only in a request naming the
+producer's transactional id (else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka
+answers), only as the partition's single batch (INVALID_RECORD), and only for a partition added to
+the ongoing transaction of that producer id and epoch: INVALID_PRODUCER_ID_MAPPING for another
+producer id, INVALID_PRODUCER_EPOCH for another epoch, INVALID_TXN_STATE for a partition not in the
+transaction (KIP-890's check). With ACLs enforced, the transactional id needs WRITE
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Sequence checks apply as for any idempotent producer.
+Gaps: message format v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
 """
 
 import inspect
 
-from core.errors import CoreError
+from core.errors import CoreError, InvalidRecord
+from core.records import batch as record_batch
 from protocols.kafka.authorization import Operation, ResourceType, check, enforced
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
@@ -21,12 +28,14 @@ from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.errors import kafka_code
 from protocols.kafka.schema.produce import PRODUCE as API
 from protocols.kafka.topic_names import topic_name
+from protocols.kafka.transactions import txn_key
 
 
 async def handle(request: Msg, ctx: RequestContext):
     started: list[tuple[dict, object]] = []
     responses = []
     writable: dict[str, bool] | None = {} if enforced(ctx) else None   # None: no ACLs to consult
+    refused = await _transactional_refusal(request, ctx)
     for topic in request.topic_data:
         partitions = []
         responses.append({"name": topic.name, "partition_responses": partitions})
@@ -34,8 +43,8 @@ async def handle(request: Msg, ctx: RequestContext):
         for data in topic.partition_data:
             answer = {"index": data.index, "error_code": ErrorCode.NONE, "base_offset": -1}
             partitions.append(answer)
-            if request.transactional_id is not None:
-                answer["error_code"] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            if refused is not None:
+                answer["error_code"] = refused
                 continue
             if not allowed:
                 answer["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -45,10 +54,49 @@ async def handle(request: Msg, ctx: RequestContext):
                 continue
             try:
                 partition = await ctx.core.partition(topic_name(topic.name, ctx.tenant, ctx.namespace), data.index)
+                if request.transactional_id is not None:
+                    # Checked with no await before the append: the transaction cannot end in between.
+                    _check_transactional(ctx, request.transactional_id, topic.name, data)
                 started.append((answer, partition, partition.start_append(data.records or b"")))
             except CoreError as exc:
                 answer["error_code"] = kafka_code(exc)
     return _complete(request.acks, responses, started)
+
+
+async def _transactional_refusal(request: Msg, ctx: RequestContext) -> ErrorCode | None:
+    """The code every partition gets when transactional batches come without a transactional id
+    (or with one the principal may not write), as Kafka decides it for the whole request."""
+    if request.transactional_id is None:
+        if any(_transactional(data.records) for topic in request.topic_data for data in topic.partition_data):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return None
+    if not await check(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return None
+
+
+def _transactional(records) -> bool:
+    """Bit 4 of the first batch's attributes (the low byte of the int16), without unpacking it."""
+    return records is not None and len(records) >= record_batch.HEADER_SIZE \
+        and bool(records[record_batch.ATTRIBUTES_OFFSET + 1] & 0x10)
+
+
+def _first_header(data) -> record_batch.BatchHeader | None:
+    records = data.records
+    if records is None or len(records) < record_batch.HEADER_SIZE:
+        return None   # the partition's own validation answers for it
+    return record_batch.read_header(records)
+
+
+def _check_transactional(ctx: RequestContext, transactional_id: str, topic: str, data) -> None:
+    """A transactional batch must be alone and belong to the ongoing transaction (raises if not)."""
+    header = _first_header(data)
+    if header is None or not header.is_transactional:
+        return
+    if header.size_bytes != len(data.records):
+        raise InvalidRecord("a transactional produce carries exactly one batch per partition")
+    ctx.broker.transactions.check_produce(txn_key(ctx, transactional_id), header.producer_id,
+                                          header.producer_epoch, (topic, data.index))
 
 
 async def _may_write(ctx: RequestContext, name: str, decided: dict[str, bool]) -> bool:

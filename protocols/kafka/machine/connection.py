@@ -40,6 +40,7 @@ class RequestReceived:
     api: Api
     header: RequestHeader
     body: Msg
+    size: int = 0      # the frame's size in bytes (what quotas count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +93,10 @@ class KafkaServerConnection:
             with memoryview(self._buffer) as view:   # one copy of the frame, not a slice then a copy
                 frame = bytes(view[4:4 + size])
             del self._buffer[:4 + size]
-            events.append(self._parse(frame))
+            events.append(self._parse(frame, size))
         return events
 
-    def _parse(self, frame: bytes) -> RequestReceived | UnsupportedApiVersions:
+    def _parse(self, frame: bytes, size: int) -> RequestReceived | UnsupportedApiVersions:
         try:
             header, reader = peek_header(frame)
         except DecodeError as exc:
@@ -116,7 +117,7 @@ class KafkaServerConnection:
             body = decode_request(api, header.api_version, reader.buf[reader.pos:])
         except DecodeError as exc:
             raise RemoteProtocolError(f"{api.name} v{header.api_version}: {exc}", header) from None
-        return RequestReceived(api, header, body)
+        return RequestReceived(api, header, body, size)
 
     @staticmethod
     def response(api: Api, header: RequestHeader, body: Mapping[str, Any], version: int | None = None) -> bytes:

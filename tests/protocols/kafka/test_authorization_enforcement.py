@@ -31,6 +31,7 @@ from protocols.kafka.handlers import (alter_configs, alter_partition_reassignmen
                                       join_group, leave_group, list_groups, list_offsets,
                                       list_partition_reassignments, metadata, offset_commit, offset_delete,
                                       offset_fetch, offset_for_leader_epoch, produce, sync_group)
+from protocols.kafka.handlers import alter_user_scram_credentials, describe_user_scram_credentials
 from protocols.kafka.server import make_broker
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
@@ -588,3 +589,18 @@ async def test_offset_delete_needs_delete_on_the_group_then_read_on_each_topic(b
     assert response.error_code == ErrorCode.NONE
     assert partition_codes(response, "topics", "partitions") == {
         ("orders", 0): ErrorCode.NONE, ("secret", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+
+
+async def test_scram_credential_apis_need_cluster_alter_and_describe(broker) -> None:
+    upsert = {"name": "zoe", "mechanism": 1, "iterations": 4096, "salt": b"s", "salted_password": b"p" * 32}
+    altered = await call(broker, alter_user_scram_credentials, 0, {"deletions": [], "upsertions": [upsert]})
+    assert [(r.user, r.error_code) for r in altered.results] == [("zoe", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]
+    described = await call(broker, describe_user_scram_credentials, 0, {"users": [{"name": "zoe"}]})
+    assert described.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert await broker.users.get("zoe") is None
+
+    altered = await call(broker, alter_user_scram_credentials, 0, {"deletions": [], "upsertions": [upsert]}, ADMIN)
+    assert [r.error_code for r in altered.results] == [ErrorCode.NONE]
+    await allow(broker, ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE)
+    described = await call(broker, describe_user_scram_credentials, 0, {"users": [{"name": "zoe"}]})
+    assert (described.error_code, [r.error_code for r in described.results]) == (ErrorCode.NONE, [ErrorCode.NONE])

@@ -1,0 +1,96 @@
+"""Where transactions survive a restart (Kafka keeps them in __transaction_state): one metadata record
+per transactional id, rewritten on every state change, durable before the change is answered.
+
+    /transactions/<tenant>/<namespace>/<stored name>   JSON, Transaction.to_dict() (state.py):
+        {"producer_id": int, "producer_epoch": int, "timeout_ms": int, "state": "Ongoing", ...,
+         "started_ms": int, "partitions": [[topic, index], ...], "groups": [group_id, ...],
+         "offsets": {group_id: [[topic, index, offset, metadata], ...]}}
+
+The tenant and namespace levels are nodes of their own (empty), so the records can be listed.
+A transactional id's stored name is "txn." followed by the id with every character outside
+[A-Za-z0-9_-] written as ".xx" per UTF-8 byte, so any id maps to one path component and back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from core.partition import storage_errors
+from core.transactions.errors import InvalidTransactionalId
+from core.transactions.state import Transaction
+from storage.api import MetadataStore
+
+ROOT = "/transactions"
+PREFIX = "txn."
+MAX_NAME = 249
+_PLAIN = re.compile(r"[A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TxnKey:
+    tenant: str
+    namespace: str
+    transactional_id: str
+
+
+def stored_name(transactional_id: str) -> str:
+    if not transactional_id:
+        raise InvalidTransactionalId("the transactional id must not be empty")
+    parts = [PREFIX]
+    for char in transactional_id:
+        parts.append(char if _PLAIN.fullmatch(char) else "".join(f".{b:02x}" for b in char.encode()))
+    name = "".join(parts)
+    if len(name) > MAX_NAME:
+        raise InvalidTransactionalId(f"transactional id {transactional_id[:40]!r}... is too long to store")
+    return name
+
+
+def transactional_id_of(name: str) -> str | None:
+    if not name.startswith(PREFIX):
+        return None
+    encoded, out, i = name[len(PREFIX):], bytearray(), 0
+    try:
+        while i < len(encoded):
+            if encoded[i] == ".":
+                out.append(int(encoded[i + 1:i + 3], 16))
+                i += 3
+            else:
+                out += encoded[i].encode()
+                i += 1
+        return out.decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+class TransactionStore:
+    def __init__(self, metadata: MetadataStore) -> None:
+        self._metadata = metadata
+        self._listed: set[tuple[str, str]] = set()   # namespaces whose levels are known to exist
+
+    @staticmethod
+    def path(key: TxnKey) -> str:
+        return f"{ROOT}/{key.tenant}/{key.namespace}/{stored_name(key.transactional_id)}"
+
+    async def save(self, key: TxnKey, txn: Transaction) -> None:
+        with storage_errors():
+            if (key.tenant, key.namespace) not in self._listed:
+                await self._metadata.put(f"{ROOT}/{key.tenant}", b"")
+                await self._metadata.put(f"{ROOT}/{key.tenant}/{key.namespace}", b"")
+                self._listed.add((key.tenant, key.namespace))
+            await self._metadata.put(self.path(key), json.dumps(txn.to_dict(), separators=(",", ":")).encode())
+
+    async def load_all(self) -> dict[TxnKey, Transaction]:
+        found: dict[TxnKey, Transaction] = {}
+        with storage_errors():
+            for tenant in await self._metadata.children(ROOT):
+                for namespace in await self._metadata.children(f"{ROOT}/{tenant}"):
+                    self._listed.add((tenant, namespace))
+                    for name in await self._metadata.children(f"{ROOT}/{tenant}/{namespace}"):
+                        transactional_id = transactional_id_of(name)
+                        node = await self._metadata.get(f"{ROOT}/{tenant}/{namespace}/{name}")
+                        if transactional_id is not None and node is not None:
+                            found[TxnKey(tenant, namespace, transactional_id)] = \
+                                Transaction.from_dict(json.loads(node.value))
+        return found
