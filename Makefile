@@ -7,8 +7,9 @@ BIN := $(VENV)/bin
 ARGS ?=
 
 # Debian packages the tests need beyond Python itself (kcat: a librdkafka client for the Kafka
-# compatibility tests). Installed only when missing.
-SYSTEM_PACKAGES := kcat
+# compatibility tests; rabbitmq-server: the reference the AMQP tests compare against, started as a
+# private node by the tests and the AMQP benchmark). Installed only when missing.
+SYSTEM_PACKAGES := kcat rabbitmq-server
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.
@@ -16,7 +17,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test bench bench-kafka system-packages java
+.PHONY: run test bench bench-kafka bench-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,10 @@ $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 bench-kafka: $(BENCH_STAMP)
 	$(BIN)/python -m bench.kafka $(ARGS)
 
+# AMQP publish/consume through a real `gateway serve` beside a private RabbitMQ node (bench/rabbitmq.py).
+bench-amqp: $(BENCH_STAMP) system-packages
+	$(BIN)/python -m bench.amqp $(ARGS)
+
 # Spark (pipelines/ and its tests) needs a Java runtime: Debian's JRE 17, only when none is on PATH.
 java:
 	@if ! command -v java >/dev/null 2>&1; then \
@@ -55,6 +60,8 @@ java:
 	fi
 
 # apt-get only when a listed package is missing; sudo only when not already root.
+# A freshly installed rabbitmq-server's own service is stopped: it would hold port 5672, the
+# gateway's default AMQP port (tests and benchmarks start private nodes on ports of their own).
 system-packages:
 	@missing=""; \
 	for package in $(SYSTEM_PACKAGES); do \
@@ -65,4 +72,7 @@ system-packages:
 		if [ "$$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi; \
 		echo "installing system packages:$$missing"; \
 		$$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; \
+		case "$$missing" in *rabbitmq-server*) \
+			$$sudo service rabbitmq-server stop >/dev/null 2>&1 || true;; \
+		esac; \
 	fi

@@ -80,6 +80,14 @@ class Latency:
     p99_ms: float
     max_ms: float
 
+    @classmethod
+    def of(cls, sent: int, delays_ns: list[int]) -> "Latency":
+        if not delays_ns:
+            return cls(sent, 0, float("nan"), float("nan"), float("nan"))
+        ms = sorted(d / 1e6 for d in delays_ns)
+        quantiles = statistics.quantiles(ms, n=100, method="inclusive")
+        return cls(sent, len(ms), quantiles[49], quantiles[98], ms[-1])
+
 
 @dataclass
 class BrokerResult:
@@ -247,11 +255,7 @@ def measure_latency(bootstrap: str, topic: str, partitions: int, rate: int, seco
     consumer.close()
     if len(delays_ns) < total:
         errors.append(f"latency {topic}: {len(delays_ns)} of {total} messages arrived")
-    if not delays_ns:
-        return Latency(total, 0, float("nan"), float("nan"), float("nan"))
-    ms = sorted(d / 1e6 for d in delays_ns)
-    quantiles = statistics.quantiles(ms, n=100, method="inclusive")
-    return Latency(total, len(ms), quantiles[49], quantiles[98], ms[-1])
+    return Latency.of(total, delays_ns)
 
 
 # --- brokers -----------------------------------------------------------------------------------

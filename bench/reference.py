@@ -28,6 +28,7 @@ class RunningBroker:
     proc: subprocess.Popen
     bootstrap: str          # "host:port" for clients
     log_path: Path
+    amqp: str = ""          # the gateway's AMQP "host:port"
 
     @property
     def pid(self) -> int:
@@ -111,4 +112,4 @@ def start_gateway(data_dir: Path, log_dir: Path) -> RunningBroker:
     if not got_line.wait(START_DEADLINE_S) or not ready:
         proc.kill()
         raise RuntimeError(f"gateway did not print its READY line; see {log_path}")
-    return RunningBroker("gateway", proc, str(ready["kafka"]), log_path)
+    return RunningBroker("gateway", proc, str(ready["kafka"]), log_path, amqp=str(ready["amqp"]))

@@ -7,7 +7,12 @@ moves the position past every contiguous acknowledged offset.
 
 Persisted at /cursors/<tenant>/<namespace>/<topic>/<partition>/<cursor name>:
 
-    {"committed": int, "acked": [[first, end), ...], "metadata": str, "updated_ms": int}
+    {"committed": int, "acked": [[first, end), ...], "metadata": str, "updated_ms": int,
+     "delivered": int}
+
+"delivered" (written only when set) is one past the highest offset ever handed out through the
+cursor (a queue's deliveries): after a restart, what is below it and not acknowledged may have
+been seen by a consumer and goes out again marked redelivered.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ class CursorState:
     committed: int
     acked: AckSet
     metadata: str = ""
+    delivered: int = 0
 
 
 class Cursor:
@@ -102,7 +108,8 @@ class Cursor:
         if node is None:
             return cls(store, clock, topic, partition, name, CursorState(initial_offset, AckSet()), None)
         doc = json.loads(node.value)
-        state = CursorState(doc["committed"], AckSet([tuple(r) for r in doc["acked"]]), doc.get("metadata", ""))
+        state = CursorState(doc["committed"], AckSet([tuple(r) for r in doc["acked"]]), doc.get("metadata", ""),
+                            doc.get("delivered", 0))
         return cls(store, clock, topic, partition, name, state, node.version)
 
     @property
@@ -116,6 +123,17 @@ class Cursor:
     @property
     def exists(self) -> bool:
         return self._version is not None or self._dirty
+
+    @property
+    def delivered_offset(self) -> int:
+        """One past the highest offset noted as handed out (0: none)."""
+        return self._state.delivered
+
+    def note_delivered(self, offset: int) -> None:
+        """`offset` was handed out; persisted with the next flush."""
+        if offset >= self._state.delivered:
+            self._state.delivered = offset + 1
+            self._dirty = True
 
     def is_acked(self, offset: int) -> bool:
         return offset < self._state.committed or offset in self._state.acked
@@ -144,9 +162,11 @@ class Cursor:
         """Persist the cursor if it changed. Durable when it returns."""
         if not self._dirty:
             return
-        doc = json.dumps({"committed": self._state.committed, "acked": self._state.acked.ranges(),
-                          "metadata": self._state.metadata, "updated_ms": self._clock.now_ms()},
-                         separators=(",", ":")).encode()
+        fields = {"committed": self._state.committed, "acked": self._state.acked.ranges(),
+                  "metadata": self._state.metadata, "updated_ms": self._clock.now_ms()}
+        if self._state.delivered:
+            fields["delivered"] = self._state.delivered
+        doc = json.dumps(fields, separators=(",", ":")).encode()
         self._dirty = False
         try:
             self._version = await self._store.put(self.path(self.topic, self.partition, self.name), doc)

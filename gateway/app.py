@@ -19,12 +19,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TextIO
 
-from core.auth import UserStore
+from core.auth import Permission, UserStore
 from core.service import Core
 from gateway.admin import AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
 from gateway.metrics import GatewayMetrics
+from protocols.amqp import delayed as amqp_delayed
 from protocols.amqp import server as amqp_server
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
@@ -96,6 +97,7 @@ def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
     host, port = sockets["kafka"].getsockname()[:2]
     kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir))
     amqp = amqp_server.make_broker(core)
+    amqp.queues.message_facts = amqp_delayed.message_facts   # routes held messages by their AMQP headers
     return {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
 
 
@@ -113,7 +115,8 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
                          default_partitions=config.default_partitions,
                          limits=Limits(max_frame_bytes=config.max_frame_bytes), log_dir=log_dir,
                          sasl_mechanisms=config.mechanisms, super_users=config.super_user_list,
-                         group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms)
+                         group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                         transaction_cleanup_interval_ms=config.transaction_cleanup_interval_ms)
 
 
 class Gateway:
@@ -174,8 +177,13 @@ class Gateway:
         await self._core.start()
         users = UserStore(self._core.metadata)
         for user in config.users:   # the config file's logins, (re)stored with fresh salts at every start
-            await users.put_user(user.name, user.password, tenant=user.tenant, namespace=user.namespace)
+            permissions = None if user.permissions is None else [
+                Permission(*p.tenant_namespace, p.configure, p.write, p.read) for p in user.permissions]
+            await users.put_user(user.name, user.password, tenant=user.tenant, namespace=user.namespace,
+                                 permissions=permissions)
             await self._core.registry.ensure_namespace(user.tenant, user.namespace)
+            for permission in permissions or ():
+                await self._core.registry.ensure_namespace(permission.tenant, permission.namespace)
         self._check_stop()
 
         handlers = protocol_handlers(self._core, self._unserved_sockets, config.kafka, log_dir=str(config.data_dir))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protocols.amqp.vhosts import vhost_namespace
 from storage.config import StorageConfig
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -32,6 +34,7 @@ PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 USERS_KEY = "users"
+PERMISSIONS_KEY = "permissions"
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 # The [kafka] table's keys, their types, and the environment variable naming each. On the command
@@ -45,6 +48,7 @@ KAFKA_SETTINGS: Mapping[str, type] = {
     "sasl_mechanisms": str,
     "super_users": str,
     "group_initial_rebalance_delay_ms": int,
+    "transaction_cleanup_interval_ms": int,
 }
 KAFKA_ENV_VARS: Mapping[str, str] = {name: f"GATEWAY_KAFKA_{name.upper()}" for name in KAFKA_SETTINGS}
 KAFKA_FLAG_PREFIX = "kafka_"
@@ -70,6 +74,9 @@ class KafkaConfig:
     sasl_mechanisms: str = ""               # e.g. "PLAIN,SCRAM-SHA-256": empty means no authentication
     super_users: str = ""                   # Kafka's super.users, e.g. "User:admin": never refused by ACLs
     group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
+    # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often transactions
+    # past their timeout are looked for and aborted
+    transaction_cleanup_interval_ms: int = 10_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.auto_create_topics, bool):
@@ -90,6 +97,9 @@ class KafkaConfig:
         if not _is_int(self.group_initial_rebalance_delay_ms) or not 0 <= self.group_initial_rebalance_delay_ms <= 300_000:
             raise ConfigError("kafka.group_initial_rebalance_delay_ms must be an integer in 0..300000, "
                               f"got {self.group_initial_rebalance_delay_ms!r}")
+        if not _is_int(self.transaction_cleanup_interval_ms) or not 1 <= self.transaction_cleanup_interval_ms <= 3_600_000:
+            raise ConfigError("kafka.transaction_cleanup_interval_ms must be an integer in 1..3600000, "
+                              f"got {self.transaction_cleanup_interval_ms!r}")
 
 
     @property
@@ -102,18 +112,53 @@ class KafkaConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PermissionConfig:
+    """One `[[users.permissions]]` entry: RabbitMQ's configure / write / read patterns on one vhost."""
+
+    vhost: str
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.vhost, str) or vhost_namespace(self.vhost) is None:
+            raise ConfigError(f"users.permissions: vhost must be \"/\", \"<namespace>\" or \"<tenant>/<namespace>\" "
+                              f"(names of [A-Za-z0-9._-]), got {self.vhost!r}")
+        for key in ("configure", "write", "read"):
+            pattern = getattr(self, key)
+            if not isinstance(pattern, str):
+                raise ConfigError(f"users.permissions: {key} must be a string (a regular expression), got {pattern!r}")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(f"users.permissions: {key} {pattern!r} is not a regular expression: {exc}") from None
+
+    @property
+    def tenant_namespace(self) -> tuple[str, str]:
+        return vhost_namespace(self.vhost)
+
+
+@dataclass(frozen=True, slots=True)
 class UserConfig:
-    """One `[[users]]` entry: a login for SASL (Kafka) and AMQP, scoped to a tenant/namespace."""
+    """One `[[users]]` entry: a login for SASL (Kafka) and AMQP, scoped to a tenant/namespace.
+
+    `permissions` None: every AMQP permission on the vhost of its own tenant/namespace and no other;
+    otherwise exactly the vhosts listed."""
 
     name: str
     password: str
     tenant: str = "public"
     namespace: str = "default"
+    permissions: tuple[PermissionConfig, ...] | None = None
 
     def __post_init__(self) -> None:
         for key in ("name", "password", "tenant", "namespace"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise ConfigError(f"users: {key} must be a non-empty string")
+        if self.permissions is not None:
+            vhosts = [permission.vhost for permission in self.permissions]
+            if len(set(vhosts)) != len(vhosts):
+                raise ConfigError(f"users: {self.name}: more than one [[users.permissions]] for one vhost")
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -229,13 +274,35 @@ def _read_users(entries: Any, path: Path) -> tuple[UserConfig, ...]:
         raise ConfigError(f"{path}: users must be an array of tables ([[users]])")
     users = []
     for entry in entries:
-        unknown = set(entry) - {"name", "password", "tenant", "namespace"}
+        unknown = set(entry) - {"name", "password", "tenant", "namespace", PERMISSIONS_KEY}
         if unknown:
             raise ConfigError(f"{path}: [[users]]: unknown key(s) {', '.join(sorted(unknown))}")
         if "name" not in entry or "password" not in entry:
             raise ConfigError(f"{path}: [[users]] needs a name and a password")
-        users.append(UserConfig(**entry))
+        if PERMISSIONS_KEY in entry:
+            entry = {**entry, PERMISSIONS_KEY: _read_permissions(entry[PERMISSIONS_KEY], path)}
+        try:
+            users.append(UserConfig(**entry))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     return tuple(users)
+
+
+def _read_permissions(entries: Any, path: Path) -> tuple[PermissionConfig, ...]:
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise ConfigError(f"{path}: users.permissions must be an array of tables ([[users.permissions]])")
+    permissions = []
+    for entry in entries:
+        unknown = set(entry) - {"vhost", "configure", "write", "read"}
+        if unknown:
+            raise ConfigError(f"{path}: [[users.permissions]]: unknown key(s) {', '.join(sorted(unknown))}")
+        if "vhost" not in entry:
+            raise ConfigError(f"{path}: [[users.permissions]] needs a vhost")
+        try:
+            permissions.append(PermissionConfig(**entry))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    return tuple(permissions)
 
 
 def _check_kafka_table(table: Mapping[str, Any], path: Path) -> dict[str, Any]:

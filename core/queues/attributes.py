@@ -8,7 +8,10 @@ and strips them again when it delivers. Values are ASCII text.
     queue.priority      0..255, higher first on queues with a maximum priority
     queue.transient     "1": need not outlive a restart of the gateway
     queue.delay-until   the wall-clock ms before which the message must not be routed
-    queue.death         the message's dead-letter history (JSON), newest first
+    queue.death         the message's dead-letter history (JSON; layout in core/queues/dead_letter.py)
+
+The exchange a message was published through is `amqp.exchange` (EXCHANGE): exchanges are the
+core's, the header keeps the name under which AMQP publishes first stored it.
 
 A record without them (one a Kafka producer wrote) is persistent, never expires, priority 0.
 """
@@ -23,6 +26,7 @@ PRIORITY = "queue.priority"
 TRANSIENT = "queue.transient"
 DELAY_UNTIL = "queue.delay-until"
 DEATH = "queue.death"
+EXCHANGE = "amqp.exchange"
 
 
 def header_int(headers: Iterable[tuple[str, bytes | None]], name: str) -> int | None:

@@ -10,6 +10,13 @@
   matches when the message has a header of that name and, unless the pattern's value is None
   (presence only), an equal value of the same kind (numbers of any width compare as numbers;
   a boolean is not a number).
+- x-consistent-hash: each message goes to exactly one binding, picked on a hash ring
+  (core/queues/hash_ring.py) where a binding's key is its weight; what is hashed is the routing
+  key, or the header named by the argument "hash-header", or the property named by "hash-property"
+  (message_id, correlation_id, timestamp). A message without that header or property still goes
+  to one binding (they all hash alike), as RabbitMQ's plugin does.
+- x-delayed-message: routes by the rules of the type named by its argument "x-delayed-type";
+  holding a message until its delay has passed is the publisher's decision (core/delayed).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -30,6 +38,8 @@ class ExchangeType(enum.StrEnum):
     FANOUT = "fanout"
     TOPIC = "topic"
     HEADERS = "headers"
+    CONSISTENT_HASH = "x-consistent-hash"
+    DELAYED = "x-delayed-message"
 
 
 class DestinationKind(enum.StrEnum):
@@ -38,6 +48,10 @@ class DestinationKind(enum.StrEnum):
 
 
 ALTERNATE_EXCHANGE = "alternate-exchange"
+DELAYED_TYPE = "x-delayed-type"
+HASH_HEADER = "hash-header"
+HASH_PROPERTY = "hash-property"
+HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +70,23 @@ class Exchange:
         if isinstance(value, bytes):
             value = value.decode("utf-8", "replace")
         return value if isinstance(value, str) and value else None
+
+    @property
+    def routing_type(self) -> ExchangeType:
+        """The type whose rules route its messages: a delayed exchange's x-delayed-type."""
+        if self.type is ExchangeType.DELAYED:
+            return ExchangeType(_text(self.arguments.get(DELAYED_TYPE)))
+        return self.type
+
+    @property
+    def hash_on(self) -> tuple[str, str] | None:
+        """A consistent-hash exchange's ("header" | "property", name), or None: the routing key."""
+        header, prop = _text(self.arguments.get(HASH_HEADER)), _text(self.arguments.get(HASH_PROPERTY))
+        if header is not None:
+            return ("header", header)
+        if prop is not None:
+            return ("property", prop)
+        return None
 
     def to_doc(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type.value, "durable": self.durable, "auto_delete": self.auto_delete,
@@ -93,6 +124,51 @@ class Binding:
     def from_doc(cls, doc: Mapping[str, Any]) -> "Binding":
         return cls(doc["source"], doc["destination"], DestinationKind(doc["kind"]), doc["key"],
                    stored_arguments.from_json(doc["arguments"]))
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def check_exchange(exchange: Exchange) -> None:
+    """ValueError (with RabbitMQ's words) if a new exchange's arguments do not fit its type."""
+    if exchange.type is ExchangeType.DELAYED:
+        delayed_type = _text(exchange.arguments.get(DELAYED_TYPE))
+        if delayed_type == ExchangeType.DELAYED:
+            raise ValueError("Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'")
+        if not isinstance(delayed_type, str) or delayed_type not in ExchangeType.__members__.values():
+            raise ValueError("Invalid argument, 'x-delayed-type' must be an existing exchange type")
+    if exchange.routing_type is ExchangeType.CONSISTENT_HASH:
+        header, prop = exchange.arguments.get(HASH_HEADER), exchange.arguments.get(HASH_PROPERTY)
+        for name, value in ((HASH_HEADER, header), (HASH_PROPERTY, prop)):
+            if value is not None and not isinstance(_text(value), str):
+                raise ValueError(f"Invalid argument, '{name}' must be a string")
+        if header is not None and prop is not None:
+            raise ValueError("hash-header and hash-property are mutually exclusive")
+        if prop is not None and _text(prop) not in HASH_PROPERTIES:
+            raise ValueError(f"Unsupported property: {_text(prop)}")
+
+
+def check_binding(source: Exchange, binding: "Binding") -> None:
+    """ValueError (with RabbitMQ's words) if the binding does not fit its source's type."""
+    routing_type = source.routing_type
+    if routing_type is ExchangeType.HEADERS:
+        HeadersPattern.of(binding.arguments)
+    elif routing_type is ExchangeType.CONSISTENT_HASH:
+        binding_weight(binding.key)
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def binding_weight(key: str) -> int:
+    """A consistent-hash binding's weight: its key, a positive integer."""
+    if not _INTEGER.fullmatch(key):
+        raise ValueError(f'The binding key must be an integer: <<"{key}">>')
+    weight = int(key)
+    if weight < 1:
+        raise ValueError("The binding key must be greater than 0")
+    return weight
 
 
 # --- topic ------------------------------------------------------------------------------------------

@@ -71,6 +71,24 @@ class BatchPublisher:
             self._flusher = asyncio.create_task(self._flush(), name="queue-publish")
         return future
 
+    def publish_batch(self, records: list[Record]) -> asyncio.Future:
+        """Append `records` as one RecordBatch of their own, after everything published before:
+        stored all together or not at all. The future resolves once the batch is durable."""
+        self._seal()
+        future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_retrieve)
+        size = sum(len(r.value or b"") + len(r.key or b"") + _RECORD_OVERHEAD for r in records)
+        self._sealed.append((list(records), size, future))
+        self._add_backlog(size)
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush(), name="queue-publish")
+        return future
+
+    @property
+    def writable(self) -> bool:
+        """False while the backlog is above its limit (publishers should wait)."""
+        return self._writable.is_set()
+
     async def wait_writable(self) -> None:
         await self._writable.wait()
 

@@ -7,6 +7,8 @@
 The messages are the records of the topic (partition 0); the queue's position is the cursor named
 CURSOR_NAME on it. An exclusive queue belongs to one owner (an AMQP connection) and is never stored
 across a restart; neither is a non-durable one (both are deleted when their namespace is loaded).
+A durable queue loaded after a restart drops its transient messages before it hands anything out
+(core/queues/restart.py).
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from core.cursor import Cursor
 from core.names import TopicName
 from core.partition import Partition
 from core.queues import arguments as stored_arguments
+from core.queues.dead_letter import DeadLetterer
+from core.queues.expiry import ExpirySweeper, UnusedQueueTimer
+from core.queues.limits import LengthLimit
+from core.queues.policy import QueuePolicy
+from core.queues.priority import max_priority
 from core.queues.publisher import BatchPublisher
+from core.queues.restart import drop_transient
+from core.queues.single_active import single_active
 from core.queues.subscription import Consumer, QueuedMessage, SharedSubscription
 from core.records.builder import Record
 
@@ -63,7 +72,8 @@ class Queue:
     """The live side of a declared queue. `open()` loads the cursor before anything is consumed;
     publishing needs no open."""
 
-    def __init__(self, core, info: QueueInfo, topic: TopicName, clock: Clock, *, owner: Hashable | None = None) -> None:
+    def __init__(self, core, info: QueueInfo, topic: TopicName, clock: Clock, *, owner: Hashable | None = None,
+                 restored: bool = False) -> None:
         self._core = core
         self.info = info
         self.topic = topic
@@ -74,6 +84,24 @@ class Queue:
         self._opening: asyncio.Future | None = None
         self.had_consumers = False            # auto-delete applies only once someone consumed
         self.deleted = False
+        # Restored from the store by this process: the high watermark before this process appends
+        # anything (found on first use) bounds what an earlier process wrote.
+        self._restored = restored
+        self._earlier_end: int | None = None
+        # TTL, dead-lettering and limits (core/queues/policy.py); dead_letters and unused_timer are
+        # set by the namespace, which routes the dead messages and deletes an expired queue.
+        self.policy = QueuePolicy.of(info.name, info.arguments, durable=info.durable, exclusive=info.exclusive,
+                                     auto_delete=info.auto_delete)
+        self.length_limit = LengthLimit(self) if self.policy.limits_length else None
+        self.dead_letters: DeadLetterer | None = None
+        self.unused_timer: UnusedQueueTimer | None = None
+        self._sweeper: ExpirySweeper | None = None
+        self._sweep_wanted = False
+        self._last_partition: Partition | None = None
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     @property
     def name(self) -> str:
@@ -81,7 +109,11 @@ class Queue:
 
     async def partition(self) -> Partition:
         # Always through the core: it reopens a partition that it closed while idle.
-        return await self._core.partition(self.topic, 0)
+        partition = await self._core.partition(self.topic, 0)
+        self._last_partition = partition
+        if self._earlier_end is None:
+            self._earlier_end = partition.high_watermark if self._restored else 0
+        return partition
 
     async def open(self) -> SharedSubscription:
         if self.subscription is not None:
@@ -99,19 +131,57 @@ class Queue:
         partition = await self.partition()
         cursor = await Cursor.load(self._core.metadata, self._clock, self.topic, 0, CURSOR_NAME,
                                    initial_offset=partition.log_start_offset)
-        subscription = SharedSubscription(self.partition, cursor, self._clock, name=self.info.name)
+        if self._earlier_end:
+            await drop_transient(partition, cursor, self._earlier_end)
+            await cursor.flush()
+        arguments = self.info.arguments
+        subscription = SharedSubscription(self.partition, cursor, self._clock, name=self.info.name,
+                                          max_priority=max_priority(self.name, arguments),
+                                          single_active=single_active(self.name, arguments),
+                                          redelivered_below=cursor.delivered_offset)
         subscription.note_high_watermark(partition.high_watermark)
+        self._apply_policy(subscription)
         self.subscription = subscription
         return subscription
+
+    def _apply_policy(self, subscription: SharedSubscription) -> None:
+        policy = self.policy
+        subscription.message_ttl_ms = policy.message_ttl_ms
+        subscription.delivery_limit = policy.delivery_limit
+        if policy.dead_letter_exchange is not None and self.dead_letters is not None:
+            subscription.dead_letter = self.dead_letters.send
+        if policy.message_ttl_ms is not None or policy.dead_letter_exchange is not None or self._sweep_wanted:
+            self._sweeper = ExpirySweeper(subscription, self._clock, self.name)
+
+    def expect_expiring(self) -> None:
+        """Messages with their own expiry are published here: keep removing expired heads even
+        while nobody consumes (queues with a TTL or a dead-letter exchange always do)."""
+        if self._sweeper is not None or self._sweep_wanted or self.deleted:
+            return
+        self._sweep_wanted = True
+        if self.subscription is not None:
+            self._sweeper = ExpirySweeper(self.subscription, self._clock, self.name)
+        else:
+            opening = asyncio.ensure_future(self.open())
+            opening.add_done_callback(lambda done: done.cancelled() or done.exception())
 
     # --- publishing -----------------------------------------------------------------------------
 
     def publish(self, record: Record) -> asyncio.Future:
+        if self.length_limit is not None:
+            return self.length_limit.publish(record)
         return self.publisher.publish(record)
 
     def _on_durable(self) -> None:
-        if self.subscription is not None:
-            self.subscription.wake()
+        subscription = self.subscription
+        if subscription is not None:
+            if self._last_partition is not None:
+                subscription.note_high_watermark(self._last_partition.high_watermark)
+            subscription.wake()
+            if self.length_limit is not None:
+                self.length_limit.durable()
+            if self._sweeper is not None:
+                self._sweeper.wake()
 
     # --- consuming ------------------------------------------------------------------------------
 
@@ -125,6 +195,7 @@ class Queue:
         return len(self.subscription.consumers) if self.subscription is not None else 0
 
     async def get(self, owner: Hashable, *, auto_ack: bool) -> QueuedMessage | None:
+        self.touch()
         return await (await self.open()).get(owner, auto_ack=auto_ack)
 
     async def message_count(self) -> int:
@@ -137,11 +208,23 @@ class Queue:
         subscription.note_high_watermark((await self.partition()).high_watermark)
         return subscription.purge()
 
+    def touch(self) -> None:
+        """Used (basic.get, a redeclare, a consumer leaving): x-expires counts from now."""
+        if self.unused_timer is not None:
+            self.unused_timer.touch()
+
+    def _stop_background(self) -> None:
+        for part in (self._sweeper, self.length_limit, self.unused_timer, self.dead_letters):
+            if part is not None:
+                part.close()
+
     async def close(self) -> None:
+        self._stop_background()
         if self.subscription is not None:
             await self.subscription.close()
 
     def discard(self) -> None:
         self.deleted = True
+        self._stop_background()
         if self.subscription is not None:
             self.subscription.discard()

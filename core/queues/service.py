@@ -14,17 +14,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from core.errors import (InequivalentDeclaration, InvalidArgument, NotPermitted, ReservedName, ResourceInUse,
                          ResourceLocked, TopicExists, UnknownExchange, UnknownQueue, UnknownTopic)
 from core.names import TopicName
 from core.partition import storage_errors
-from core.queues.exchange import Binding, DestinationKind, Exchange, ExchangeType, HeadersPattern
+from core.delayed.held import Target
+from core.queues.exchange import Binding, DestinationKind, Exchange, ExchangeType, check_binding, check_exchange
+from core.queues.dead_letter import DeadLetterer
+from core.queues.expiry import UnusedQueueTimer
 from core.queues.naming import queue_topic
+from core.queues.policy import QueuePolicy, check_equivalence
+from core.queues.priority import max_priority
 from core.queues.queue import CURSOR_NAME, QUEUE_TOPIC_CONFIGS, Queue, QueueInfo
-from core.queues.routing import DEFAULT_EXCHANGE, HeadersFunction, RoutingTable
+from core.queues.routing import DEFAULT_EXCHANGE, HeadersFunction, PropertiesFunction, RoutingTable, no_properties
+from core.queues.single_active import single_active
 from core.queues.store import NamespaceStore
 from core.records.builder import Record
 
@@ -43,13 +49,11 @@ _PREDECLARED = frozenset(exchange.name for exchange in PREDECLARED_EXCHANGES)
 # Queue arguments the core does not implement yet: refused, since accepting them would promise
 # behaviour that does not happen. Arguments it does not know at all are kept and ignored.
 UNSUPPORTED_QUEUE_ARGUMENTS = frozenset({
-    "x-message-ttl", "x-expires", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
-    "x-max-length-bytes", "x-overflow", "x-max-priority", "x-single-active-consumer", "x-delivery-limit",
     "x-max-age", "x-stream-max-segment-size-bytes", "x-queue-leader-locator", "x-queue-master-locator",
 })
-SUPPORTED_QUEUE_TYPES = ("classic",)
+SUPPORTED_QUEUE_TYPES = ("classic", "quorum")
 # Arguments whose value must match on a redeclare (the rest may differ, as in RabbitMQ).
-_EQUIVALENT_QUEUE_ARGUMENTS = ("x-queue-type", "x-queue-mode")
+_EQUIVALENT_QUEUE_ARGUMENTS = ("x-queue-mode", "x-max-priority", "x-single-active-consumer")
 
 
 class QueueNamespace:
@@ -78,7 +82,8 @@ class QueueNamespace:
                 await self._store.delete_exchange(exchange.name)
         for info in stored.queues:
             if info.durable and not info.exclusive:
-                self.queues[info.name] = Queue(self._core, info, self._topic(info), self._core.clock)
+                self.queues[info.name] = self._attach(
+                    Queue(self._core, info, self._topic(info), self._core.clock, restored=True))
             else:   # transient: gone with the process that declared it
                 await self._store.delete_queue(info.name)
                 await self._delete_topic(info)
@@ -113,6 +118,10 @@ class QueueNamespace:
                 return existing
             if name.startswith(RESERVED_PREFIX):
                 raise ReservedName(f"exchange name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'")
+            try:
+                check_exchange(wanted)
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from None
             await self._store.put_exchange(wanted)
             self.routing.put_exchange(wanted)
             return wanted
@@ -147,12 +156,10 @@ class QueueNamespace:
     async def bind(self, binding: Binding, *, owner: Hashable | None = None) -> None:
         async with self._lock:
             self._check_binding_ends(binding, owner)
-            source = self.exchange(binding.source)
-            if source.type is ExchangeType.HEADERS:
-                try:
-                    HeadersPattern.of(binding.arguments)
-                except ValueError as exc:
-                    raise InvalidArgument(str(exc)) from None
+            try:
+                check_binding(self.exchange(binding.source), binding)
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from None
             if binding.binding_id in self.routing.bindings.get(binding.source, {}):
                 return
             await self._store.put_binding(binding)
@@ -191,7 +198,9 @@ class QueueNamespace:
                             owner: Hashable | None = None, passive: bool = False,
                             server_named: bool = False) -> Queue:
         if passive:
-            return self.queue(name, owner)
+            queue = self.queue(name, owner)
+            queue.touch()       # RabbitMQ counts a passive declare as a use too (x-expires)
+            return queue
         arguments = dict(arguments or {})
         async with self._lock:
             existing = self.queues.get(name)
@@ -200,18 +209,47 @@ class QueueNamespace:
                 if existing.info.exclusive != exclusive:    # RabbitMQ's strict exclusive-access check
                     raise ResourceLocked(_locked_text(name))
                 _check_queue_equivalence(existing.info, durable, auto_delete, arguments)
+                check_equivalence(name, existing.info.arguments, arguments)
+                existing.touch()
                 return existing
             if name.startswith(RESERVED_PREFIX) and not server_named:
                 raise ReservedName(f"queue name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'")
+            QueuePolicy.of(name, arguments, durable=durable, exclusive=exclusive, auto_delete=auto_delete)
             _check_queue_arguments(name, arguments)
             info = QueueInfo(name, queue_topic(name), durable, exclusive, auto_delete, arguments)
             created = await self._create_topic(info)
             info = replace(info, owns_topic=created)
-            queue = Queue(self._core, info, self._topic(info), self._core.clock,
-                          owner=owner if exclusive else None)
+            queue = self._attach(Queue(self._core, info, self._topic(info), self._core.clock,
+                                       owner=owner if exclusive else None))
             await self._store.put_queue(info)
             self.queues[name] = queue
             return queue
+
+    def _attach(self, queue: Queue) -> Queue:
+        """Give a queue what its policy needs from the namespace: routing for its dead messages, a
+        timer that deletes it when unused; one with background work (expiry, limits) opens now."""
+        policy = queue.policy
+        if policy.dead_letter_exchange is not None:
+            queue.dead_letters = DeadLetterer(queue, self._route_dead)
+        if policy.expires_ms is not None:
+            queue.unused_timer = UnusedQueueTimer(queue, policy.expires_ms, self._core.clock, self._expire_queue)
+        if policy.message_ttl_ms is not None or policy.dead_letter_exchange is not None or policy.limits_length:
+            opening = asyncio.ensure_future(queue.open())
+            opening.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return queue
+
+    def _route_dead(self, exchange: str, routing_key: str, headers: HeadersFunction) -> list[Queue]:
+        """Where a dead message goes: like a publish, but an internal exchange may take it."""
+        if exchange != DEFAULT_EXCHANGE and exchange not in self.routing.exchanges:
+            return []
+        queues = self.queues
+        return [queues[name] for name in self.routing.route(exchange, routing_key, headers, queues)]
+
+    async def _expire_queue(self, queue: Queue) -> None:
+        async with self._lock:
+            if self.queues.get(queue.name) is queue:
+                log.info("queue %s in %s/%s expired (unused)", queue.name, self.tenant, self.namespace)
+                await self._remove_queue(queue)
 
     async def _create_topic(self, info: QueueInfo) -> bool:
         """The queue's topic, starting empty: an existing one-partition topic is taken over from its
@@ -278,6 +316,7 @@ class QueueNamespace:
 
     async def consumer_removed(self, queue: Queue) -> None:
         """Call after removing a consumer: an auto-delete queue goes with its last consumer."""
+        queue.touch()
         if queue.info.auto_delete and queue.had_consumers and not queue.consumer_count and not queue.deleted:
             async with self._lock:
                 if self.queues.get(queue.name) is queue and not queue.consumer_count:
@@ -295,14 +334,36 @@ class QueueNamespace:
 
     # --- publishing -----------------------------------------------------------------------------
 
-    def route(self, exchange: str, routing_key: str, headers: HeadersFunction) -> list[Queue]:
+    def route(self, exchange: str, routing_key: str, headers: HeadersFunction,
+              properties: PropertiesFunction = no_properties) -> list[Queue]:
         """The queues a publish to `exchange` reaches; UnknownExchange / NotPermitted (internal)."""
         if exchange != DEFAULT_EXCHANGE:
             found = self.exchange(exchange)
             if found.internal:
                 raise NotPermitted(f"cannot publish to internal exchange '{exchange}'")
         queues = self.queues
-        return [queues[name] for name in self.routing.route(exchange, routing_key, headers, queues)]
+        return [queues[name] for name in self.routing.route(exchange, routing_key, headers, queues, properties)]
+
+    def held(self):
+        """The namespace's store of held messages (its `publisher.wait_writable()` is back-pressure)."""
+        return self._core.delayed.store(self.tenant, self.namespace)
+
+    def hold(self, exchange: str, record: Record, due_ms: int) -> asyncio.Future:
+        """Keep a message published to `exchange` (a delayed one) until `due_ms`, then route it as
+        `release` does; the future resolves once it is durably held."""
+        return self._core.delayed.hold(self.tenant, self.namespace, record, due_ms, Target(HELD_TARGET, exchange))
+
+    def release(self, exchange: str, record: Record, headers: HeadersFunction,
+                properties: PropertiesFunction) -> list[asyncio.Future]:
+        """Route a held message that is due and append it to its queues; one future per queue. An
+        exchange deleted meanwhile routes nothing (the message is dropped)."""
+        if exchange not in self.routing.exchanges:
+            return []
+        routing_key = (record.key or b"").decode("utf-8", "replace")
+        queues = self.queues
+        return publish([queues[name] for name in self.routing.route(exchange, routing_key, headers, queues,
+                                                                    properties)], record)
+
 
     async def close(self) -> None:
         for queue in list(self.queues.values()):
@@ -317,6 +378,15 @@ class QueueService:
         self._core = core
         self._namespaces: dict[tuple[str, str], QueueNamespace] = {}
         self._loading: dict[tuple[str, str], asyncio.Future] = {}
+        # How a protocol reads the headers and properties of a stored message, for routing a held
+        # message when it is due (the core never decodes a protocol's properties itself).
+        self.message_facts: MessageFacts = _no_facts
+        core.delayed.register(HELD_TARGET, self._release)
+
+    async def _release(self, tenant: str, namespace: str, exchange: str, record: Record) -> list[asyncio.Future]:
+        space = await self.namespace(tenant, namespace)
+        headers, properties = self.message_facts(record)
+        return space.release(exchange, record, headers, properties)
 
     async def namespace(self, tenant: str, namespace: str) -> QueueNamespace:
         key = (tenant, namespace)
@@ -339,6 +409,14 @@ class QueueService:
     async def close(self) -> None:
         for space in list(self._namespaces.values()):
             await space.close()
+
+
+HELD_TARGET = "exchange"      # the kind of delayed-message target a queue namespace routes
+MessageFacts = Callable[[Record], tuple[HeadersFunction, PropertiesFunction]]
+
+
+def _no_facts(record: Record) -> tuple[HeadersFunction, PropertiesFunction]:
+    return no_properties, no_properties
 
 
 def publish(queues: list[Queue], record: Record) -> list[asyncio.Future]:
@@ -394,6 +472,8 @@ def _check_queue_arguments(name: str, arguments: Mapping[str, Any]) -> None:
     for arg in arguments:
         if arg in UNSUPPORTED_QUEUE_ARGUMENTS:
             raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}': not supported by this gateway yet")
+    max_priority(name, arguments)
+    single_active(name, arguments)
     queue_type = arguments.get("x-queue-type")
     if queue_type is not None and queue_type not in SUPPORTED_QUEUE_TYPES:
         raise InvalidArgument(f"invalid arg 'x-queue-type' for queue '{name}': queue type '{queue_type}' is not "

@@ -11,8 +11,15 @@ This is an AMQP queue's delivery side, in the core's words:
   cursor is persisted in the background, one write at a time however many acks arrive meanwhile.
 - A rejected message with requeue, and every unacknowledged message of a consumer that goes away,
   is handed out again before anything newer, in offset order, marked as redelivered. Rejected
-  without requeue, it is dropped (acknowledged).
+  without requeue, it is dead: dead-lettered through the queue's dead-letter exchange
+  (core/queues/dead_letter.py), or dropped (acknowledged) when the queue has none. So are
+  expired messages met at the head (core/queues/expiry.py) and, on queues with a delivery limit,
+  messages returned after more deliveries than the limit.
 - `get` takes one message without a consumer (AMQP's basic.get), held by any owner object.
+- A priority queue reads ahead through a PriorityReadAhead (core/queues/priority.py); a single
+  active consumer queue hands out only to its first consumer (core/queues/single_active.py).
+- Messages below `redelivered_below` (handed out by an earlier process and never acknowledged)
+  go out marked redelivered; every hand-out is noted in the cursor, persisted with its next flush.
 
 Owned by the event loop; nothing here blocks it. Deliveries are synchronous calls into the
 consumers, which only buffer output.
@@ -32,8 +39,10 @@ from core.clock import Clock
 from core.cursor import Cursor
 from core.errors import CoreError, ExclusiveUse
 from core.partition import Partition
-from core.records import batch as record_batch
-from core.records.decoder import decode_batch
+from core.queues.dead_letter import DELIVERY_LIMIT, EXPIRED, REJECTED
+from core.queues.expiry import deadline
+from core.queues.priority import PriorityReadAhead
+from core.queues.log_records import data_records
 
 log = logging.getLogger("gateway.core")
 
@@ -42,7 +51,8 @@ READ_AHEAD_BYTES = 8 << 20       # ... and while their bodies take less than thi
 READ_BYTES = 1 << 20             # per log read (at least one whole batch)
 DATA_WAIT_S = 1.0                # re-check for consumers this often while waiting for new data
 TRIM_INTERVAL_MS = 10_000        # drop acknowledged ledgers at most this often
-_MAX_DECODE_BYTES = 256 << 20
+UNCHECKED = -1                   # QueuedMessage.expires_at not computed yet
+_DEAD_LETTERING = object()       # the holder of messages on their way to a dead-letter exchange
 
 
 @dataclass(slots=True, eq=False)
@@ -53,6 +63,7 @@ class QueuedMessage:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     deliveries: int = 0          # how often it was handed out before
+    expires_at: int | None = UNCHECKED   # wall-clock ms deadline (core/queues/expiry.py), None: never
 
     @property
     def redelivered(self) -> bool:
@@ -75,7 +86,8 @@ class Consumer(Protocol):
 
 class SharedSubscription:
     def __init__(self, partition: Callable[[], Awaitable[Partition]], cursor: Cursor, clock: Clock, *,
-                 name: str = "") -> None:
+                 name: str = "", max_priority: int = 0, single_active: bool = False,
+                 redelivered_below: int = 0) -> None:
         self._partition = partition
         self.cursor = cursor
         self._clock = clock
@@ -99,6 +111,16 @@ class SharedSubscription:
         self._dispatching = False
         self._dispatch_again = False
         self._closed = False
+        self._priorities = PriorityReadAhead(max_priority) if max_priority else None
+        self._single_active = single_active
+        self._redelivered_below = redelivered_below
+        self._flush_waiters: list[asyncio.Future] = []
+        # Set by the queue from its arguments (core/queues/policy.py):
+        self.message_ttl_ms: int | None = None
+        self.delivery_limit: int | None = None      # a message handed out more often than this dies
+        self.dead_letter: Callable[..., None] | None = None   # DeadLetterer.send; None: dead ones are dropped
+        self._dying: dict[str, list[QueuedMessage]] = {}
+        self._fresh_from: int | None = None    # offsets from here were just read: deliverable even if expired
 
     # --- counts ---------------------------------------------------------------------------------
 
@@ -115,6 +137,10 @@ class SharedSubscription:
     @property
     def unacked_count(self) -> int:
         return len(self._unacked)
+
+    def is_held(self, offset: int) -> bool:
+        """Handed out and not yet settled (or on its way to a dead-letter exchange)."""
+        return offset in self._unacked
 
     # --- consumers ------------------------------------------------------------------------------
 
@@ -158,7 +184,10 @@ class SharedSubscription:
             return
         for offset in offsets:
             message, _ = self._unacked.pop(offset)
-            heapq.heappush(self._requeued, (offset, message))
+            if self._over_delivery_limit(message):
+                self.dead([message], DELIVERY_LIMIT)
+            else:
+                heapq.heappush(self._requeued, (offset, message))
         self.dispatch()
 
     # --- acknowledgements -----------------------------------------------------------------------
@@ -175,10 +204,12 @@ class SharedSubscription:
             entry = self._unacked.get(offset)
             if entry is None or not self._forget(offset):
                 continue
-            if requeue:
-                heapq.heappush(self._requeued, (offset, entry[0]))
+            if not requeue:
+                self.dead([entry[0]], REJECTED)
+            elif self._over_delivery_limit(entry[0]):
+                self.dead([entry[0]], DELIVERY_LIMIT)
             else:
-                self.cursor.ack(offset)
+                heapq.heappush(self._requeued, (offset, entry[0]))
         if not requeue:
             self._cursor_changed()
         self.dispatch()
@@ -230,7 +261,7 @@ class SharedSubscription:
             self._wake.set()
 
     def _dispatch_round(self) -> None:
-        consumers = self.consumers
+        consumers = self.consumers[:1] if self._single_active else self.consumers
         idle = 0
         while consumers and idle < len(consumers):
             message = self._peek()
@@ -254,6 +285,23 @@ class SharedSubscription:
         return consumer.can_deliver()
 
     def _peek(self) -> QueuedMessage | None:
+        """The next message to hand out; expired ones met at the head are taken out as dead."""
+        while True:
+            message = self._peek_head()
+            if message is None:
+                return None
+            expires_at = message.expires_at
+            if expires_at == UNCHECKED:
+                expires_at = message.expires_at = deadline(message.timestamp_ms, message.headers,
+                                                           self.message_ttl_ms)
+            if expires_at is None or not self._expired(message, expires_at):
+                return message
+            self._take()
+            self.dead([message], EXPIRED)
+
+    def _peek_head(self) -> QueuedMessage | None:
+        if self._priorities is not None:
+            return self._peek_by_priority()
         requeued, buffer, cursor = self._requeued, self._buffer, self.cursor
         while requeued:
             message = requeued[0][1]
@@ -267,6 +315,15 @@ class SharedSubscription:
             self._pop_buffer()
         return None
 
+    def _peek_by_priority(self) -> QueuedMessage | None:
+        priorities = self._priorities
+        while self._requeued:     # requeued messages go back to their place in their priority lane
+            priorities.put_back(heapq.heappop(self._requeued)[1])
+        if self._read_offset < self._high_watermark and not priorities.full:
+            return None           # not all stored messages indexed yet: a higher one may be unread
+        cursor, unacked = self.cursor, self._unacked
+        return priorities.peek(lambda offset: cursor.is_acked(offset) or offset in unacked)
+
     def _take(self) -> None:
         if self._requeued:
             heapq.heappop(self._requeued)
@@ -274,10 +331,15 @@ class SharedSubscription:
             self._pop_buffer()
 
     def _pop_buffer(self) -> None:
+        if self._priorities is not None:
+            self._priorities.pop_first()
+            return
         message = self._buffer.popleft()
         self._buffer_bytes -= len(message.value or b"")
 
     def _clear_buffer(self) -> None:
+        if self._priorities is not None:
+            self._priorities.clear()
         self._buffer.clear()
         self._buffer_bytes = 0
 
@@ -288,6 +350,8 @@ class SharedSubscription:
         else:
             self._unacked[message.offset] = (message, owner)
             self._held.setdefault(owner, set()).add(message.offset)
+            self.cursor.note_delivered(message.offset)
+            self._cursor_changed()
 
     async def get(self, owner: Hashable, *, auto_ack: bool) -> QueuedMessage | None:
         """One message for `owner` (no consumer needed), or None if none is waiting."""
@@ -295,6 +359,12 @@ class SharedSubscription:
         if message is None:
             await self._read_more()
             message = self._peek()
+            while message is None and self._priorities is not None and self._can_read_more():
+                read_before = self._read_offset
+                await self._read_more()
+                message = self._peek()
+                if message is None and self._read_offset == read_before and not self._body_missing():
+                    break       # no progress possible now
             if message is None:
                 return None
         self._take()
@@ -306,9 +376,80 @@ class SharedSubscription:
             self._wake.set()
         return redelivered_copy
 
+    # --- dead messages (expired, rejected, over a limit) -------------------------------------------
+
+    def _expired(self, message: QueuedMessage, expires_at: int) -> bool:
+        if self._clock.now_ms() < expires_at:
+            return False
+        # Just read and handed out in the same turn counts as "at once" (TTL 0 delivers or expires).
+        fresh = self._fresh_from
+        return fresh is None or message.offset < fresh or message.deliveries > 0
+
+    def _over_delivery_limit(self, message: QueuedMessage) -> bool:
+        limit = self.delivery_limit
+        return limit is not None and message.deliveries > limit
+
+    def dead(self, messages: list[QueuedMessage], reason: str) -> None:
+        """`messages`, already out of the queue's hands, died: dead-lettered (acknowledged once their
+        copies are durable) or, with nowhere to send them, dropped (acknowledged now)."""
+        if self.dead_letter is None:
+            for message in messages:
+                self.cursor.ack(message.offset)
+            self._cursor_changed()
+            return
+        held = self._held.setdefault(_DEAD_LETTERING, set())
+        for message in messages:
+            self._unacked[message.offset] = (message, _DEAD_LETTERING)
+            held.add(message.offset)
+        if not self._dying:
+            asyncio.get_running_loop().call_soon(self._send_dying)
+        self._dying.setdefault(reason, []).extend(messages)
+
+    def _send_dying(self) -> None:
+        dying, self._dying = self._dying, {}
+        if self._closed or self.dead_letter is None:
+            return      # still unacknowledged in the cursor: dead-lettered again after a restart
+        for reason, messages in dying.items():
+            self.dead_letter(messages, reason, self.ack)
+
+    async def take_head(self, count: int) -> list[QueuedMessage]:
+        """Take up to `count` of the oldest ready messages out (a length limit drops them)."""
+        taken: list[QueuedMessage] = []
+        while len(taken) < count and not self._closed:
+            message = self._peek()
+            if message is None:
+                before = self._read_offset
+                await self._read_more()
+                if self._read_offset == before and self._peek() is None:
+                    break
+                continue
+            self._take()
+            taken.append(message)
+        return taken
+
+    async def drop_expired(self) -> int | None:
+        """Remove the expired messages at the head, reading it from the log if none is in memory;
+        returns the deadline of the head that stays (None: none, or it never expires)."""
+        while not self._closed:
+            message = self._peek()
+            if message is not None:
+                return message.expires_at
+            before = self._read_offset
+            await self._read_more()
+            if self._read_offset == before:
+                return None
+        return None
+
     # --- reading the log ------------------------------------------------------------------------
 
+    def _can_read_more(self) -> bool:
+        """A priority queue: a body to load, or the log not indexed to its end yet."""
+        priorities = self._priorities
+        return priorities.missing is not None or (self._read_offset < self._high_watermark and not priorities.full)
+
     def _wants_data(self) -> bool:
+        if self._priorities is not None:
+            return bool(self.consumers) and not self._closed and self._priorities.wants_data()
         return (bool(self.consumers) and len(self._buffer) < READ_AHEAD_MESSAGES
                 and self._buffer_bytes < READ_AHEAD_BYTES and not self._closed)
 
@@ -332,47 +473,82 @@ class SharedSubscription:
             try:
                 partition = await self._partition()
                 self.note_high_watermark(partition.high_watermark)
-                if self._read_offset >= partition.high_watermark:
+                if self._read_offset >= partition.last_stable_offset and not self._body_missing():
                     self._wake.clear()
-                    await _first_of(partition.wait_for_data(self._read_offset, DATA_WAIT_S), self._wake.wait())
+                    await _first_of(partition.wait_for_data(self._read_offset, DATA_WAIT_S, committed=True),
+                                    self._wake.wait())
                     continue
+                self._fresh_from = self._read_offset
                 await self._read_more()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                self._fresh_from = None
                 log.warning("reading queue %s failed: %s", self._name, exc)
                 await asyncio.sleep(DATA_WAIT_S)
                 continue
-            self.dispatch()
+            try:
+                self.dispatch()
+            finally:
+                self._fresh_from = None
+
+    def _body_missing(self) -> bool:
+        return self._priorities is not None and self._priorities.missing is not None
+
+    def _new_message(self, record) -> QueuedMessage:
+        return QueuedMessage(record.offset, record.timestamp_ms, record.key, record.value, record.headers,
+                             1 if record.offset < self._redelivered_below else 0)
 
     async def _read_more(self) -> None:
         async with self._read_lock:
             partition = await self._partition()
             self.note_high_watermark(partition.high_watermark)
-            offset = max(self._read_offset, partition.log_start_offset)
-            if offset >= partition.high_watermark:
+            if self._body_missing():
+                await self._priorities.load_missing(partition, self._new_message)
                 return
-            result = await partition.read(offset, READ_BYTES)
+            offset = max(self._read_offset, partition.log_start_offset)
+            if offset >= partition.last_stable_offset:
+                return
+            # As a read_committed Kafka consumer: nothing of an open transaction, nothing of an
+            # aborted one, no transaction markers (those two are acknowledged as they go by).
+            result = await partition.read_committed(offset, READ_BYTES)
             self.note_high_watermark(result.high_watermark)
-            next_offset = offset
-            for batch in record_batch.split_batches(result.records):
-                header = record_batch.read_header(batch)
-                next_offset = max(next_offset, header.base_offset + header.last_offset_delta + 1)
-                if header.is_control:
-                    continue
-                try:
-                    _, records = decode_batch(batch, max_decompressed_bytes=_MAX_DECODE_BYTES)
-                except Exception as exc:   # damaged data is skipped, never served
-                    log.error("queue %s: skipping the batch at offset %d: %s", self._name, header.base_offset, exc)
-                    continue
-                cursor, unacked, buffer = self.cursor, self._unacked, self._buffer
+            aborted = result.aborted
+            passed_over: list[tuple[int, int]] = []
+
+            def committed(header, _batch) -> bool:
+                if header.is_transactional and any(t.producer_id == header.producer_id
+                                                   and t.first_offset <= header.base_offset <= t.last_offset
+                                                   for t in aborted):
+                    passed_over.append((header.base_offset, header.base_offset + header.last_offset_delta + 1))
+                    return False
+                return True
+
+            records, next_offset = data_records(
+                result.records, wanted=committed if aborted else None, on_damaged=self._log_damaged,
+                on_control=lambda h: passed_over.append((h.base_offset, h.base_offset + h.last_offset_delta + 1)))
+            cursor, unacked = self.cursor, self._unacked
+            if passed_over:
+                for first, end in passed_over:
+                    if end > max(first, offset):
+                        cursor.ack(max(first, offset), end)
+                self._cursor_changed()
+            if self._priorities is not None:
+                for record in records:
+                    if record.offset >= offset and not cursor.is_acked(record.offset) and record.offset not in unacked:
+                        self._priorities.append(self._new_message(record))
+            else:
+                buffer, redelivered_below = self._buffer, self._redelivered_below
                 for record in records:
                     if record.offset < offset or cursor.is_acked(record.offset) or record.offset in unacked:
                         continue
                     buffer.append(QueuedMessage(record.offset, record.timestamp_ms, record.key, record.value,
-                                                record.headers))
+                                                record.headers, 1 if record.offset < redelivered_below else 0))
                     self._buffer_bytes += len(record.value or b"")
             self._read_offset = max(self._read_offset, next_offset)
+
+    def _log_damaged(self, header, exc: Exception) -> None:
+        log.error("queue %s: skipping the batch at offset %d: %s", self._name, header.base_offset, exc)
 
     # --- persisting the cursor ------------------------------------------------------------------
 
@@ -385,19 +561,32 @@ class SharedSubscription:
         try:
             while self._cursor_dirty:
                 self._cursor_dirty = False
+                waiters, self._flush_waiters = self._flush_waiters, []
                 try:
                     await self.cursor.flush()
+                    _resolve(waiters)
                     await self._trim()
                 except CoreError as exc:
                     log.warning("saving the position of queue %s failed: %s", self._name, exc)
+                    self._flush_waiters[:0] = [w for w in waiters if not w.done()]
                     self._cursor_dirty = True
                     await asyncio.sleep(DATA_WAIT_S)
                 except Exception as exc:
                     log.warning("saving the position of queue %s failed: %r", self._name, exc)
+                    self._flush_waiters[:0] = [w for w in waiters if not w.done()]
                     self._cursor_dirty = True
                     await asyncio.sleep(DATA_WAIT_S)
         finally:
             self._flusher = None
+
+    async def save_position(self) -> None:
+        """Wait until the cursor, as it is now, is persisted (by the background flush)."""
+        if self._closed:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._flush_waiters.append(waiter)
+        self._cursor_changed()
+        await waiter
 
     async def _trim(self) -> None:
         """Acknowledged data below the committed offset is no longer needed: drop whole ledgers."""
@@ -425,6 +614,8 @@ class SharedSubscription:
         if self._cursor_dirty:
             self._cursor_dirty = False
             await self.cursor.flush()
+        _resolve(self._flush_waiters)
+        self._flush_waiters = []
 
     def discard(self) -> None:
         """The queue is deleted: stop without saving anything."""
@@ -438,6 +629,14 @@ class SharedSubscription:
         self._requeued.clear()
         self._unacked.clear()
         self._held.clear()
+        _resolve(self._flush_waiters)
+        self._flush_waiters = []
+
+
+def _resolve(waiters: list[asyncio.Future]) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)
 
 
 async def _first_of(*waits: Awaitable) -> None:

@@ -1,4 +1,6 @@
-"""Decode a RecordBatch v2 into individual records (AMQP delivery, delayed messages, tests).
+"""Decode a RecordBatch v2 into individual records (AMQP delivery, delayed messages, tests), or
+only some of them (`decode_records_at`) or only their offsets and times (`decode_timestamps`):
+reading delayed messages back.
 
 Never used on the Kafka pass-through path. The record layout is documented in
 builder.py. The input is untrusted, so every declared count and length is checked
@@ -10,6 +12,7 @@ impossible records.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from core.records.batch import (
@@ -73,6 +76,60 @@ def decode_batch(
     return header, decoded
 
 
+def decode_records_at(
+    batch: bytes | bytearray | memoryview,
+    offsets: Collection[int],
+    *,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> list[DecodedRecord]:
+    """Validate one batch and decode only its records whose offsets are in ``offsets``; the
+    others are stepped over by their length prefix (random access into large batches)."""
+    header = check_batch(batch)
+    records = _records_section(memoryview(batch)[HEADER_SIZE:], header, max_decompressed_bytes)
+    append_time = (
+        header.max_timestamp
+        if header.timestamp_type is TimestampType.LOG_APPEND_TIME
+        else None
+    )
+    reader = _Reader(records)
+    decoded = []
+    for _ in range(min(header.records_count, len(records) // _MIN_RECORD_BYTES)):
+        if not reader.remaining:
+            break
+        start = reader.position
+        length = reader.varint()
+        body = _Reader(reader.take(length))
+        body.take(1)
+        body.varlong()
+        if header.base_offset + body.varint() in offsets:
+            reader.position = start
+            decoded.append(_read_record(reader, header, append_time))
+    return decoded
+
+
+def decode_timestamps(
+    batch: bytes | bytearray | memoryview,
+    *,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> list[tuple[int, int]]:
+    """Validate one batch and return (offset, timestamp) of each record, without decoding keys,
+    values or headers (scanning a log for due times)."""
+    header = check_batch(batch)
+    records = _records_section(memoryview(batch)[HEADER_SIZE:], header, max_decompressed_bytes)
+    reader = _Reader(records)
+    found = []
+    for _ in range(min(header.records_count, len(records) // _MIN_RECORD_BYTES)):
+        if not reader.remaining:
+            break
+        body = _Reader(reader.take(reader.varint()))
+        body.take(1)
+        timestamp_delta = body.varlong()
+        offset = header.base_offset + body.varint()
+        found.append((offset, header.max_timestamp if header.timestamp_type is TimestampType.LOG_APPEND_TIME
+                      else header.base_timestamp + timestamp_delta))
+    return found
+
+
 def _records_section(
     payload: memoryview, header: BatchHeader, max_decompressed_bytes: int
 ) -> memoryview:
@@ -134,6 +191,14 @@ class _Reader:
     def __init__(self, buf: memoryview) -> None:
         self._buf = buf
         self._pos = 0
+
+    @property
+    def position(self) -> int:
+        return self._pos
+
+    @position.setter
+    def position(self, pos: int) -> None:
+        self._pos = pos
 
     @property
     def remaining(self) -> int:

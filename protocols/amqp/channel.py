@@ -20,6 +20,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from core.queues.policy import QUORUM
 from core.queues.queue import Queue
 from core.queues.subscription import QueuedMessage
 from protocols.amqp.machine.errors import ChannelError
@@ -37,6 +38,11 @@ def generated_name(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
+def counts_deliveries(queue: Queue) -> bool:
+    """A quorum queue's redeliveries carry x-delivery-count."""
+    return queue.policy.queue_type == QUORUM
+
+
 @dataclass(frozen=True, slots=True)
 class Unacked:
     queue: Queue
@@ -46,7 +52,7 @@ class Unacked:
 class ChannelConsumer:
     """A basic.consume: the core's Consumer for one queue, delivering on this channel."""
 
-    __slots__ = ("tag", "queue", "channel", "prefetch", "auto_ack")
+    __slots__ = ("tag", "queue", "channel", "prefetch", "auto_ack", "counts_deliveries")
 
     def __init__(self, tag: str, queue: Queue, channel: "Channel", prefetch: int, auto_ack: bool) -> None:
         self.tag = tag
@@ -54,6 +60,7 @@ class ChannelConsumer:
         self.channel = channel
         self.prefetch = prefetch
         self.auto_ack = auto_ack
+        self.counts_deliveries = counts_deliveries(queue)
 
     def can_deliver(self) -> bool:
         return self.channel.can_deliver()
@@ -80,6 +87,7 @@ class Channel:
                                             # (basic.get, and the deliveries of cancelled consumers)
         # publisher confirms
         self.confirming = False
+        self.tx = None                      # a protocols.amqp.tx.Transaction after tx.select
         self._publish_seq = 0
         self._confirms: deque[tuple[int, asyncio.Future | None]] = deque()
         self._confirm_flush_scheduled = False
@@ -104,7 +112,7 @@ class Channel:
         tag = self._take_tag()
         if not consumer.auto_ack:
             self.unacked[tag] = Unacked(consumer.queue, message.offset)
-        exchange, routing_key, properties = message_envelope(message)
+        exchange, routing_key, properties = message_envelope(message, counts_deliveries=consumer.counts_deliveries)
         try:
             self.connection.write(self.connection.machine.send_content(
                 self.number, "basic.deliver", properties, message.value or b"", consumer_tag=consumer.tag,
@@ -118,7 +126,7 @@ class Channel:
         tag = self._take_tag()
         if not auto_ack:
             self.unacked[tag] = Unacked(queue, message.offset)
-        exchange, routing_key, properties = message_envelope(message)
+        exchange, routing_key, properties = message_envelope(message, counts_deliveries=counts_deliveries(queue))
         self.connection.write(self.connection.machine.send_content(
             self.number, "basic.get-ok", properties, message.value or b"", delivery_tag=tag,
             redelivered=message.redelivered, exchange=exchange, routing_key=routing_key,

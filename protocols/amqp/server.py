@@ -6,11 +6,15 @@ binding, basic.get) is awaited before the next event, so a channel's methods tak
 basic.publish and the acks never wait: a publish is routed and queued for its queues' next batch at
 once, and its confirm follows when the batch is durable.
 
-Deliveries are written by the queues' dispatchers (other tasks) straight into this connection's
-transport. Back-pressure: once more than OUTPUT_HIGH_WATER bytes wait to be sent, the consumers of
+Deliveries are written by the queues' dispatchers (other tasks) into this connection's output; what
+is written in one event-loop turn goes to the transport as one write (one system call, not one per
+delivery or confirm), sooner once OUTPUT_FLUSH_BYTES wait. Back-pressure: once more than
+OUTPUT_HIGH_WATER bytes wait to be sent, the consumers of
 this connection get nothing more until the transport drains; while a queue this connection published
 to holds more than its backlog limit not yet durable, or the output is beyond OUTPUT_PAUSE_READING,
-the connection is not read (TCP pushes back on the client).
+the connection is not read (TCP pushes back on the client); a client with the connection.blocked
+capability is sent connection.blocked when that starts for a queue backlog, and
+connection.unblocked when it ends.
 
 Timers (one task per connection): the handshake must finish within handshake_timeout_s; heartbeats
 are sent when nothing else was for half the negotiated interval, and a peer silent for two intervals
@@ -29,7 +33,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
-from core.auth import Principal, UserStore
+from core.auth import Principal, User, UserStore
 from core.errors import CoreError
 from core.queues.queue import Queue
 from core.queues.service import QueueNamespace, QueueService
@@ -46,12 +50,14 @@ from protocols.amqp.machine.events import (
 )
 from protocols.amqp.machine.settings import ServerSettings
 from protocols.amqp.spec import ReplyCode
-from protocols.amqp.vhosts import authenticate, may_open, vhost_namespace
+from protocols.amqp.permissions import ResourceAccess
+from protocols.amqp.vhosts import authenticate, vhost_namespace
 
 log = logging.getLogger("gateway.amqp")
 
-# Exactly the extensions that work (connection.blocked, consumer priorities and direct reply-to do not yet).
+# Exactly the extensions that work (consumer priorities and direct reply-to do not yet).
 CAPABILITIES = {
+    "connection.blocked": True,
     "publisher_confirms": True,
     "basic.nack": True,
     "consumer_cancel_notify": True,
@@ -61,8 +67,10 @@ CAPABILITIES = {
 }
 READ_BYTES = 256 * 1024
 OUTPUT_HIGH_WATER = 4 << 20
+OUTPUT_FLUSH_BYTES = 128 << 10
 OUTPUT_PAUSE_READING = 16 << 20
 CLOSE_OK_TIMEOUT_S = 3.0
+BLOCKED_REASON = "publish backlog above its limit: the storage is not keeping up"
 TICK_S = 1.0
 _CHANNEL_LIFECYCLE = ("channel.open", "channel.close", "channel.close-ok")
 
@@ -117,6 +125,8 @@ class AmqpConnection:
         self.channels: dict[int, Channel] = {}
         self.space: QueueNamespace | None = None
         self.principal: Principal | None = None
+        self.user: User | None = None
+        self.access: ResourceAccess | None = None   # set when the vhost is open
         self.owner = self                    # the owner of the exclusive queues it declares
         self.writable = True                 # False while the output is backed up
         self._reader = reader
@@ -124,8 +134,12 @@ class AmqpConnection:
         self._loop = asyncio.get_running_loop()
         self._peer = writer.get_extra_info("peername")
         self._published: set[Queue] = set()
+        self._blocked = False                # connection.blocked sent, connection.unblocked not yet
         self._close_deadline: float | None = None
         self._drainer: asyncio.Task | None = None
+        self._output: list[bytes] = []       # written this event-loop turn, not yet in the transport
+        self._output_bytes = 0
+        self._flush_scheduled = False
 
     @property
     def username(self) -> str:
@@ -150,12 +164,14 @@ class AmqpConnection:
             if self._drainer is not None:
                 self._drainer.cancel()
             await self._release_everything()
+            self.flush()
             self._writer.close()
 
     async def _serve(self) -> None:
         while not self.machine.terminated:
             data = await self._reader.read(READ_BYTES)
             await self._handle(self.machine.receive_data(data, now=self._loop.time()))
+            self.flush()
             if not data:
                 return
             await self._apply_backpressure()
@@ -201,26 +217,27 @@ class AmqpConnection:
 
     async def _authenticate(self, event: AuthenticationRequested) -> None:
         host = self._peer[0] if isinstance(self._peer, tuple) else None
-        principal = await authenticate(self.broker.users, event.username, event.password, host,
-                                       default_guest=self.broker.settings.default_guest)
-        if principal is None:
+        user = await authenticate(self.broker.users, event.username, event.password, host,
+                                  default_guest=self.broker.settings.default_guest)
+        if user is None:
             log.info("AMQP login of user %r from %s refused", event.username, self._peer)
             self.write(self.machine.refuse_authentication())
             raise _Stop
-        self.principal = principal
+        self.user, self.principal = user, user.principal
         self.write(self.machine.accept_authentication())
 
     async def _open_vhost(self, event: VhostOpenRequested) -> None:
         mapped = vhost_namespace(event.vhost)
-        refusal = None
+        refusal = permission = None
         if mapped is None or mapped[1] not in await self.broker.core.registry.namespaces(mapped[0]):
             refusal = f"vhost {event.vhost} not found"
-        elif self.principal is None or not may_open(self.principal, *mapped):
+        elif self.user is None or (permission := self.user.permission_on(*mapped)) is None:
             refusal = f"access to vhost '{event.vhost}' refused for user '{self.username}'"
         if refusal is not None:
             self.write(self.machine.refuse_vhost(refusal))
             await self._closing()
             return
+        self.access = ResourceAccess(permission, event.vhost, self.username)
         self.space = await self.broker.queues.namespace(*mapped)
         self.write(self.machine.accept_vhost())
 
@@ -321,13 +338,27 @@ class AmqpConnection:
     # --- output ---------------------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        if not data:
+        if not data or self._writer.transport.is_closing():
             return
+        self._output.append(data)
+        self._output_bytes += len(data)
+        self.machine.mark_sent(self._loop.time())
+        if self._output_bytes >= OUTPUT_FLUSH_BYTES:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Hand what was written to the transport, as one write."""
+        self._flush_scheduled = False
+        if not self._output:
+            return
+        output, self._output, self._output_bytes = self._output, [], 0
         transport = self._writer.transport
         if transport.is_closing():
             return
-        self._writer.write(data)
-        self.machine.mark_sent(self._loop.time())
+        self._writer.write(output[0] if len(output) == 1 else b"".join(output))
         if self.writable and transport.get_write_buffer_size() > OUTPUT_HIGH_WATER:
             self.writable = False
             self._drainer = asyncio.create_task(self._wait_drained(), name=f"amqp-drain {self._peer}")
@@ -349,9 +380,24 @@ class AmqpConnection:
         if self._published:
             published, self._published = self._published, set()
             for queue in published:
+                if not queue.publisher.writable:
+                    self._set_blocked(True)
                 await queue.publisher.wait_writable()
+            self._set_blocked(False)
         if self._writer.transport.get_write_buffer_size() > OUTPUT_PAUSE_READING:
             await self._writer.drain()
+
+    def _set_blocked(self, blocked: bool) -> None:
+        """Tell a client that understands it (capability connection.blocked) why it is not read."""
+        if blocked == self._blocked:
+            return
+        self._blocked = blocked
+        if self.machine.client_capabilities.get("connection.blocked") is not True:
+            return
+        if blocked:
+            self.write(self.machine.send_method(0, "connection.blocked", reason=BLOCKED_REASON))
+        else:
+            self.write(self.machine.send_method(0, "connection.unblocked"))
 
     # --- timers ---------------------------------------------------------------------------------
 

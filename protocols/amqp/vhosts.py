@@ -5,16 +5,18 @@
     vhost "<tenant>/<namespace>"
 
 Tenant and namespace names follow the core's rule ([A-Za-z0-9._-]); any other vhost does not
-exist. A user (the gateway's [[users]]) is scoped to one tenant/namespace and may open exactly the
-vhost that maps to it. As in RabbitMQ, the user guest/guest exists by default, may open "/" only,
-and only over a loopback connection, unless [[users]] defines "guest" itself.
+exist. A user (the gateway's [[users]]) may open the vhosts it has permissions on: by default the one
+of its own tenant/namespace, otherwise those its permissions list (core/auth.py); what it may do
+there is checked by protocols/amqp/permissions.py. As in RabbitMQ, the user guest/guest exists by
+default, has every permission on "/" only, and may log in only over a loopback connection, unless
+[[users]] defines "guest" itself.
 """
 
 from __future__ import annotations
 
 import ipaddress
 
-from core.auth import Principal, UserStore
+from core.auth import Principal, User, UserStore
 from core.errors import InvalidName
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, check_name
 
@@ -49,16 +51,12 @@ def is_loopback(host: str | None) -> bool:
 
 
 async def authenticate(users: UserStore, username: str, password: str, peer_host: str | None, *,
-                       default_guest: bool = True) -> Principal | None:
-    """The principal these credentials log in as, or None."""
-    principal = await users.verify_password(username, password)
-    if principal is not None:
-        return principal
+                       default_guest: bool = True) -> User | None:
+    """The user these credentials log in as, or None."""
+    user = await users.verify(username, password)
+    if user is not None:
+        return user
     if default_guest and username == GUEST and password == GUEST and is_loopback(peer_host):
         if await users.get(GUEST) is None:
-            return Principal(GUEST, DEFAULT_TENANT, DEFAULT_NAMESPACE)
+            return User(Principal(GUEST, DEFAULT_TENANT, DEFAULT_NAMESPACE), {})
     return None
-
-
-def may_open(principal: Principal, tenant: str, namespace: str) -> bool:
-    return (principal.tenant, principal.namespace) == (tenant, namespace)

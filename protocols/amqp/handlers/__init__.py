@@ -8,6 +8,7 @@ them, or a core error, which the server maps (protocols/amqp/errors.py). Answers
 
 from __future__ import annotations
 
-from protocols.amqp.handlers import basic, channel_methods, confirm, exchange, queue
+from protocols.amqp.handlers import basic, channel_methods, confirm, exchange, queue, tx
 
-HANDLERS = {**exchange.HANDLERS, **queue.HANDLERS, **basic.HANDLERS, **confirm.HANDLERS, **channel_methods.HANDLERS}
+HANDLERS = {**exchange.HANDLERS, **queue.HANDLERS, **basic.HANDLERS, **confirm.HANDLERS, **channel_methods.HANDLERS,
+            **tx.HANDLERS}

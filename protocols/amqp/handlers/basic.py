@@ -8,10 +8,14 @@
   not implemented and ignored; no-local is ignored, as RabbitMQ does.
 - publish: unknown exchange NOT_FOUND, internal exchange ACCESS_REFUSED; mandatory and unroutable
   -> basic.return 312 NO_ROUTE; immediate=true is NOT_IMPLEMENTED (as RabbitMQ since 3.0); a
-  user_id property other than the logged-in user is PRECONDITION_FAILED. Properties stay raw
-  unless a headers exchange or a user_id needs them.
+  user_id property other than the logged-in user is PRECONDITION_FAILED, and so is an expiration
+  property that is not a non-negative integer (protocols/amqp/records.py). A publish a full
+  reject-publish queue refuses is a basic.nack under confirms. Properties stay raw
+  unless a headers exchange or a user_id needs them. A publish to an x-delayed-message exchange
+  with an x-delay is held by the core (protocols/amqp/delayed.py).
 - ack / nack / reject: an unknown delivery tag is PRECONDITION_FAILED; tag 0 with multiple means
   everything outstanding; requeued messages are redelivered first with redelivered=true.
+- In tx mode (handlers/tx.py) publishes and ack / nack / reject are held until tx.commit.
 - recover (and recover-async) with requeue=true requeues everything unacknowledged on the
   channel; requeue=false is NOT_IMPLEMENTED, as in RabbitMQ.
 """
@@ -24,6 +28,7 @@ from typing import Any
 from core.queues.service import publish as publish_to
 from protocols.amqp.channel import Channel, ChannelConsumer, generated_name
 from protocols.amqp.codec.properties import ContentProperties
+from protocols.amqp.delayed import hold_if_delayed
 from protocols.amqp.handlers.queue import queue_name
 from protocols.amqp.machine.errors import AmqpConnectionError, ChannelError
 from protocols.amqp.machine.events import ContentReceived
@@ -33,6 +38,7 @@ from protocols.amqp.spec import ReplyCode
 CONSUMER_TAG_PREFIX = "amq.ctag-"
 DEFAULT_EXCHANGE_ALIAS = "amq.default"     # RabbitMQ's other name for the default exchange
 _USER_ID_FLAG = 0x10     # user-id is the 12th basic property: bit 4 of the first flags short (its low byte)
+_EXPIRATION_FLAG = 0x01  # expiration is the 8th: bit 8 of the first flags short (bit 0 of its high byte)
 
 
 def qos(channel: Channel, args: Mapping[str, Any]) -> None:
@@ -49,7 +55,9 @@ def qos(channel: Channel, args: Mapping[str, Any]) -> None:
 
 async def consume(channel: Channel, args: Mapping[str, Any]) -> None:
     connection = channel.connection
-    queue = connection.space.queue(queue_name(channel, args["queue"], "basic.consume"), connection.owner)
+    name = queue_name(channel, args["queue"], "basic.consume")
+    connection.access.read_queue(name)
+    queue = connection.space.queue(name, connection.owner)
     tag = args["consumer_tag"] or generated_name(CONSUMER_TAG_PREFIX)
     if tag in channel.consumers:
         raise AmqpConnectionError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'",
@@ -90,11 +98,24 @@ def publish(channel: Channel, event: ContentReceived) -> None:
     exchange, routing_key = args["exchange"], args["routing_key"]
     if exchange == DEFAULT_EXCHANGE_ALIAS:
         exchange = ""
-    queues = connection.space.route(exchange, routing_key, lambda: properties.decoded.headers or {})
+    connection.access.write_exchange(exchange)
+    if hold_if_delayed(channel, event, exchange, routing_key):
+        return
+    queues = connection.space.route(exchange, routing_key, lambda: properties.decoded.headers or {},
+                                    lambda: properties.decoded.present())
+    if channel.tx is not None:      # routed now, stored (or returned) at tx.commit
+        if queues:
+            channel.tx.publish(queues, to_record(exchange, routing_key, raw, event.body, connection.clock.now_ms()))
+        elif args["mandatory"]:
+            channel.tx.unroutable(properties, event.body, exchange, routing_key)
+        return
     if queues:
         record = to_record(exchange, routing_key, raw, event.body, connection.clock.now_ms())
         durable = publish_to(queues, record)
         connection.published_to(queues)
+        if raw[0] & _EXPIRATION_FLAG:
+            for queue in queues:
+                queue.expect_expiring()
     else:
         durable = []
         if args["mandatory"]:
@@ -106,7 +127,9 @@ def publish(channel: Channel, event: ContentReceived) -> None:
 
 async def get(channel: Channel, args: Mapping[str, Any]) -> None:
     connection = channel.connection
-    queue = connection.space.queue(queue_name(channel, args["queue"], "basic.get"), connection.owner)
+    name = queue_name(channel, args["queue"], "basic.get")
+    connection.access.read_queue(name)
+    queue = connection.space.queue(name, connection.owner)
     message = await queue.get(channel, auto_ack=args["no_ack"])
     if message is None:
         channel.send("basic.get-empty")
@@ -117,15 +140,24 @@ async def get(channel: Channel, args: Mapping[str, Any]) -> None:
 
 
 def ack(channel: Channel, args: Mapping[str, Any]) -> None:
-    channel.ack(args["delivery_tag"], args["multiple"])
+    if channel.tx is not None:
+        channel.tx.settle(channel, args["delivery_tag"], args["multiple"], None)
+    else:
+        channel.ack(args["delivery_tag"], args["multiple"])
 
 
 def nack(channel: Channel, args: Mapping[str, Any]) -> None:
-    channel.reject(args["delivery_tag"], args["multiple"], args["requeue"])
+    if channel.tx is not None:
+        channel.tx.settle(channel, args["delivery_tag"], args["multiple"], args["requeue"])
+    else:
+        channel.reject(args["delivery_tag"], args["multiple"], args["requeue"])
 
 
 def reject(channel: Channel, args: Mapping[str, Any]) -> None:
-    channel.reject(args["delivery_tag"], False, args["requeue"])
+    if channel.tx is not None:
+        channel.tx.settle(channel, args["delivery_tag"], False, args["requeue"])
+    else:
+        channel.reject(args["delivery_tag"], False, args["requeue"])
 
 
 def _recover(channel: Channel, args: Mapping[str, Any], method_name: str) -> None:

@@ -1,11 +1,7 @@
-"""channel.flow, access.request and the tx class.
+"""channel.flow and access.request (the tx class: handlers/tx.py).
 
 - channel.flow from the client pauses (active=false) or resumes deliveries on the channel.
 - access.request (deprecated) is answered with a ticket, as RabbitMQ does.
-- tx: transactions are not atomic in this gateway yet, so tx.select is refused with
-  NOT_IMPLEMENTED (540, closes the connection) rather than answered with an OK that promises
-  atomicity; tx.commit / tx.rollback on a channel never selected are PRECONDITION_FAILED, as in
-  RabbitMQ.
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from protocols.amqp.channel import Channel
-from protocols.amqp.machine.errors import AmqpConnectionError, ChannelError
-from protocols.amqp.spec import ReplyCode
 
 
 def flow(channel: Channel, args: Mapping[str, Any]) -> None:
@@ -29,16 +23,4 @@ def access_request(channel: Channel, args: Mapping[str, Any]) -> None:
     channel.send("access.request-ok", ticket=1)
 
 
-def tx_select(channel: Channel, args: Mapping[str, Any]) -> None:
-    raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, "transactions (tx.select) are not implemented: "
-                              "commits would not be atomic", method_name="tx.select")
-
-
-def tx_not_selected(method_name: str):
-    def handler(channel: Channel, args: Mapping[str, Any]) -> None:
-        raise ChannelError(ReplyCode.PRECONDITION_FAILED, "channel is not transactional", method_name=method_name)
-    return handler
-
-
-HANDLERS = {"channel.flow": flow, "access.request": access_request, "tx.select": tx_select,
-            "tx.commit": tx_not_selected("tx.commit"), "tx.rollback": tx_not_selected("tx.rollback")}
+HANDLERS = {"channel.flow": flow, "access.request": access_request}

@@ -2,11 +2,11 @@
 
 declare: "" gets a server name ("amq.gen-" and 22 characters); passive on a missing queue is
 NOT_FOUND; an exclusive queue of another connection is RESOURCE_LOCKED; a redeclare with other
-durable / exclusive / auto-delete / x-queue-type is PRECONDITION_FAILED; an "amq." name is
-ACCESS_REFUSED. Exclusive queues belong to the connection and are deleted with it; auto-delete
-queues go with their last consumer. Queue arguments the core does not implement yet (TTL,
-dead-lettering, length limits, priorities, single active consumer, quorum and stream types) are
-refused with PRECONDITION_FAILED rather than accepted and ignored.
+durable / exclusive / auto-delete or another value of an argument RabbitMQ compares (TTL,
+dead-lettering, limits, x-queue-type: core/queues/policy.py) is PRECONDITION_FAILED; an "amq."
+name is ACCESS_REFUSED. Exclusive queues belong to the connection and are deleted with it;
+auto-delete queues go with their last consumer. Queue arguments the core does not implement yet
+(stream queues) are refused with PRECONDITION_FAILED rather than accepted and ignored.
 
 The "" queue name of bind / purge / delete (and basic.consume / basic.get) means the queue this
 channel declared last, as in RabbitMQ; with it, an empty routing key means that queue's name.
@@ -42,6 +42,8 @@ async def declare(channel: Channel, args: Mapping[str, Any]) -> None:
         name = generated_name(SERVER_NAMED_PREFIX)
     elif not name:
         name = queue_name(channel, name, "queue.declare")
+    if not args["passive"]:
+        connection.access.configure_queue(name)
     queue = await connection.space.declare_queue(
         name, durable=args["durable"], exclusive=args["exclusive"], auto_delete=args["auto_delete"],
         arguments=args["arguments"], owner=connection.owner, passive=args["passive"], server_named=server_named)
@@ -54,6 +56,9 @@ async def declare(channel: Channel, args: Mapping[str, Any]) -> None:
 def _binding(channel: Channel, args: Mapping[str, Any], method_name: str) -> Binding:
     name = queue_name(channel, args["queue"], method_name)
     routing_key = args["routing_key"] or ("" if args["queue"] else name)
+    access = channel.connection.access
+    access.write_queue(name)
+    access.read_exchange(args["exchange"])
     return Binding(args["exchange"], name, DestinationKind.QUEUE, routing_key, dict(args["arguments"]))
 
 
@@ -73,6 +78,7 @@ async def unbind(channel: Channel, args: Mapping[str, Any]) -> None:
 async def purge(channel: Channel, args: Mapping[str, Any]) -> None:
     connection = channel.connection
     name = queue_name(channel, args["queue"], "queue.purge")
+    connection.access.read_queue(name)
     count = await connection.space.purge_queue(name, owner=connection.owner)
     if not args["nowait"]:
         channel.send("queue.purge-ok", message_count=count)
@@ -81,6 +87,7 @@ async def purge(channel: Channel, args: Mapping[str, Any]) -> None:
 async def delete(channel: Channel, args: Mapping[str, Any]) -> None:
     connection = channel.connection
     name = queue_name(channel, args["queue"], "queue.delete")
+    connection.access.configure_queue(name)
     count = await connection.space.delete_queue(name, if_unused=args["if_unused"], if_empty=args["if_empty"],
                                                 owner=connection.owner)
     if not args["nowait"]:

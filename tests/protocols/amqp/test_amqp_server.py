@@ -109,12 +109,12 @@ def test_core_errors_read_as_rabbitmq_words_them() -> None:
 async def test_guest_logs_in_from_loopback_only_and_configured_users_win(core) -> None:
     users = UserStore(core.metadata)
     assert is_loopback("127.0.0.1") and is_loopback("::1") and not is_loopback("10.1.2.3")
-    assert (await authenticate(users, "guest", "guest", "127.0.0.1")).user == "guest"
+    assert (await authenticate(users, "guest", "guest", "127.0.0.1")).principal.user == "guest"
     assert await authenticate(users, "guest", "guest", "10.1.2.3") is None
     assert await authenticate(users, "guest", "guest", "127.0.0.1", default_guest=False) is None
     await users.put_user("guest", "changed", iterations=1)
     assert await authenticate(users, "guest", "guest", "127.0.0.1") is None
-    assert (await authenticate(users, "guest", "changed", "10.1.2.3")).user == "guest"
+    assert (await authenticate(users, "guest", "changed", "10.1.2.3")).principal.user == "guest"
 
 
 async def test_capabilities_say_what_works(core) -> None:
@@ -123,7 +123,7 @@ async def test_capabilities_say_what_works(core) -> None:
         client.send(PROTOCOL_HEADER)
         start = await client.expect("connection.start")
         assert start["server_properties"]["capabilities"] == {
-            "publisher_confirms": True, "basic.nack": True, "consumer_cancel_notify": True,
+            "connection.blocked": True, "publisher_confirms": True, "basic.nack": True, "consumer_cancel_notify": True,
             "exchange_exchange_bindings": True, "authentication_failure_close": True, "per_consumer_qos": True}
         assert start["mechanisms"] == b"PLAIN AMQPLAIN"
         client.writer.close()
@@ -207,16 +207,15 @@ async def test_methods_after_a_channel_error_in_the_same_read_are_dropped(core) 
         assert (await client.expect("channel.close"))["reply_code"] == 404
 
 
-async def test_tx_select_closes_the_connection_with_not_implemented(core) -> None:
+async def test_tx_commit_on_a_channel_never_selected_is_precondition_failed(core) -> None:
     async with serving(core) as address:
         client = await RawClient.connect(address)
         await client.handshake()
-        client.send(method(1, "channel.open") + method(1, "tx.select"))
+        client.send(method(1, "channel.open") + method(1, "tx.commit"))
         await client.expect("channel.open-ok")
-        args = await client.expect("connection.close")
-        assert (args["reply_code"], args["class_id"], args["method_id"]) == (540, 90, 10)
-        client.send(method(0, "connection.close-ok"))
-        assert await client.closed()
+        args = await client.expect("channel.close")
+        assert (args["reply_code"], args["reply_text"], args["class_id"], args["method_id"]) == \
+            (406, "PRECONDITION_FAILED - channel is not transactional", 90, 20)
 
 
 async def test_channel_flow_pauses_and_resumes_deliveries(core) -> None:

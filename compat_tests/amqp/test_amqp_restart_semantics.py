@@ -1,0 +1,77 @@
+"""pika against a real `gateway serve` process that is restarted (SIGTERM, and SIGKILL as a crash):
+the transient messages of a durable queue are gone, the persistent confirmed ones are kept, and
+what was delivered but not acknowledged comes back marked redelivered, as with RabbitMQ."""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+
+import pika
+import pytest
+
+
+def connect(address) -> pika.BlockingConnection:
+    host, port = address
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        host, port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1))
+
+
+def received(channel, queue: str, count: int, timeout: float = 5.0) -> list[tuple[bytes, bool]]:
+    got = []
+    for method, _, body in channel.consume(queue, inactivity_timeout=timeout):
+        if method is None:
+            break
+        got.append((body, method.redelivered))
+        channel.basic_ack(method.delivery_tag)
+        if len(got) == count:
+            break
+    channel.cancel()
+    return got
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+def test_restart_keeps_persistent_drops_transient_and_marks_unacked_redelivered(gateway_launcher, stop) -> None:
+    mixed, pending = f"mixed-{uuid.uuid4().hex[:6]}", f"pending-{uuid.uuid4().hex[:6]}"
+    gateway = gateway_launcher.start()
+    connection = connect(gateway.amqp)
+    channel = connection.channel()
+    channel.queue_declare(mixed, durable=True)
+    channel.queue_declare(pending, durable=True)
+    channel.confirm_delivery()
+    persistent = pika.BasicProperties(delivery_mode=2)
+    for index in range(5):
+        channel.basic_publish("", mixed, b"persistent-%d" % index, persistent)
+        channel.basic_publish("", mixed, b"transient-%d" % index, pika.BasicProperties(delivery_mode=1))
+        channel.basic_publish("", pending, b"pending-%d" % index, persistent)
+    assert channel.queue_declare(mixed, passive=True).method.message_count == 10
+
+    consumer = connection.channel()
+    consumer.basic_qos(prefetch_count=3)
+    handed_out = []
+    for method, _, body in consumer.consume(pending, inactivity_timeout=5):   # never acknowledged
+        handed_out.append(body)
+        if len(handed_out) == 3:
+            break
+    assert handed_out == [b"pending-0", b"pending-1", b"pending-2"]
+    time.sleep(0.5)     # the position (with what was handed out) is saved in the background
+
+    if stop == "SIGKILL":
+        gateway.kill()
+    else:
+        assert gateway.stop(signal.SIGTERM) == 0
+    try:
+        connection.close()
+    except Exception:
+        pass
+
+    restarted = gateway_launcher.start()
+    connection = connect(restarted.amqp)
+    try:
+        channel = connection.channel()
+        assert channel.queue_declare(mixed, durable=True).method.message_count == 5
+        assert received(channel, mixed, 10, timeout=2) == [(b"persistent-%d" % i, False) for i in range(5)]
+        assert received(channel, pending, 5) == [(b"pending-%d" % i, i < 3) for i in range(5)]
+    finally:
+        connection.close()

@@ -1,0 +1,227 @@
+"""Queues in the core: priorities (x-max-priority), single active consumer, what a restart keeps
+(persistent messages, the redelivered mark) and drops (transient messages), one-batch publishes
+and waiting for the position to be saved."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from core.clock import FakeClock
+from core.errors import ExclusiveUse, InequivalentDeclaration, InvalidArgument
+from core.queues import priority as priority_module
+from core.queues.attributes import PRIORITY, TRANSIENT
+from core.queues.priority import PriorityReadAhead
+from core.queues.service import QueueService, publish
+from core.queues.subscription import QueuedMessage
+from core.records.builder import Record
+from core.service import Core
+from storage.config import StorageConfig
+from storage.embedded import EmbeddedStorage
+
+
+class Recorder:
+    def __init__(self, prefetch: int = 0) -> None:
+        self.prefetch = prefetch
+        self.auto_ack = False
+        self.open = True
+        self.got: list[QueuedMessage] = []
+        self.redelivered: list[bool] = []
+
+    def can_deliver(self) -> bool:
+        return self.open
+
+    def deliver(self, message: QueuedMessage) -> None:
+        self.got.append(message)
+        self.redelivered.append(message.redelivered)
+
+    def queue_deleted(self) -> None:
+        pass
+
+    def values(self) -> list[bytes]:
+        return [m.value for m in self.got]
+
+
+async def eventually(condition, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+def message_record(value: bytes, priority: int | None = None, transient: bool = False) -> Record:
+    headers: tuple = ()
+    if priority is not None:
+        headers += ((PRIORITY, str(priority).encode()),)
+    if transient:
+        headers += ((TRANSIENT, b"1"),)
+    return Record(1_700_000_000_000, key=b"rk", value=value, headers=headers)
+
+
+async def store(queue, records: list[Record]) -> None:
+    await asyncio.gather(*[f for r in records for f in publish([queue], r)])
+
+
+@pytest.fixture
+async def space(core):
+    service = QueueService(core)
+    yield await service.namespace("public", "default")
+    await service.close()
+
+
+# --- priorities -----------------------------------------------------------------------------------
+
+async def test_higher_priority_first_equal_ones_in_publish_order_above_max_as_max(space) -> None:
+    queue = await space.declare_queue("prio", arguments={"x-max-priority": 5})
+    plan = [(b"a", None), (b"b", 3), (b"c", 1), (b"d", 9), (b"e", 3), (b"f", 5), (b"g", 0), (b"h", 200)]
+    await store(queue, [message_record(v, p) for v, p in plan])
+    consumer = Recorder()
+    await queue.add_consumer(consumer)
+    await eventually(lambda: len(consumer.got) == len(plan))
+    assert consumer.values() == [b"d", b"f", b"h", b"b", b"e", b"c", b"a", b"g"]
+
+
+async def test_priority_is_strict_across_the_whole_backlog_not_a_read_ahead_window(space, monkeypatch) -> None:
+    # Far more than one log read (1 MiB) and than the bodies kept in memory: the high ones come last.
+    monkeypatch.setattr(priority_module, "BODY_MESSAGES", 64)
+    queue = await space.declare_queue("deep", arguments={"x-max-priority": 3})
+    filler = b"x" * 2048
+    await store(queue, [message_record(filler + b"%d" % i, 0) for i in range(1500)])
+    await store(queue, [message_record(b"high%d" % i, 3) for i in range(5)]
+                + [message_record(b"mid%d" % i, 2) for i in range(3)])
+    consumer = Recorder(prefetch=10)
+    await queue.add_consumer(consumer)
+    await eventually(lambda: len(consumer.got) == 10)
+    assert consumer.values()[:8] == [b"high%d" % i for i in range(5)] + [b"mid%d" % i for i in range(3)]
+    assert consumer.values()[8:] == [filler + b"0", filler + b"1"]
+    queue.subscription.ack([m.offset for m in consumer.got])
+    await eventually(lambda: len(consumer.got) == 20)
+    assert consumer.values()[10:] == [filler + b"%d" % i for i in range(2, 12)]
+
+
+async def test_basic_get_and_requeue_keep_priority_order(space) -> None:
+    queue = await space.declare_queue("prio-get", arguments={"x-max-priority": 10})
+    await store(queue, [message_record(b"low", 1), message_record(b"top", 10), message_record(b"mid", 5)])
+    top = await queue.get("owner", auto_ack=False)
+    assert top.value == b"top"
+    queue.subscription.release("owner")        # back to its place: first again, redelivered
+    again = await queue.get("owner", auto_ack=True)
+    assert (again.value, again.redelivered) == (b"top", True)
+    assert [(await queue.get("owner", auto_ack=True)).value for _ in range(2)] == [b"mid", b"low"]
+    assert await queue.get("owner", auto_ack=True) is None
+
+
+async def test_a_new_higher_priority_message_overtakes_the_waiting_ones(space) -> None:
+    queue = await space.declare_queue("live", arguments={"x-max-priority": 2})
+    await store(queue, [message_record(b"w%d" % i) for i in range(5)])
+    consumer = Recorder(prefetch=1)
+    await queue.add_consumer(consumer)
+    await eventually(lambda: len(consumer.got) == 1)
+    await store(queue, [message_record(b"urgent", 2)])
+    await asyncio.sleep(0.05)
+    queue.subscription.ack([consumer.got[0].offset])
+    await eventually(lambda: len(consumer.got) == 2)
+    assert consumer.values() == [b"w0", b"urgent"]
+
+
+def test_read_ahead_loads_missing_bodies_and_drops_vanished_heads() -> None:
+    lanes = PriorityReadAhead(2, body_messages=1)
+    for offset, level in ((0, 0), (1, 2), (2, 1)):
+        lanes.append(QueuedMessage(offset, 0, None, b"v%d" % offset, ((PRIORITY, b"%d" % level),)))
+    assert len(lanes) == 3
+    assert lanes.peek(lambda offset: False) is None and lanes.missing == 1    # body of offset 1 not kept
+    lanes.missing = None
+    assert lanes.peek(lambda offset: offset == 1) is None and lanes.missing == 2   # acked: skipped
+    lanes.clear()
+    assert len(lanes) == 0 and lanes.peek(lambda offset: False) is None
+
+
+async def test_max_priority_argument_is_checked_as_rabbitmq_does(space) -> None:
+    for value, reason in ((256, "{max_value_exceeded,256}"), (-1, "{value_negative,-1}"),
+                          ("5", '"expected integer, got longstr"')):
+        with pytest.raises(InvalidArgument, match=f"invalid arg 'x-max-priority' for queue 'p': {reason}"):
+            await space.declare_queue("p", arguments={"x-max-priority": value})
+    await space.declare_queue("p", arguments={"x-max-priority": 255})
+    with pytest.raises(InequivalentDeclaration, match="x-max-priority"):
+        await space.declare_queue("p", arguments={"x-max-priority": 10})
+    with pytest.raises(InvalidArgument, match="x-single-active-consumer' for queue 's': {unacceptable_type,longstr}"):
+        await space.declare_queue("s", arguments={"x-single-active-consumer": "yes"})
+
+
+# --- single active consumer ---------------------------------------------------------------------
+
+async def test_single_active_consumer_fails_over_in_order(space) -> None:
+    queue = await space.declare_queue("sac", arguments={"x-single-active-consumer": True})
+    first, second, third = Recorder(prefetch=3), Recorder(), Recorder()
+    await queue.add_consumer(first)
+    with pytest.raises(ExclusiveUse):                    # as on any queue (RabbitMQ 3.10 alike)
+        await queue.add_consumer(Recorder(), exclusive=True)
+    await queue.add_consumer(second)
+    await queue.add_consumer(third)
+    assert queue.consumer_count == 3
+    await store(queue, [message_record(b"%d" % i) for i in range(6)])
+    await eventually(lambda: len(first.got) == 3)
+    await asyncio.sleep(0.05)
+    assert second.got == [] and third.got == []           # the active one is full: nobody else gets any
+    queue.subscription.ack([first.got[0].offset])
+    queue.subscription.remove_consumer(first)             # gone: what it held goes to the next one first
+    await eventually(lambda: len(second.got) == 5)
+    assert second.values() == [b"1", b"2", b"3", b"4", b"5"]
+    assert second.redelivered == [True, True, True, False, False]   # 3 went to first after its ack
+    assert third.got == []
+
+
+# --- restart --------------------------------------------------------------------------------------
+
+async def test_restart_drops_transient_messages_and_marks_what_was_handed_out(tmp_path) -> None:
+    async def open_core():
+        storage = await EmbeddedStorage.open(tmp_path / "data", StorageConfig())
+        core = Core(storage.metadata, storage.logs, FakeClock())
+        await core.start()
+        return storage, core
+
+    storage, core = await open_core()
+    service = QueueService(core)
+    space = await service.namespace("public", "default")
+    queue = await space.declare_queue("durable-q")
+    await store(queue, [message_record(b"p1"), message_record(b"t1", transient=True), message_record(b"p2"),
+                        message_record(b"t2", transient=True), message_record(b"p3")])
+    handed = await queue.get("owner", auto_ack=False)      # p1, never acknowledged
+    assert handed.value == b"p1" and not handed.redelivered
+    await service.close()
+    await core.close()
+    await storage.close()
+
+    storage, core = await open_core()
+    try:
+        service = QueueService(core)
+        space = await service.namespace("public", "default")
+        queue = space.queue("durable-q")
+        await store(queue, [message_record(b"t3", transient=True)])     # this process's: kept
+        assert await queue.message_count() == 4
+        got = [await queue.get("o", auto_ack=True) for _ in range(4)]
+        assert [(m.value, m.redelivered) for m in got] == [(b"p1", True), (b"p2", False), (b"p3", False),
+                                                           (b"t3", False)]
+        await service.close()
+    finally:
+        await core.close()
+        await storage.close()
+
+
+# --- transactions' building blocks --------------------------------------------------------------
+
+async def test_publish_batch_is_one_batch_and_save_position_waits_for_the_flush(space) -> None:
+    queue = await space.declare_queue("tx")
+    before = queue.publisher.batches_appended
+    publish([queue], message_record(b"loose"))
+    await queue.publisher.publish_batch([message_record(b"%d" % i) for i in range(50)])
+    assert queue.publisher.batches_appended == before + 2
+    assert await queue.message_count() == 51
+    message = await queue.get("owner", auto_ack=False)
+    subscription = queue.subscription
+    subscription.ack([message.offset])
+    await subscription.save_position()
+    stored = await type(subscription.cursor).load(space._core.metadata, FakeClock(), queue.topic, 0, "queue")
+    assert stored.committed_offset == 1 and stored.delivered_offset == 1
