@@ -161,7 +161,7 @@ class Partition:
                 pending.append(self.log.append(stored, header.record_count, max_timestamp))
                 if idempotent:
                     self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
-                                          header.record_count, base_offset)
+                                          header.record_count, base_offset, header.max_timestamp)
                     if header.is_transactional:
                         self.producers.begin_transaction(header.producer_id, base_offset)
         return self._first_offset(pending, first_queued)
@@ -248,7 +248,7 @@ class Partition:
                             self._end_transaction(marker, entry.base_offset)
                         continue
                     self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
-                                          header.record_count, entry.base_offset)
+                                          header.record_count, entry.base_offset, header.max_timestamp)
                     if header.is_transactional:
                         self.producers.begin_transaction(header.producer_id, entry.base_offset)
                 offset = entries[-1].next_offset

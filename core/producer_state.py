@@ -37,6 +37,16 @@ class BatchRecord:
 class ProducerEntry:
     epoch: int
     batches: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=MAX_BATCHES))
+    last_timestamp: int = -1     # the max timestamp of its last batch (what DescribeProducers shows)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSummary:
+    producer_id: int
+    epoch: int
+    last_sequence: int           # -1: none since its epoch began
+    last_timestamp: int
+    transaction_start: int       # first offset of its open transaction, -1: none
 
 
 class ProducerStates:
@@ -65,11 +75,19 @@ class ProducerStates:
             raise OutOfOrderSequence(f"producer {producer_id}: new epoch {epoch} must start at sequence 0")
         return None
 
-    def record(self, producer_id: int, epoch: int, first_seq: int, record_count: int, base_offset: int) -> None:
+    def record(self, producer_id: int, epoch: int, first_seq: int, record_count: int, base_offset: int,
+               timestamp: int = -1) -> None:
         entry = self._producers.get(producer_id)
         if entry is None or epoch > entry.epoch:
             entry = self._producers[producer_id] = ProducerEntry(epoch)
         entry.batches.append(BatchRecord(first_seq, (first_seq + record_count - 1) % _SEQ_WRAP, base_offset))
+        entry.last_timestamp = timestamp
+
+    def summaries(self) -> list[ProducerSummary]:
+        """Every producer known here, by id."""
+        return [ProducerSummary(producer_id, entry.epoch, entry.batches[-1].last_seq if entry.batches else -1,
+                                entry.last_timestamp, self._open_txns.get(producer_id, -1))
+                for producer_id, entry in sorted(self._producers.items())]
 
     def forget_from(self, offset: int) -> None:
         """Drop what was recorded for batches at or after `offset` (their append failed)."""

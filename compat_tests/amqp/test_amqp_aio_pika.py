@@ -1,5 +1,9 @@
 """aio-pika (on aiormq) against a real `gateway serve` process: confirms under load, consumers,
-acks and requeues, RPC, errors, big bodies and a restart."""
+acks and requeues, RPC, errors, big bodies and a restart.
+
+The broker-neutral tests (those taking `broker` or `connection`) run against the gateway and against
+a private RabbitMQ node (Debian's rabbitmq-server; skipped, saying why, where it is not installed)
+with the same expectations."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import uuid
 import aio_pika
 import aiormq.exceptions
 import pytest
+
+from bench.rabbitmq import RABBIT_BIN, pick_port, start_rabbitmq
 
 CONFIG = """
 [[users]]
@@ -40,9 +46,26 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture(scope="module")
+def rabbitmq(tmp_path_factory):
+    if not (RABBIT_BIN / "rabbitmq-server").exists():
+        pytest.skip(f"no rabbitmq-server in {RABBIT_BIN} (apt-get install rabbitmq-server): nothing to compare with")
+    node = start_rabbitmq(tmp_path_factory.mktemp("rabbit"), pick_port(5820))
+    yield node
+    node.stop()
+
+
+@pytest.fixture(params=["gateway", "rabbitmq"])
+def broker(request) -> tuple[str, int]:
+    """The AMQP address of the broker under test."""
+    if request.param == "gateway":
+        return request.getfixturevalue("gateway").amqp
+    return "127.0.0.1", request.getfixturevalue("rabbitmq").port
+
+
 @pytest.fixture
-async def connection(gateway):
-    conn = await aio_pika.connect(url(gateway.amqp))
+async def connection(broker):
+    conn = await aio_pika.connect(url(broker))
     yield conn
     await conn.close()
 
@@ -89,8 +112,9 @@ async def test_five_thousand_confirmed_publishes_are_each_consumed_once(connecti
     assert bodies == [b"%d" % i for i in range(5000)], "one consumer sees publish order"
 
 
-async def test_competing_consumers_share_the_work_within_prefetch(gateway, connection) -> None:
+async def test_competing_consumers_share_the_work_within_prefetch(gateway) -> None:
     queue_name = unique("work")
+    connection = await aio_pika.connect(url(gateway.amqp))
     producer = await connection.channel()
     await producer.declare_queue(queue_name)
     got: dict[int, list[bytes]] = {0: [], 1: []}
@@ -120,7 +144,7 @@ async def test_competing_consumers_share_the_work_within_prefetch(gateway, conne
     for i in range(total):
         await producer.default_exchange.publish(aio_pika.Message(b"%d" % i), routing_key=queue_name)
     await asyncio.wait_for(finished.wait(), 20)
-    for conn in workers:
+    for conn in (*workers, connection):
         await conn.close()
     assert sorted(got[0] + got[1]) == sorted(b"%d" % i for i in range(total))
     assert got[0] and got[1] and max(most_unacked) <= 5
@@ -173,12 +197,12 @@ DOOMED_CONSUMER = textwrap.dedent("""
 """)
 
 
-async def test_unacked_messages_of_a_killed_consumer_are_redelivered(gateway, connection) -> None:
+async def test_unacked_messages_of_a_killed_consumer_are_redelivered(broker, connection) -> None:
     channel = await connection.channel()
     queue = await channel.declare_queue(unique("orphans"), durable=True)
     for body in (b"a", b"b", b"c"):
         await channel.default_exchange.publish(aio_pika.Message(body), routing_key=queue.name)
-    doomed = await asyncio.create_subprocess_exec(sys.executable, "-c", DOOMED_CONSUMER, url(gateway.amqp),
+    doomed = await asyncio.create_subprocess_exec(sys.executable, "-c", DOOMED_CONSUMER, url(broker),
                                                   queue.name, stdout=subprocess.PIPE)
     try:
         assert await asyncio.wait_for(doomed.stdout.readline(), 20) == b"holding\n"
@@ -205,8 +229,8 @@ async def test_nack_and_reject_with_requeue_come_back_redelivered(connection) ->
     assert await queue.get(no_ack=True, fail=False) is None
 
 
-async def test_exclusive_queue_goes_away_with_its_connection(gateway, connection) -> None:
-    owner = await aio_pika.connect(url(gateway.amqp))
+async def test_exclusive_queue_goes_away_with_its_connection(broker, connection) -> None:
+    owner = await aio_pika.connect(url(broker))
     queue = await (await owner.channel()).declare_queue("", exclusive=True)
     await owner.close()
     channel = await connection.channel()

@@ -1,5 +1,9 @@
 """pika (BlockingConnection) against a real `gateway serve` process: queues, exchanges, consumers,
-acks, confirms, errors and a restart, as a RabbitMQ client sees them."""
+acks, confirms, errors and a restart, as a RabbitMQ client sees them.
+
+The broker-neutral tests (those taking `broker` or `connection`) run against the gateway and against
+a private RabbitMQ node (Debian's rabbitmq-server; skipped, saying why, where it is not installed)
+with the same expectations: reply codes, texts, counts and order as RabbitMQ has them."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import uuid
 import pika
 import pika.exceptions
 import pytest
+
+from bench.rabbitmq import RABBIT_BIN, pick_port, start_rabbitmq
 
 CONFIG = """
 [[users]]
@@ -37,9 +43,26 @@ def params(address, **options) -> pika.ConnectionParameters:
     return pika.ConnectionParameters(host, port, connection_attempts=1, **options)
 
 
+@pytest.fixture(scope="module")
+def rabbitmq(tmp_path_factory):
+    if not (RABBIT_BIN / "rabbitmq-server").exists():
+        pytest.skip(f"no rabbitmq-server in {RABBIT_BIN} (apt-get install rabbitmq-server): nothing to compare with")
+    node = start_rabbitmq(tmp_path_factory.mktemp("rabbit"), pick_port(5800))
+    yield node
+    node.stop()
+
+
+@pytest.fixture(params=["gateway", "rabbitmq"])
+def broker(request) -> tuple[str, int]:
+    """The AMQP address of the broker under test."""
+    if request.param == "gateway":
+        return request.getfixturevalue("gateway").amqp
+    return "127.0.0.1", request.getfixturevalue("rabbitmq").port
+
+
 @pytest.fixture
-def connection(gateway):
-    conn = pika.BlockingConnection(params(gateway.amqp))
+def connection(broker):
+    conn = pika.BlockingConnection(params(broker))
     yield conn
     if conn.is_open:
         conn.close()
@@ -101,9 +124,9 @@ def test_server_named_queue_gets_an_amq_gen_name(connection) -> None:
     assert name.startswith("amq.gen-") and len(name) == len("amq.gen-") + 22
 
 
-def test_work_queue_spreads_messages_over_consumers_within_prefetch(gateway) -> None:
+def test_work_queue_spreads_messages_over_consumers_within_prefetch(broker) -> None:
     queue = unique("work")
-    publisher = pika.BlockingConnection(params(gateway.amqp))
+    publisher = pika.BlockingConnection(params(broker))
     publisher.channel().queue_declare(queue, durable=True)
     received: dict[str, list[bytes]] = {"a": [], "b": []}
     max_unacked: dict[str, int] = {"a": 0, "b": 0}
@@ -111,7 +134,7 @@ def test_work_queue_spreads_messages_over_consumers_within_prefetch(gateway) -> 
     total = 60
 
     def work(name: str) -> None:
-        conn = pika.BlockingConnection(params(gateway.amqp))
+        conn = pika.BlockingConnection(params(broker))
         channel = conn.channel()
         channel.basic_qos(prefetch_count=2)
         pending: list[int] = []
@@ -154,13 +177,13 @@ def test_work_queue_spreads_messages_over_consumers_within_prefetch(gateway) -> 
     assert max(max_unacked.values()) <= 2, "never more unacknowledged than the prefetch"
 
 
-def test_rpc_with_reply_to_and_correlation_id(gateway) -> None:
-    server_conn = pika.BlockingConnection(params(gateway.amqp))
+def test_rpc_with_reply_to_and_correlation_id(broker) -> None:
+    server_conn = pika.BlockingConnection(params(broker))
     server = server_conn.channel()
     rpc_queue = unique("rpc")
     server.queue_declare(rpc_queue)
 
-    client_conn = pika.BlockingConnection(params(gateway.amqp))
+    client_conn = pika.BlockingConnection(params(broker))
     client = client_conn.channel()
     reply_queue = client.queue_declare("", exclusive=True).method.queue
     correlation = str(uuid.uuid4())
@@ -189,14 +212,14 @@ def test_confirms_for_a_thousand_publishes_and_each_consumed_once(connection) ->
     assert channel.queue_declare(queue, passive=True).method.message_count == 0
 
 
-def test_unacked_messages_of_a_dead_connection_are_redelivered(gateway, connection) -> None:
+def test_unacked_messages_of_a_dead_connection_are_redelivered(broker, connection) -> None:
     queue = unique("orphans")
     channel = connection.channel()
     channel.queue_declare(queue, durable=True)
     channel.confirm_delivery()
     for i in range(3):
         channel.basic_publish("", queue, b"%d" % i)
-    doomed = pika.BlockingConnection(params(gateway.amqp))
+    doomed = pika.BlockingConnection(params(broker))
     doomed_channel = doomed.channel()
     doomed_channel.basic_qos(prefetch_count=2)      # so the third is never delivered to it
     taken = drain(doomed_channel, queue, 2, ack=False)
@@ -232,8 +255,8 @@ def test_ack_of_an_unknown_delivery_tag_closes_the_channel(connection) -> None:
     assert connection.is_open
 
 
-def test_exclusive_queue_is_deleted_when_its_connection_closes(gateway, connection) -> None:
-    owner = pika.BlockingConnection(params(gateway.amqp))
+def test_exclusive_queue_is_deleted_when_its_connection_closes(broker, connection) -> None:
+    owner = pika.BlockingConnection(params(broker))
     queue = owner.channel().queue_declare(unique("mine"), exclusive=True).method.queue
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as locked:
         connection.channel().queue_declare(queue, exclusive=True)

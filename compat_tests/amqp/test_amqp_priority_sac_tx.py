@@ -2,8 +2,9 @@
 active consumer failover when the active consumer's process dies, transactions (commit, rollback,
 misuse) and connection.blocked / unblocked.
 
-The scenario functions take the broker's address only, so the same ones can be run against a
-RabbitMQ node to compare (see `python compat_tests/amqp/test_amqp_priority_sac_tx.py HOST PORT`)."""
+The scenario functions take the broker's address only: the broker-neutral ones run against the
+gateway and against a private RabbitMQ node (Debian's rabbitmq-server; skipped, saying why, where it
+is not installed) with the same expectations."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import aio_pika.abc
 import pika
 import pika.exceptions
 import pytest
+
+from bench.rabbitmq import RABBIT_BIN, pick_port, start_rabbitmq
 
 
 def unique(prefix: str) -> str:
@@ -201,7 +204,7 @@ async def sac_failover(address) -> dict:
     return outcome
 
 
-# --- against the gateway ---------------------------------------------------------------------------
+# --- against the gateway, and the same against RabbitMQ ---------------------------------------------
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
@@ -211,14 +214,31 @@ def gateway(tmp_path_factory):
     process.stop()
 
 
-def test_priority_queue_delivers_a_backlog_highest_first(gateway) -> None:
-    bodies = priority_backlog_order(gateway.amqp)
+@pytest.fixture(scope="module")
+def rabbitmq(tmp_path_factory):
+    if not (RABBIT_BIN / "rabbitmq-server").exists():
+        pytest.skip(f"no rabbitmq-server in {RABBIT_BIN} (apt-get install rabbitmq-server): nothing to compare with")
+    node = start_rabbitmq(tmp_path_factory.mktemp("rabbit"), pick_port(5780))
+    yield node
+    node.stop()
+
+
+@pytest.fixture(params=["gateway", "rabbitmq"])
+def broker(request) -> tuple[str, int]:
+    """The AMQP address of the broker under test."""
+    if request.param == "gateway":
+        return request.getfixturevalue("gateway").amqp
+    return "127.0.0.1", request.getfixturevalue("rabbitmq").port
+
+
+def test_priority_queue_delivers_a_backlog_highest_first(broker) -> None:
+    bodies = priority_backlog_order(broker)
     assert len(bodies) == 300
     assert bodies == expected_priority_order(bodies)
 
 
-def test_priority_argument_out_of_range_is_precondition_failed(gateway) -> None:
-    connection = connect(gateway.amqp)
+def test_priority_argument_out_of_range_is_precondition_failed(broker) -> None:
+    connection = connect(broker)
     try:
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as failure:
             connection.channel().queue_declare(unique("p"), arguments={"x-max-priority": 256})
@@ -229,16 +249,16 @@ def test_priority_argument_out_of_range_is_precondition_failed(gateway) -> None:
         connection.close()
 
 
-async def test_single_active_consumer_fails_over_in_order_when_its_process_dies(gateway) -> None:
-    outcome = await sac_failover(gateway.amqp)
+async def test_single_active_consumer_fails_over_in_order_when_its_process_dies(broker) -> None:
+    outcome = await sac_failover(broker)
     assert outcome["consumer_count"] == 2
     assert outcome["active_got"] == ["m0", "m1", "m2"]
     assert outcome["waiting_before_kill"] == []
     assert outcome["waiting_got"] == [("m%d" % i, i < 3) for i in range(10)]
 
 
-def test_tx_misuse_is_refused_as_rabbitmq_does(gateway) -> None:
-    assert tx_misuse(gateway.amqp) == [
+def test_tx_misuse_is_refused_as_rabbitmq_does(broker) -> None:
+    assert tx_misuse(broker) == [
         (406, "PRECONDITION_FAILED - channel is not transactional"),
         (406, "PRECONDITION_FAILED - channel is not transactional"),
         (406, "PRECONDITION_FAILED - cannot switch from tx to confirm mode"),
@@ -246,8 +266,8 @@ def test_tx_misuse_is_refused_as_rabbitmq_does(gateway) -> None:
     ]
 
 
-def test_tx_commit_makes_publishes_and_acks_visible_together(gateway) -> None:
-    seen = tx_commit_and_rollback(gateway.amqp)
+def test_tx_commit_makes_publishes_and_acks_visible_together(broker) -> None:
+    seen = tx_commit_and_rollback(broker)
     assert seen["before_commit"] == (0, 0)        # the gets took both; nothing published yet
     assert seen["after_commit"] == (0, 2)
     assert seen["received"] == [b"out-1", b"out-2"]
@@ -296,11 +316,3 @@ def test_a_publish_backlog_over_its_limit_blocks_and_unblocks_the_connection(gat
     finally:
         connection.close()
 
-
-if __name__ == "__main__":    # the same scenarios against another broker, e.g. RabbitMQ
-    address = (sys.argv[1], int(sys.argv[2]))
-    bodies = priority_backlog_order(address)
-    print("priority order strict:", bodies == expected_priority_order(bodies))
-    print("tx misuse:", tx_misuse(address))
-    print("tx commit/rollback:", tx_commit_and_rollback(address))
-    print("sac failover:", asyncio.run(sac_failover(address)))

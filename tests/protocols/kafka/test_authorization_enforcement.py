@@ -31,7 +31,8 @@ from protocols.kafka.handlers import (alter_configs, alter_partition_reassignmen
                                       join_group, leave_group, list_groups, list_offsets,
                                       list_partition_reassignments, metadata, offset_commit, offset_delete,
                                       offset_fetch, offset_for_leader_epoch, produce, sync_group)
-from protocols.kafka.handlers import alter_user_scram_credentials, describe_user_scram_credentials
+from protocols.kafka.handlers import (alter_replica_log_dirs, alter_user_scram_credentials, describe_producers,
+                                      describe_user_scram_credentials)
 from protocols.kafka.server import make_broker
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
@@ -604,3 +605,22 @@ async def test_scram_credential_apis_need_cluster_alter_and_describe(broker) -> 
     await allow(broker, ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE)
     described = await call(broker, describe_user_scram_credentials, 0, {"users": [{"name": "zoe"}]})
     assert (described.error_code, [r.error_code for r in described.results]) == (ErrorCode.NONE, [ErrorCode.NONE])
+
+
+async def test_describe_producers_needs_read_on_the_topic_before_its_existence_shows(broker) -> None:
+    await create_topic(broker, "orders")
+    body = {"topics": [{"name": "orders", "partition_indexes": [0]}, {"name": "ghost", "partition_indexes": [0]}]}
+    refused = await call(broker, describe_producers, 0, body)
+    assert [t.partitions[0].error_code for t in refused.topics] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED] * 2
+    await allow(broker, ResourceType.TOPIC, "orders", Operation.READ)
+    await allow(broker, ResourceType.TOPIC, "ghost", Operation.READ)
+    allowed = await call(broker, describe_producers, 0, body)
+    assert [t.partitions[0].error_code for t in allowed.topics] == [ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+
+
+async def test_alter_replica_log_dirs_needs_alter_on_the_cluster(broker) -> None:
+    body = {"dirs": [{"path": "/data", "topics": [{"name": "orders", "partitions": [0]}]}]}
+    refused = await call(broker, alter_replica_log_dirs, 1, body)
+    assert refused.results[0].partitions[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    allowed = await call(broker, alter_replica_log_dirs, 1, body, ADMIN)
+    assert allowed.results[0].partitions[0].error_code == ErrorCode.LOG_DIR_NOT_FOUND
