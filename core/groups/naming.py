@@ -8,23 +8,14 @@ to exactly one group id.
 
 from __future__ import annotations
 
-import re
-
 from core.errors import InvalidGroupId
+from core.names import MAX_NAME, escaped_name, unescaped_name
 
 PREFIX = "group."
-MAX_NAME = 249                      # core.names' limit on a name
-_PLAIN = re.compile(r"[A-Za-z0-9_-]")
 
 
 def storage_name(group_id: str) -> str:
-    parts = [PREFIX]
-    for char in group_id:
-        if _PLAIN.fullmatch(char):
-            parts.append(char)
-        else:
-            parts.extend(f".{byte:02x}" for byte in char.encode())
-    name = "".join(parts)
+    name = escaped_name(PREFIX, group_id)
     if len(name) > MAX_NAME:
         raise InvalidGroupId(f"group id {group_id[:40]!r}... is too long to store ({len(name)} > {MAX_NAME})")
     return name
@@ -32,22 +23,4 @@ def storage_name(group_id: str) -> str:
 
 def group_id_of(name: str) -> str | None:
     """The group id stored under `name`, or None if `name` is not a group's stored name."""
-    if not name.startswith(PREFIX):
-        return None
-    encoded = name[len(PREFIX):]
-    out = bytearray()
-    i = 0
-    try:
-        while i < len(encoded):
-            if encoded[i] == ".":
-                digits = encoded[i + 1:i + 3]
-                if len(digits) != 2:
-                    return None
-                out.append(int(digits, 16))
-                i += 3
-            else:
-                out += encoded[i].encode()
-                i += 1
-        return out.decode()
-    except (ValueError, UnicodeDecodeError):
-        return None
+    return unescaped_name(PREFIX, name)

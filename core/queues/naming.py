@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 import re
 
-_PLAIN = re.compile(r"[A-Za-z0-9_-]")
+from core.names import escaped_name, unescaped_name
+
 _LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 MAX_NAME_BYTES = 255
 
@@ -24,27 +25,15 @@ def storage_key(name: str) -> str:
     """The metadata path component of an exchange or queue name (one-to-one)."""
     if not name:
         raise ValueError("the empty name is never stored")
-    parts = []
-    for char in name:
-        if _PLAIN.fullmatch(char):
-            parts.append(char)
-        else:
-            parts.extend(f".{byte:02x}" for byte in char.encode("utf-8", "surrogatepass"))
-    return "".join(parts)
+    return escaped_name("", name)
 
 
 def name_of(key: str) -> str:
     """The name a storage key stands for (the inverse of storage_key)."""
-    out = bytearray()
-    i = 0
-    while i < len(key):
-        if key[i] == ".":
-            out.append(int(key[i + 1:i + 3], 16))
-            i += 3
-        else:
-            out += key[i].encode()
-            i += 1
-    return out.decode("utf-8", "surrogatepass")
+    name = unescaped_name("", key)
+    if name is None:
+        raise ValueError(f"{key!r} is not a storage key")
+    return name
 
 
 def queue_topic(name: str) -> str:

@@ -14,9 +14,9 @@ A transactional id's stored name is "txn." followed by the id with every charact
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
+from core.names import MAX_NAME, escaped_name, unescaped_name
 from core.partition import storage_errors
 from core.transactions.errors import InvalidTransactionalId
 from core.transactions.state import Transaction
@@ -24,8 +24,6 @@ from storage.api import MetadataStore
 
 ROOT = "/transactions"
 PREFIX = "txn."
-MAX_NAME = 249
-_PLAIN = re.compile(r"[A-Za-z0-9_-]")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -38,30 +36,14 @@ class TxnKey:
 def stored_name(transactional_id: str) -> str:
     if not transactional_id:
         raise InvalidTransactionalId("the transactional id must not be empty")
-    parts = [PREFIX]
-    for char in transactional_id:
-        parts.append(char if _PLAIN.fullmatch(char) else "".join(f".{b:02x}" for b in char.encode()))
-    name = "".join(parts)
+    name = escaped_name(PREFIX, transactional_id)
     if len(name) > MAX_NAME:
         raise InvalidTransactionalId(f"transactional id {transactional_id[:40]!r}... is too long to store")
     return name
 
 
 def transactional_id_of(name: str) -> str | None:
-    if not name.startswith(PREFIX):
-        return None
-    encoded, out, i = name[len(PREFIX):], bytearray(), 0
-    try:
-        while i < len(encoded):
-            if encoded[i] == ".":
-                out.append(int(encoded[i + 1:i + 3], 16))
-                i += 3
-            else:
-                out += encoded[i].encode()
-                i += 1
-        return out.decode()
-    except (ValueError, UnicodeDecodeError):
-        return None
+    return unescaped_name(PREFIX, name)
 
 
 class TransactionStore:
