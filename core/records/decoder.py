@@ -205,15 +205,24 @@ class _Reader:
         return len(self._buf) - self._pos
 
     def varint(self) -> int:
+        # Most lengths and deltas fit in one byte: decoded here, without the general decoder's call.
+        pos = self._pos
+        if pos < len(self._buf) and (byte := self._buf[pos]) < 0x80:
+            self._pos = pos + 1
+            return (byte >> 1) ^ -(byte & 1)
         try:
-            value, self._pos = decode_varint(self._buf, self._pos)
+            value, self._pos = decode_varint(self._buf, pos)
         except MalformedVarint as exc:
             raise InvalidRecord(f"malformed record: {exc}") from exc
         return value
 
     def varlong(self) -> int:
+        pos = self._pos
+        if pos < len(self._buf) and (byte := self._buf[pos]) < 0x80:
+            self._pos = pos + 1
+            return (byte >> 1) ^ -(byte & 1)
         try:
-            value, self._pos = decode_varlong(self._buf, self._pos)
+            value, self._pos = decode_varlong(self._buf, pos)
         except MalformedVarint as exc:
             raise InvalidRecord(f"malformed record: {exc}") from exc
         return value
