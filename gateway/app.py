@@ -25,7 +25,6 @@ from gateway.admin import AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
 from gateway.metrics import GatewayMetrics
-from protocols.amqp import delayed as amqp_delayed
 from protocols.amqp import server as amqp_server
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
@@ -97,7 +96,6 @@ def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
     host, port = sockets["kafka"].getsockname()[:2]
     kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir))
     amqp = amqp_server.make_broker(core)
-    amqp.queues.message_facts = amqp_delayed.message_facts   # routes held messages by their AMQP headers
     return {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
 
 

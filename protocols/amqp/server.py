@@ -37,6 +37,7 @@ from core.auth import Principal, User, UserStore
 from core.errors import CoreError
 from core.queues.queue import Queue
 from core.queues.service import QueueNamespace, QueueService
+from protocols.amqp import delayed
 from protocols.amqp.channel import Channel
 from protocols.amqp.codec.errors import DecodeError
 from protocols.amqp.errors import from_core
@@ -89,6 +90,7 @@ class AmqpBroker:
         self.core = core
         self.settings = settings
         self.queues = queues if queues is not None else QueueService(core)
+        self.queues.message_facts = delayed.message_facts   # held messages are routed by their AMQP headers
         self.users = UserStore(core.metadata)
 
 
