@@ -209,6 +209,9 @@ async def test_unacked_messages_of_a_killed_consumer_are_redelivered(broker, con
     finally:
         doomed.kill()
         await doomed.wait()
+    deadline = asyncio.get_running_loop().time() + 10     # until the broker has noticed and requeued
+    while (await queue.declare()).message_count < 3 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
     got = await take(queue, 3)
     assert [(m.body, m.redelivered) for m in got] == [(b"a", True), (b"b", True), (b"c", False)]
 

@@ -225,6 +225,9 @@ def test_unacked_messages_of_a_dead_connection_are_redelivered(broker, connectio
     taken = drain(doomed_channel, queue, 2, ack=False)
     assert [body for _, _, body in taken] == [b"0", b"1"]
     doomed._impl._transport._sock.close()    # the connection dies without closing anything
+    deadline = time.monotonic() + 10          # until the broker has noticed and requeued both
+    while channel.queue_declare(queue, passive=True).method.message_count < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     got = drain(channel, queue, 3)
     assert [(body, method.redelivered) for method, _, body in got] == [(b"0", True), (b"1", True), (b"2", False)]
 
