@@ -316,3 +316,31 @@ def test_a_publish_backlog_over_its_limit_blocks_and_unblocks_the_connection(gat
     finally:
         connection.close()
 
+
+
+def test_consumers_of_higher_priority_are_served_first_while_they_have_room(broker) -> None:
+    queue = unique("cprio")
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        channel.queue_declare(queue)
+        channel.basic_qos(prefetch_count=3)
+        got: dict[str, list[bytes]] = {"high": [], "low": []}
+        channel.basic_consume(queue, lambda ch, m, p, body: got["low"].append(body), arguments={"x-priority": -1})
+        channel.basic_consume(queue, lambda ch, m, p, body: got["high"].append(body), arguments={"x-priority": 5})
+        channel.confirm_delivery()
+        for i in range(5):
+            channel.basic_publish("", queue, b"%d" % i)
+        deadline = time.monotonic() + 10
+        while len(got["high"]) + len(got["low"]) < 5 and time.monotonic() < deadline:
+            connection.process_data_events(time_limit=0.1)
+        # Nothing is acknowledged: the high-priority consumer takes its prefetch, the low one the rest.
+        assert (got["high"], got["low"]) == ([b"0", b"1", b"2"], [b"3", b"4"])
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            connection.channel().basic_consume(queue, lambda *a: None, arguments={"x-priority": "high"})
+        assert refused.value.reply_code == 406
+        assert refused.value.reply_text == (f"PRECONDITION_FAILED - invalid arg 'x-priority' for queue '{queue}' "
+                                            "in vhost '/': \"expected integer, got longstr\"")
+    finally:
+        if connection.is_open:
+            connection.close()

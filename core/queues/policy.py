@@ -126,8 +126,18 @@ def check_equivalence(name: str, current: Mapping[str, Any], received: Mapping[s
                                       f"{_described(new)} but current is {_described(old)}")
 
 
+# Values a protocol decoded keep their wire type in a subclass named after it (int8 ... int64, float,
+# byte array); plain values are named by the type an encoder would give them.
+_WIRE_TYPES = {"Int8": "byte", "UInt8": "unsignedbyte", "Int16": "short", "UInt16": "unsignedshort",
+               "Int32": "signedint", "UInt32": "unsignedint", "Int64": "long", "Float32": "float",
+               "ByteArray": "binary"}
+
+
 def field_type(value: Any) -> str:
     """RabbitMQ's name for the AMQP field type a value travels as."""
+    wire = _WIRE_TYPES.get(type(value).__name__)
+    if wire is not None:
+        return wire
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):

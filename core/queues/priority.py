@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from core.errors import InvalidArgument
 from core.queues.attributes import PRIORITY, header_int
 from core.queues.log_records import data_records
+from core.queues.policy import field_type
 
 if TYPE_CHECKING:
     from core.partition import Partition
@@ -47,7 +48,7 @@ def max_priority(queue: str, arguments: Mapping[str, Any]) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _invalid(queue, f'"expected integer, got {table_type(value)}"')
+        raise _invalid(queue, f'"expected integer, got {field_type(value)}"')
     if value < 0:
         raise _invalid(queue, f"{{value_negative,{int(value)}}}")
     if value > MAX_SUPPORTED_PRIORITY:
@@ -57,20 +58,6 @@ def max_priority(queue: str, arguments: Mapping[str, Any]) -> int:
 
 def _invalid(queue: str, reason: str) -> InvalidArgument:
     return InvalidArgument(f"invalid arg '{MAX_PRIORITY_ARGUMENT}' for queue '{queue}': {reason}")
-
-
-# The field-table type names RabbitMQ reports for an argument value of the wrong type, by the
-# value's class (a protocol may hand the core int / float / bytes subclasses named after the wire
-# type; plain Python values get the name of the type a client would most likely have sent).
-_TABLE_TYPES = {"bool": "bool", "str": "longstr", "float": "double", "Float32": "float", "bytes": "binary",
-                "ByteArray": "binary", "int": "long", "Int8": "byte", "UInt8": "unsignedbyte", "Int16": "short",
-                "UInt16": "unsignedshort", "Int32": "signedint", "UInt32": "unsignedint", "Int64": "long",
-                "Decimal": "decimal", "list": "array", "dict": "table", "NoneType": "void"}
-
-
-def table_type(value: Any) -> str:
-    """The field-table type name RabbitMQ would report for `value`."""
-    return _TABLE_TYPES.get(type(value).__name__, type(value).__name__)
 
 
 class _Lane:

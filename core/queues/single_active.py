@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import InvalidArgument
-from core.queues.priority import table_type
+from core.queues.policy import field_type
 
 SINGLE_ACTIVE_ARGUMENT = "x-single-active-consumer"
 
@@ -26,5 +26,5 @@ def single_active(queue: str, arguments: Mapping[str, Any]) -> bool:
         return False
     if not isinstance(value, bool):
         raise InvalidArgument(f"invalid arg '{SINGLE_ACTIVE_ARGUMENT}' for queue '{queue}': "
-                              f"{{unacceptable_type,{table_type(value)}}}")
+                              f"{{unacceptable_type,{field_type(value)}}}")
     return value

@@ -4,7 +4,8 @@ This is an AMQP queue's delivery side, in the core's words:
 
 - Messages are read from the log ahead of the consumers (a bounded read-ahead buffer) starting at
   the cursor's committed offset, skipping what the cursor records as acknowledged.
-- Each message goes to one consumer with room, round robin. A consumer's room is its prefetch (the
+- Each message goes to one consumer with room, round robin; with consumers of several priorities,
+  to the highest-priority one with room (round robin among equals). A consumer's room is its prefetch (the
   unacknowledged deliveries it may hold; 0 is unlimited) and whatever else it says through
   `can_deliver` (a paused channel, a full output buffer). Auto-ack consumers acknowledge on delivery.
 - Acknowledging moves the cursor (committed offset plus individually acknowledged ranges); the
@@ -73,6 +74,7 @@ class QueuedMessage:
 class Consumer(Protocol):
     prefetch: int                # unacknowledged deliveries it may hold; 0: no limit
     auto_ack: bool               # deliveries count as acknowledged at once
+    # Optionally `priority: int` (default 0): consumers of a higher priority are served first.
 
     def can_deliver(self) -> bool:
         """Room beyond prefetch: False while paused or while its output is backed up."""
@@ -113,6 +115,8 @@ class SharedSubscription:
         self._closed = False
         self._priorities = PriorityReadAhead(max_priority) if max_priority else None
         self._single_active = single_active
+        self._consumer_priorities = False                # consumers of more than one priority
+        self._priority_turns: dict[int, int] = {}        # round-robin position within each priority
         self._redelivered_below = redelivered_below
         self._flush_waiters: list[asyncio.Future] = []
         # Set by the queue from its arguments (core/queues/policy.py):
@@ -146,7 +150,14 @@ class SharedSubscription:
 
     def add_consumer(self, consumer: Consumer, *, exclusive: bool = False) -> None:
         self.check_consumer(exclusive=exclusive)
-        self.consumers.append(consumer)
+        priority = _priority(consumer)
+        index = len(self.consumers)
+        if not self._single_active:     # highest priority first; the active one of SAC is the first registered
+            index = next((i for i, other in enumerate(self.consumers) if _priority(other) < priority), index)
+        self.consumers.insert(index, consumer)
+        if index < self._turn:
+            self._turn += 1
+        self._note_priorities()
         if exclusive:
             self.exclusive_consumer = consumer
         self._start_feeding()
@@ -166,6 +177,7 @@ class SharedSubscription:
             del self.consumers[index]
             if index < self._turn:
                 self._turn -= 1
+            self._note_priorities()
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
         if holder is None:
@@ -260,7 +272,13 @@ class SharedSubscription:
         if self._wants_data():
             self._wake.set()
 
+    def _note_priorities(self) -> None:
+        self._consumer_priorities = len({_priority(consumer) for consumer in self.consumers}) > 1
+
     def _dispatch_round(self) -> None:
+        if self._consumer_priorities and not self._single_active:
+            self._dispatch_by_priority()
+            return
         consumers = self.consumers[:1] if self._single_active else self.consumers
         idle = 0
         while consumers and idle < len(consumers):
@@ -278,6 +296,34 @@ class SharedSubscription:
             self._hand_out(message, consumer, consumer.auto_ack)
             consumer.deliver(message)
             message.deliveries += 1
+
+    def _dispatch_by_priority(self) -> None:
+        """Consumers of a higher priority get messages while they have room; those of one priority
+        take turns (RabbitMQ's consumer priorities)."""
+        while (message := self._peek()) is not None:
+            consumer = self._next_with_room()
+            if consumer is None:
+                return
+            self._take()
+            self._hand_out(message, consumer, consumer.auto_ack)
+            consumer.deliver(message)
+            message.deliveries += 1
+
+    def _next_with_room(self) -> Consumer | None:
+        consumers, start = self.consumers, 0     # sorted by priority, highest first
+        while start < len(consumers):
+            priority = _priority(consumers[start])
+            end = start
+            while end < len(consumers) and _priority(consumers[end]) == priority:
+                end += 1
+            size, turn = end - start, self._priority_turns.get(priority, 0)
+            for step in range(size):
+                consumer = consumers[start + (turn + step) % size]
+                if self._has_room(consumer):
+                    self._priority_turns[priority] = (turn + step + 1) % size
+                    return consumer
+            start = end
+        return None
 
     def _has_room(self, consumer: Consumer) -> bool:
         if consumer.prefetch and len(self._held.get(consumer, ())) >= consumer.prefetch:
@@ -637,6 +683,10 @@ def _resolve(waiters: list[asyncio.Future]) -> None:
     for waiter in waiters:
         if not waiter.done():
             waiter.set_result(None)
+
+
+def _priority(consumer: Consumer) -> int:
+    return getattr(consumer, "priority", 0)
 
 
 async def _first_of(*waits: Awaitable) -> None:

@@ -52,14 +52,16 @@ class Unacked:
 class ChannelConsumer:
     """A basic.consume: the core's Consumer for one queue, delivering on this channel."""
 
-    __slots__ = ("tag", "queue", "channel", "prefetch", "auto_ack", "counts_deliveries")
+    __slots__ = ("tag", "queue", "channel", "prefetch", "auto_ack", "priority", "counts_deliveries")
 
-    def __init__(self, tag: str, queue: Queue, channel: "Channel", prefetch: int, auto_ack: bool) -> None:
+    def __init__(self, tag: str, queue: Queue, channel: "Channel", prefetch: int, auto_ack: bool,
+                 priority: int = 0) -> None:
         self.tag = tag
         self.queue = queue
         self.channel = channel
         self.prefetch = prefetch
         self.auto_ack = auto_ack
+        self.priority = priority      # basic.consume's x-priority: served before lower ones
         self.counts_deliveries = counts_deliveries(queue)
 
     def can_deliver(self) -> bool:

@@ -4,8 +4,9 @@
   limit each); global=true is one limit shared by the channel's deliveries, as RabbitMQ 3.x has it.
   A prefetch_size is NOT_IMPLEMENTED (RabbitMQ does not implement it either).
 - consume: a consumer tag reused on the channel is NOT_ALLOWED (closes the connection); exclusive
-  is ACCESS_REFUSED while the queue has other consumers. Consumer arguments (x-priority, ...) are
-  not implemented and ignored; no-local is ignored, as RabbitMQ does.
+  is ACCESS_REFUSED while the queue has other consumers. The x-priority argument (an integer, else
+  PRECONDITION_FAILED) makes a consumer served before those of lower priority while it has room;
+  other consumer arguments and no-local are ignored, as RabbitMQ does.
 - publish: unknown exchange NOT_FOUND, internal exchange ACCESS_REFUSED; mandatory and unroutable
   -> basic.return 312 NO_ROUTE; immediate=true is NOT_IMPLEMENTED (as RabbitMQ since 3.0); a
   user_id property other than the logged-in user is PRECONDITION_FAILED, and so is an expiration
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.queues.policy import field_type
 from core.queues.service import publish as publish_to
 from protocols.amqp.channel import Channel, ChannelConsumer, generated_name
 from protocols.amqp.codec.properties import ContentProperties
@@ -62,15 +64,25 @@ async def consume(channel: Channel, args: Mapping[str, Any]) -> None:
     if tag in channel.consumers:
         raise AmqpConnectionError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'",
                                   method_name="basic.consume")
+    priority = consumer_priority(args["arguments"], name, connection.vhost)
     subscription = await queue.open()
     subscription.check_consumer(exclusive=args["exclusive"])
     if channel.closed or queue.deleted:
         return
-    consumer = ChannelConsumer(tag, queue, channel, channel.consumer_prefetch, args["no_ack"])
+    consumer = ChannelConsumer(tag, queue, channel, channel.consumer_prefetch, args["no_ack"], priority)
     channel.consumers[tag] = consumer
     if not args["nowait"]:
         channel.send("basic.consume-ok", consumer_tag=tag)
     await queue.add_consumer(consumer, exclusive=args["exclusive"])   # delivers at once: after consume-ok
+
+
+def consumer_priority(arguments: Mapping[str, Any], queue: str, vhost: str) -> int:
+    """basic.consume's x-priority (default 0), refused as RabbitMQ words it when not an integer."""
+    value = arguments.get("x-priority", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"invalid arg 'x-priority' for queue '{queue}' in vhost "
+                           f"'{vhost}': \"expected integer, got {field_type(value)}\"", method_name="basic.consume")
+    return int(value)
 
 
 async def cancel(channel: Channel, args: Mapping[str, Any]) -> None:

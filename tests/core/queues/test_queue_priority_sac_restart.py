@@ -173,6 +173,25 @@ async def test_single_active_consumer_fails_over_in_order(space) -> None:
     assert third.got == []
 
 
+async def test_consumers_of_higher_priority_are_served_first_and_equals_take_turns(space) -> None:
+    queue = await space.declare_queue("cprio")
+    low, high_a, high_b = Recorder(prefetch=10), Recorder(prefetch=2), Recorder(prefetch=2)
+    low.priority, high_a.priority, high_b.priority = -1, 3, 3
+    for consumer in (low, high_a, high_b):
+        await queue.add_consumer(consumer)
+    await store(queue, [message_record(b"%d" % i) for i in range(7)])
+    await eventually(lambda: len(low.got) == 3)
+    assert (high_a.values(), high_b.values(), low.values()) == ([b"0", b"2"], [b"1", b"3"], [b"4", b"5", b"6"])
+    queue.subscription.ack([m.offset for m in (*high_a.got, *high_b.got, *low.got)])
+    await store(queue, [message_record(b"7")])
+    await eventually(lambda: len(high_a.got) + len(high_b.got) == 5)
+    assert len(low.got) == 3                      # room again on high: low gets nothing more
+    queue.subscription.remove_consumer(high_a)
+    queue.subscription.remove_consumer(high_b)
+    await store(queue, [message_record(b"8")])
+    await eventually(lambda: len(low.got) == 4)
+
+
 # --- restart --------------------------------------------------------------------------------------
 
 async def test_restart_drops_transient_messages_and_marks_what_was_handed_out(tmp_path) -> None:
