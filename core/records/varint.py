@@ -19,12 +19,17 @@ _VARINT_MAX_BYTES = 5
 _VARLONG_MAX_BYTES = 10
 
 
+_ONE_BYTE = tuple(bytes((raw,)) for raw in range(0x80))   # the encodings of zigzag values 0..127
+
+
 class MalformedVarint(ValueError):
     """The bytes at the given position are not a well-formed varint of the expected width."""
 
 
 def encode_varint(value: int) -> bytes:
     """Zigzag-encode a signed 32-bit integer."""
+    if -64 <= value < 64:            # one byte: most lengths and deltas of a record
+        return _ONE_BYTE[(value << 1) ^ (value >> 31)]
     if not _INT32_MIN <= value <= _INT32_MAX:
         raise ValueError(f"{value} does not fit in a varint (int32)")
     return _encode_unsigned((value << 1) ^ (value >> 31))
@@ -32,6 +37,8 @@ def encode_varint(value: int) -> bytes:
 
 def encode_varlong(value: int) -> bytes:
     """Zigzag-encode a signed 64-bit integer."""
+    if -64 <= value < 64:
+        return _ONE_BYTE[(value << 1) ^ (value >> 63)]
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise ValueError(f"{value} does not fit in a varlong (int64)")
     return _encode_unsigned((value << 1) ^ (value >> 63))
