@@ -3,6 +3,10 @@
 `start_gateway(tmp_path, *extra_args, env=None)` starts one and returns once it printed its READY
 line. Fixtures: `gateway_process` is one started with the defaults; `gateway_launcher` starts more
 (`.start(...)`, `.expect_start_failure(...)`). Both stop what they started at teardown.
+
+For AMQP comparisons: `rabbitmq` is a private RabbitMQ node per module (Debian's rabbitmq-server;
+skipped, saying why, where it is not installed), and `broker` runs a test once against the
+module's own `gateway` fixture and once against that node (the AMQP address of each).
 """
 
 from __future__ import annotations
@@ -216,3 +220,21 @@ def gateway_process(gateway_launcher: GatewayLauncher) -> GatewayProcess:
         return gateway_launcher.start()
     except GatewayStartFailed as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def rabbitmq(tmp_path_factory):
+    from bench.rabbitmq import RABBIT_BIN, pick_port, start_rabbitmq
+    if not (RABBIT_BIN / "rabbitmq-server").exists():
+        pytest.skip(f"no rabbitmq-server in {RABBIT_BIN} (apt-get install rabbitmq-server): nothing to compare with")
+    node = start_rabbitmq(tmp_path_factory.mktemp("rabbit"), pick_port(5760))
+    yield node
+    node.stop()
+
+
+@pytest.fixture(params=["gateway", "rabbitmq"])
+def broker(request) -> tuple[str, int]:
+    """The AMQP address of the broker under test."""
+    if request.param == "gateway":
+        return request.getfixturevalue("gateway").amqp
+    return "127.0.0.1", request.getfixturevalue("rabbitmq").port

@@ -17,8 +17,6 @@ import aio_pika
 import aiormq.exceptions
 import pytest
 
-from bench.rabbitmq import RABBIT_BIN, pick_port, start_rabbitmq
-
 CONFIG = """
 [[users]]
 name = "alice"
@@ -44,23 +42,6 @@ def url(address, user: str = "guest", password: str = "guest", vhost: str = "") 
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def rabbitmq(tmp_path_factory):
-    if not (RABBIT_BIN / "rabbitmq-server").exists():
-        pytest.skip(f"no rabbitmq-server in {RABBIT_BIN} (apt-get install rabbitmq-server): nothing to compare with")
-    node = start_rabbitmq(tmp_path_factory.mktemp("rabbit"), pick_port(5820))
-    yield node
-    node.stop()
-
-
-@pytest.fixture(params=["gateway", "rabbitmq"])
-def broker(request) -> tuple[str, int]:
-    """The AMQP address of the broker under test."""
-    if request.param == "gateway":
-        return request.getfixturevalue("gateway").amqp
-    return "127.0.0.1", request.getfixturevalue("rabbitmq").port
 
 
 @pytest.fixture

@@ -19,8 +19,6 @@ import pika
 import pika.exceptions
 import pytest
 
-from bench.rabbitmq import RABBIT_BIN, pick_port, start_rabbitmq
-
 WAIT_S = 10.0
 
 
@@ -30,23 +28,6 @@ def gateway(tmp_path_factory):
     process = start_gateway(tmp_path_factory.mktemp("amqp-dead-letter"))
     yield process
     process.stop()
-
-
-@pytest.fixture(scope="module")
-def rabbitmq(tmp_path_factory):
-    if not (RABBIT_BIN / "rabbitmq-server").exists():
-        pytest.skip(f"no rabbitmq-server in {RABBIT_BIN} (apt-get install rabbitmq-server): nothing to compare with")
-    node = start_rabbitmq(tmp_path_factory.mktemp("rabbit"), pick_port(5760))
-    yield node
-    node.stop()
-
-
-@pytest.fixture(params=["gateway", "rabbitmq"])
-def broker(request) -> tuple[str, int]:
-    """The AMQP address of the broker under test."""
-    if request.param == "gateway":
-        return request.getfixturevalue("gateway").amqp
-    return "127.0.0.1", request.getfixturevalue("rabbitmq").port
 
 
 def connect(address) -> pika.BlockingConnection:

@@ -15,8 +15,6 @@ import pika
 import pika.exceptions
 import pytest
 
-from bench.rabbitmq import RABBIT_BIN, pick_port, start_rabbitmq
-
 CONFIG = """
 [[users]]
 name = "alice"
@@ -41,23 +39,6 @@ def params(address, **options) -> pika.ConnectionParameters:
     host, port = address
     options.setdefault("credentials", pika.PlainCredentials("guest", "guest"))
     return pika.ConnectionParameters(host, port, connection_attempts=1, **options)
-
-
-@pytest.fixture(scope="module")
-def rabbitmq(tmp_path_factory):
-    if not (RABBIT_BIN / "rabbitmq-server").exists():
-        pytest.skip(f"no rabbitmq-server in {RABBIT_BIN} (apt-get install rabbitmq-server): nothing to compare with")
-    node = start_rabbitmq(tmp_path_factory.mktemp("rabbit"), pick_port(5800))
-    yield node
-    node.stop()
-
-
-@pytest.fixture(params=["gateway", "rabbitmq"])
-def broker(request) -> tuple[str, int]:
-    """The AMQP address of the broker under test."""
-    if request.param == "gateway":
-        return request.getfixturevalue("gateway").amqp
-    return "127.0.0.1", request.getfixturevalue("rabbitmq").port
 
 
 @pytest.fixture

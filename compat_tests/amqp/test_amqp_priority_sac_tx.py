@@ -22,8 +22,6 @@ import pika
 import pika.exceptions
 import pytest
 
-from bench.rabbitmq import RABBIT_BIN, pick_port, start_rabbitmq
-
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -212,23 +210,6 @@ def gateway(tmp_path_factory):
     process = start_gateway(tmp_path_factory.mktemp("amqp-prio-sac-tx"))
     yield process
     process.stop()
-
-
-@pytest.fixture(scope="module")
-def rabbitmq(tmp_path_factory):
-    if not (RABBIT_BIN / "rabbitmq-server").exists():
-        pytest.skip(f"no rabbitmq-server in {RABBIT_BIN} (apt-get install rabbitmq-server): nothing to compare with")
-    node = start_rabbitmq(tmp_path_factory.mktemp("rabbit"), pick_port(5780))
-    yield node
-    node.stop()
-
-
-@pytest.fixture(params=["gateway", "rabbitmq"])
-def broker(request) -> tuple[str, int]:
-    """The AMQP address of the broker under test."""
-    if request.param == "gateway":
-        return request.getfixturevalue("gateway").amqp
-    return "127.0.0.1", request.getfixturevalue("rabbitmq").port
 
 
 def test_priority_queue_delivers_a_backlog_highest_first(broker) -> None:

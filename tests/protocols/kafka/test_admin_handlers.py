@@ -17,7 +17,7 @@ from core.clock import FakeClock
 from core.names import TopicName
 from core.records.builder import Record, build_batch
 from core.service import Core
-from protocols.kafka.broker import KafkaBroker, KafkaSettings, RequestContext
+from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings, RequestContext
 from protocols.kafka.codec import types as t
 from protocols.kafka.codec.compile import Msg, decode_request, encode_response, request_codec, response_codec
 from protocols.kafka.codec.errors import ErrorCode
@@ -46,13 +46,16 @@ async def broker(tmp_path):
     await storage.close()
 
 
-async def call(broker: KafkaBroker, module: ModuleType, version: int, body: dict) -> Msg:
-    """Encode `body` as the request, handle it, and return the response as a client decodes it."""
+async def call(broker: KafkaBroker, module: ModuleType, version: int, body: dict,
+               session: ConnectionSession | None = None) -> Msg:
+    """Encode `body` as the request, handle it (on a connection that established `session`), and
+    return the response as a client decodes it."""
     api = module.API
     encoded = bytearray()
     request_codec(api, version).write(encoded, body)
     request = decode_request(api, version, memoryview(bytes(encoded)))
-    response = await module.handle(request, RequestContext(broker, RequestHeader(api.key, version, 7, "test")))
+    ctx = RequestContext(broker, RequestHeader(api.key, version, 7, "test"), session or ConnectionSession())
+    response = await module.handle(request, ctx)
     if inspect.isawaitable(response):
         response = await response
     out = bytearray()

@@ -7,7 +7,6 @@ checked is what a client would read.
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from types import ModuleType
 
@@ -19,11 +18,9 @@ from core.clock import FakeClock
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, TopicName
 from core.records.builder import Record, build_batch
 from core.service import Core
-from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings, RequestContext
-from protocols.kafka.codec import types as t
-from protocols.kafka.codec.compile import Msg, decode_request, encode_response, request_codec, response_codec
+from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings
+from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
-from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.handlers import (alter_configs, alter_partition_reassignments, create_partitions, create_topics,
                                       delete_groups, delete_records, delete_topics, describe_cluster,
                                       describe_configs, describe_groups, describe_log_dirs, elect_leaders, fetch,
@@ -36,6 +33,7 @@ from protocols.kafka.handlers import (alter_replica_log_dirs, alter_user_scram_c
 from protocols.kafka.server import make_broker
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
+from test_admin_handlers import call as wire_call
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 NOT_PROVIDED = -2147483648
@@ -70,19 +68,7 @@ def open_broker(core) -> KafkaBroker:
 
 async def call(broker: KafkaBroker, module: ModuleType, version: int, body: dict,
                session: ConnectionSession = ALICE) -> Msg:
-    api = module.API
-    encoded = bytearray()
-    request_codec(api, version).write(encoded, body)
-    request = decode_request(api, version, memoryview(bytes(encoded)))
-    response = await module.handle(request, RequestContext(broker, RequestHeader(api.key, version, 7, "test"), session))
-    if inspect.isawaitable(response):
-        response = await response
-    out = bytearray()
-    encode_response(api, version, response, out)
-    reader = t.Reader(bytes(out))
-    decoded = response_codec(api, version).read(reader)
-    assert reader.left() == 0
-    return decoded
+    return await wire_call(broker, module, version, body, session)
 
 
 async def allow(broker: KafkaBroker, resource_type: ResourceType, name: str, operation: Operation, *,

@@ -5,7 +5,6 @@ version, and ACLs on the transactional id when SASL is on."""
 
 from __future__ import annotations
 
-import inspect
 from types import ModuleType
 
 import pytest
@@ -17,8 +16,7 @@ from core.names import TopicName
 from core.records.builder import Record, build_batch
 from core.service import Core
 from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings, RequestContext
-from protocols.kafka.codec import types as t
-from protocols.kafka.codec.compile import Msg, decode_request, encode_response, request_codec, response_codec
+from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.handlers import (add_offsets_to_txn, add_partitions_to_txn, end_txn, fetch, init_producer_id,
@@ -26,6 +24,7 @@ from protocols.kafka.handlers import (add_offsets_to_txn, add_partitions_to_txn,
 from protocols.kafka.server import make_broker
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
+from test_admin_handlers import call as wire_call
 
 TXN_ID, TOPIC = "orders-tx", "orders"
 ANONYMOUS = ConnectionSession()
@@ -59,19 +58,7 @@ async def secured(core):
 
 async def call(broker: KafkaBroker, module: ModuleType, version: int, body: dict,
                session: ConnectionSession = ANONYMOUS) -> Msg:
-    api = module.API
-    encoded = bytearray()
-    request_codec(api, version).write(encoded, body)
-    request = decode_request(api, version, memoryview(bytes(encoded)))
-    response = await module.handle(request, RequestContext(broker, RequestHeader(api.key, version, 7, "test"), session))
-    if inspect.isawaitable(response):
-        response = await response
-    out = bytearray()
-    encode_response(api, version, response, out)
-    reader = t.Reader(bytes(out))
-    decoded = response_codec(api, version).read(reader)
-    assert reader.left() == 0
-    return decoded
+    return await wire_call(broker, module, version, body, session)
 
 
 async def init(broker, version: int = 4, timeout_ms: int = 60_000, txn_id: str | None = TXN_ID, **extra) -> Msg:
