@@ -46,6 +46,11 @@ class NotEnoughBookies(StorageError):
     """Fewer bookies are writable than the ensemble needs."""
 
 
+class BookieUnavailable(StorageError):
+    """A remote bookie could not be reached or did not answer in time. Ambiguous for an add (it may
+    have stored the entry), so the writer replaces the bookie rather than assuming either way."""
+
+
 class BookieReadOnly(StorageError):
     """The bookie stopped accepting writes (a failed fsync, a full disk). Never retried."""
 
@@ -131,8 +136,10 @@ class EntryStore(Protocol):
         LastAddConfirmed, piggybacked. Raises LedgerFenced once the ledger is fenced, unless
         `recovery` (a recovering reader rewriting the tail). Idempotent for the same entry."""
 
-    async def read(self, ledger_id: int, entry_id: int) -> bytes:
-        """One entry (NoSuchEntry, CorruptEntry)."""
+    async def read(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> bytes:
+        """One entry (NoSuchEntry, CorruptEntry). With `fence`, the ledger is fenced first: recovery
+        reads are themselves fencing, so a bookie that missed the fence request cannot go on
+        accepting the old writer's adds after serving the recovery."""
 
     async def read_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int) -> list[bytes]:
         """Entries first..last in order, stopping early once `max_bytes` is reached (at least one)."""
@@ -141,6 +148,9 @@ class EntryStore(Protocol):
         """Fence the ledger durably; idempotent, never undone. Returns the last entry id stored (-1)."""
 
     async def last_add_confirmed(self, ledger_id: int) -> int: ...
+
+    async def wait_lac(self, ledger_id: int, after: int, timeout_s: float) -> int:
+        """Long poll: the LastAddConfirmed once it is above `after`, or as it is after the timeout."""
 
     async def delete_ledger(self, ledger_id: int) -> None:
         """Forget the ledger; its space is reclaimed by garbage collection. Idempotent."""
