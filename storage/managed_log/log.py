@@ -29,6 +29,9 @@ from storage.ledger.client import LedgerClient, LedgerHandle
 from storage.managed_log.ledger_list import ENTRY_HEADER, LedgerList, LedgerRange
 from storage.managed_log.tail_cache import TailCache
 
+REPAIR_FIRST_RETRY_S = 0.1
+REPAIR_MAX_RETRY_S = 5.0
+
 log = logging.getLogger("gateway.storage.managed_log")
 
 _HINTS = 256  # remembered (offset -> entry) positions, so sequential readers never search
@@ -243,23 +246,32 @@ class ManagedLogImpl:
         asyncio.get_running_loop().create_task(self._repair(), name=f"repair {self.name}")
 
     async def _repair(self) -> None:
-        """Recover the failed ledger to learn what really is stored, then accept appends again."""
-        writer = self._writer
-        try:
-            async with self._list_lock:
-                if writer is not None:
-                    self._writer = None
-                    sealed = await _recover_range(self._ledgers, self._list.ledgers[-1])
-                    ledgers = self._list.ledgers[:-1] + ((sealed,) if sealed is not None else ())
-                    await self._swap(replace(self._list, ledgers=ledgers))
-                    if sealed is not None:
-                        self._hwm = sealed.end_offset
-                self._next = self._hwm
-                self._broken = None
-        except (BadVersion, LedgerFenced) as exc:
-            self._close_with(LogClosed(f"log {self.name} was taken over: {exc}"))
-        except StorageError as exc:
-            log.error("log %s: repair failed, appends keep failing: %s", self.name, exc)
+        """Recover the failed ledger to learn what really is stored, then accept appends again.
+        While bookies are missing, recovery cannot finish: it is retried until they are back."""
+        needs_recovery = self._writer is not None
+        delay_s = REPAIR_FIRST_RETRY_S
+        while self._closed is None:
+            try:
+                async with self._list_lock:
+                    if needs_recovery:
+                        self._writer = None
+                        sealed = await _recover_range(self._ledgers, self._list.ledgers[-1])
+                        ledgers = self._list.ledgers[:-1] + ((sealed,) if sealed is not None else ())
+                        await self._swap(replace(self._list, ledgers=ledgers))
+                        if sealed is not None:
+                            self._hwm = sealed.end_offset
+                        needs_recovery = False
+                    self._next = self._hwm
+                    self._broken = None
+                return
+            except (BadVersion, LedgerFenced) as exc:
+                self._close_with(LogClosed(f"log {self.name} was taken over: {exc}"))
+                return
+            except StorageError as exc:
+                log.error("log %s: repair failed, appends fail until it succeeds (retry in %.1f s): %s",
+                          self.name, delay_s, exc)
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, REPAIR_MAX_RETRY_S)
 
     def _fail_waiting(self, error: BaseException) -> None:
         while self._waiting:
