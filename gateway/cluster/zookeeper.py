@@ -9,9 +9,10 @@ system-wide ZooKeeper service is neither needed nor touched.
 Layout of `directory`: zoo.cfg, data/ (snapshots and transaction log), zookeeper.log (its output).
 Starting again with the same directory and port resumes the same data, as a restarted server would.
 
-The child is tied to the process that starts it: it gets SIGKILL when that thread's process dies, even
-by SIGKILL (Linux's parent-death signal), so a crashed test run leaves no ZooKeeper behind. Call
-`start()` from a thread that lives as long as the server (the signal follows the starting thread).
+The child is tied to the process that starts it: it gets SIGKILL when that process dies, even by
+SIGKILL (Linux's parent-death signal), so a crashed test run leaves no ZooKeeper behind. The signal
+follows the thread that forked, so every server is forked by one thread that lives as long as the
+process, whichever thread calls `start()`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import signal
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 log = logging.getLogger("gateway.cluster.zookeeper")
@@ -34,6 +36,7 @@ MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 _PR_SET_PDEATHSIG = 1
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zookeeper-spawner")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -102,9 +105,9 @@ class ZooKeeperServer:
             raise RuntimeError(f"ZooKeeper on {self.address} is already running")
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.directory / "zookeeper.log", "ab") as output:
-            self._process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=output,
-                                             stderr=subprocess.STDOUT, cwd=self.directory,
-                                             preexec_fn=_die_with_parent)
+            self._process = _SPAWNER.submit(
+                subprocess.Popen, self.command(), stdin=subprocess.DEVNULL, stdout=output,
+                stderr=subprocess.STDOUT, cwd=self.directory, preexec_fn=_die_with_parent).result()
         deadline = time.monotonic() + timeout_s
         while True:
             if self._process.poll() is not None:

@@ -88,11 +88,11 @@ class _OrderedHandler(SequentialThreadingHandler):
 class ZooKeeperMetadataStore:
     """MetadataStore on ZooKeeper. The public methods are called from one event loop."""
 
-    def __init__(self, hosts: str, root: str, session_timeout_s: float) -> None:
+    def __init__(self, hosts: str, root: str, session_timeout_s: float, request_timeout_s: float) -> None:
         self._loop = asyncio.get_running_loop()
         self._nodes = f"{root}/nodes"
         self._counters = f"{root}/counters"
-        self._timeout_s = session_timeout_s
+        self._request_timeout_s = request_timeout_s
         self._client = KazooClient(hosts=hosts, timeout=session_timeout_s, handler=_OrderedHandler(),
                                    connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0))
         self._closed = False
@@ -106,10 +106,13 @@ class ZooKeeperMetadataStore:
         self._client.add_listener(self._on_kazoo_state)
 
     @classmethod
-    async def open(cls, url: str, *, session_timeout_s: float = 10.0,
-                   connect_timeout_s: float = 15.0) -> "ZooKeeperMetadataStore":
+    async def open(cls, url: str, *, session_timeout_s: float = 10.0, connect_timeout_s: float = 15.0,
+                   request_timeout_s: float = 10.0) -> "ZooKeeperMetadataStore":
+        """Connect and start a session. A request waits up to `request_timeout_s` for an answer,
+        across a reconnection; past it a StorageError says the outcome is unknown (a write may still
+        be applied once the connection returns)."""
         hosts, root = parse_url(url)
-        store = cls(hosts, root, session_timeout_s)
+        store = cls(hosts, root, session_timeout_s, request_timeout_s)
         try:
             await asyncio.to_thread(store._client.start, connect_timeout_s)
             for path in (store._nodes, store._counters):
@@ -150,9 +153,10 @@ class ZooKeeperMetadataStore:
                     future.set_exception(result.exception)
         async_result.rawlink(lambda result: self._post(settle, result))
         try:
-            return await asyncio.wait_for(future, self._timeout_s)
+            return await asyncio.wait_for(future, self._request_timeout_s)
         except TimeoutError:
-            raise StorageError(f"metadata store did not answer within {self._timeout_s}s (outcome unknown)") from None
+            raise StorageError(f"metadata store did not answer within {self._request_timeout_s}s "
+                               "(outcome unknown)") from None
         except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError, NoChildrenForEphemeralsError):
             raise  # the callers turn these into the store's errors
         except KazooException as exc:
