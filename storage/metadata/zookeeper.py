@@ -170,12 +170,11 @@ class ZooKeeperMetadataStore:
         if state is not SessionState.CONNECTED:
             self._armed.clear()  # kazoo dropped every watch with the connection
         reconnected = state is SessionState.CONNECTED and self._state is not SessionState.CONNECTED
-        if state is SessionState.CONNECTED and session_id != self._session_id:
-            if self._session_id is not None:
-                log.warning("metadata store session %#x replaced by %#x", self._session_id, session_id or 0)
+        if state is SessionState.CONNECTED:
             self._session_id = session_id
         if state is SessionState.LOST:
             log.warning("metadata store session %#x expired", self._session_id or 0)
+            self._session_id = None
         elif state is SessionState.SUSPENDED:
             log.warning("metadata store connection lost")
         self._state = state
@@ -199,8 +198,8 @@ class ZooKeeperMetadataStore:
         self._client.exists_async(self._zk(path), watch=watcher)
 
     def _on_watch_event(self, path: str, event_type: str) -> None:
-        if event_type == EventType.NONE:
-            return  # the connection dropped: _on_state re-arms and fires at reconnection
+        if event_type == EventType.NONE or self._closed:
+            return  # NONE: the connection dropped; _on_state re-arms and fires at reconnection
         self._armed.discard(path)
         if self._watches.get(path):
             self._arm(path)

@@ -193,7 +193,8 @@ async def test_an_expired_session_reports_lost_then_connected_and_every_watch_fi
         zookeeper: ZooKeeperServer, open_store: StoreOpener) -> None:
     store, other = await open_store(), await open_store()
     states: list[SessionState] = []
-    store.on_session_event(states.append)
+    sessions: list[int | None] = []
+    store.on_session_event(lambda state: (states.append(state), sessions.append(store.session_id)))
     seen: list[str] = []
     store.watch("/config", seen.append)
     await store.create("/config", b"v0")
@@ -206,6 +207,7 @@ async def test_an_expired_session_reports_lost_then_connected_and_every_watch_fi
     assert states.index(SessionState.LOST) < len(states) - 1
     assert set(states) <= {SessionState.SUSPENDED, SessionState.LOST, SessionState.CONNECTED}
     assert store.session_id not in (None, old_session)
+    assert sessions[states.index(SessionState.LOST)] is None  # no session between LOST and CONNECTED
     # The watch fired once for the new session, so the watcher re-reads what it may have missed.
     assert seen == ["/config"]
     # The ephemeral node went with the old session and was not recreated behind its owner's back.
