@@ -8,8 +8,9 @@ ARGS ?=
 
 # Debian packages the tests need beyond Python itself (kcat: a librdkafka client for the Kafka
 # compatibility tests; rabbitmq-server: the reference the AMQP tests compare against, started as a
-# private node by the tests and the AMQP benchmark). Installed only when missing.
-SYSTEM_PACKAGES := kcat rabbitmq-server
+# private node by the tests and the AMQP benchmark; zookeeper: the cluster's metadata store, its jars
+# run as a private server by the tests and `gateway cluster up`). Installed only when missing.
+SYSTEM_PACKAGES := kcat rabbitmq-server zookeeper
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.
@@ -62,6 +63,7 @@ java:
 # apt-get only when a listed package is missing; sudo only when not already root.
 # A freshly installed rabbitmq-server's own service is stopped: it would hold port 5672, the
 # gateway's default AMQP port (tests and benchmarks start private nodes on ports of their own).
+# Debian's zookeeper package starts no service (it ships no init script or unit), so nothing to stop.
 system-packages:
 	@missing=""; \
 	for package in $(SYSTEM_PACKAGES); do \
