@@ -45,9 +45,14 @@ _Op = Callable[[sqlite3.Connection], Any]
 
 def _end_session(conn: sqlite3.Connection) -> None:
     """Delete the ephemeral nodes of the session that ends (or of one that ended with its process)."""
-    with conn:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
         conn.execute("DELETE FROM nodes WHERE path IN (SELECT path FROM ephemerals)")
         conn.execute("DELETE FROM ephemerals")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _parent(path: str) -> str:

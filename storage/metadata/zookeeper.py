@@ -225,7 +225,8 @@ class ZooKeeperMetadataStore:
             raise StorageError(f"{path}: value of {len(value)} bytes exceeds the metadata store's limit "
                                f"of {MAX_VALUE_BYTES} bytes")
 
-    async def _bad_version(self, path: str, expected_version: int) -> BadVersion:
+    async def _bad_version(self, path: str, expected_version: int) -> StorageError:
+        """The error for a lost compare-and-set, naming the version found (NoNode if it is gone by now)."""
         stat = await self._call(self._client.exists_async, self._zk(path))
         if stat is None:
             return NoNode(path)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.api import BadVersion, NodeExists, NoNode, StorageError, Versioned
+from storage.api import BadVersion, NoNode, StorageError, Versioned
 from storage.metadata.sqlite import SqliteMetadataStore
 
 OWNER_CHILD = Path(__file__).with_name("metadata_owner_child.py")

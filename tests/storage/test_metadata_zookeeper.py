@@ -223,6 +223,8 @@ async def test_a_stopped_server_suspends_the_session_and_a_restart_resumes_it(
         zookeeper: ZooKeeperServer, open_store: StoreOpener) -> None:
     store = await open_store(session_timeout_s=20.0, request_timeout_s=1.0)
     await store.put("/durable", b"kept")
+    await store.create("/owner", b"me", ephemeral=True)
+    session = store.session_id
     ids_before = [await store.next_id("ledger") for _ in range(3)]
     states: list[SessionState] = []
     store.on_session_event(states.append)
@@ -237,7 +239,11 @@ async def test_a_stopped_server_suspends_the_session_and_a_restart_resumes_it(
     finally:
         await asyncio.to_thread(zookeeper.start)
     await until(lambda: states[-1:] == [SessionState.CONNECTED])
-    assert seen  # every watch fires once after the reconnection
+    # ZooKeeper keeps sessions across its restart: the same session resumes, ephemeral node included.
+    assert states == [SessionState.SUSPENDED, SessionState.CONNECTED]
+    assert store.session_id == session
+    assert await store.get("/owner") == Versioned(b"me", 0)
+    assert seen == ["/durable"] or seen == ["/durable", "/durable"]  # once for the reconnection (+ the late put)
     assert await store.get("/durable") in (Versioned(b"kept", 0), Versioned(b"while down", 1))
     assert await store.next_id("ledger") > max(ids_before)
 
