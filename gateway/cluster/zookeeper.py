@@ -9,23 +9,20 @@ system-wide ZooKeeper service is neither needed nor touched.
 Layout of `directory`: zoo.cfg, data/ (snapshots and transaction log), zookeeper.log (its output).
 Starting again with the same directory and port resumes the same data, as a restarted server would.
 
-The child is tied to the process that starts it: it gets SIGKILL when that process dies, even by
-SIGKILL (Linux's parent-death signal), so a crashed test run leaves no ZooKeeper behind. The signal
-follows the thread that forked, so every server is forked by one thread that lives as long as the
-process, whichever thread calls `start()`.
+The child is tied to the process that starts it (gateway/cluster/children.py): a crashed test run
+leaves no ZooKeeper behind.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import shutil
-import signal
 import socket
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from gateway.cluster.children import spawn
 
 log = logging.getLogger("gateway.cluster.zookeeper")
 
@@ -35,8 +32,6 @@ LOG_BINDING_JAR = JARS / "slf4j-simple.jar"  # without a binding the server's lo
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
-_PR_SET_PDEATHSIG = 1
-_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zookeeper-spawner")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -53,10 +48,6 @@ def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) ->
         while chunk := sock.recv(4096):
             chunks.append(chunk)
     return b"".join(chunks).decode(errors="replace")
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class ZooKeeperServer:
@@ -105,9 +96,8 @@ class ZooKeeperServer:
             raise RuntimeError(f"ZooKeeper on {self.address} is already running")
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.directory / "zookeeper.log", "ab") as output:
-            self._process = _SPAWNER.submit(
-                subprocess.Popen, self.command(), stdin=subprocess.DEVNULL, stdout=output,
-                stderr=subprocess.STDOUT, cwd=self.directory, preexec_fn=_die_with_parent).result()
+            self._process = spawn(self.command(), stdin=subprocess.DEVNULL, stdout=output,
+                                  stderr=subprocess.STDOUT, cwd=self.directory)
         deadline = time.monotonic() + timeout_s
         while True:
             if self._process.poll() is not None:

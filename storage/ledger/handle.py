@@ -11,7 +11,10 @@ the writer stops sending, picks a replacement (storage/ledger/placement.py), and
 fragment starting at LAC + 1 in the ledger's metadata by compare-and-set. Entries after the LAC are
 then sent to the bookies that are new in their write set; acks from a replaced bookie no longer
 count. A lost compare-and-set means a recovering reader took the ledger: the writer is fenced.
-No replacement available: the writer fails with NotEnoughBookies and nothing more is acknowledged.
+No replacement available: while every write set still has Qa live bookies the writer goes on
+without the failed one (entries get fewer copies until the auditor re-replicates them) and tries the
+change again every DEGRADED_RETRY_S; otherwise it fails with NotEnoughBookies and nothing more is
+acknowledged.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from typing import TYPE_CHECKING
 
 from storage.api import BadVersion, LedgerClosed, LedgerFenced, NotEnoughBookies, StorageError
 from storage.ledger.metadata import LedgerMetadata
-from storage.ledger.placement import replace_bookies
+from storage.ledger.placement import replace_bookies, write_sets
 
 if TYPE_CHECKING:
     from storage.ledger.client import LedgerClient
 
 log = logging.getLogger("gateway.storage.ledger")
+
+DEGRADED_RETRY_S = 5.0
 
 LENGTH = struct.Struct(">Q")
 """Every stored entry starts with the ledger's length in bytes up to and including it (as
@@ -71,6 +76,7 @@ class LedgerHandle:
         self._failure: BaseException | None = None
         self._closed = not writable
         self._failed_bookies: set[str] = set()
+        self._down: set[str] = set()              # failed, not replaced: no longer sent to
         self._changing: asyncio.Task | None = None
         self._min_racks = client.min_racks_per_write_quorum if writable else 1
         self._every_entry_to: tuple[str, ...] | None = None
@@ -127,8 +133,8 @@ class LedgerHandle:
         pending.write_set = write_set
         client = self._client
         for bookie_id in write_set:
-            if bookie_id in previous:
-                continue   # already sent there (and still in its write set)
+            if bookie_id in previous or bookie_id in self._down:
+                continue   # already sent there (and still in its write set), or known down
             try:
                 store = client.bookie(bookie_id)
             except NotEnoughBookies as exc:
@@ -184,8 +190,12 @@ class LedgerHandle:
                 failed = set(self._failed_bookies)
                 metadata = self._metadata
                 first_entry_id, current = metadata.ensembles[-1]
-                new_ensemble = replace_bookies(current, failed, metadata.write_quorum,
-                                               self._client.bookies.candidates(), min_racks=self._min_racks)
+                try:
+                    new_ensemble = replace_bookies(current, failed, metadata.write_quorum,
+                                                   self._client.bookies.candidates(), min_racks=self._min_racks)
+                except NotEnoughBookies as exc:
+                    self._go_on_without(failed, exc)
+                    continue
                 start = self._lac + 1
                 fragments = list(metadata.ensembles)
                 if first_entry_id == start:
@@ -200,6 +210,7 @@ class LedgerHandle:
                     raise LedgerFenced(f"ledger {self.ledger_id} was recovered by another client") from None
                 self._metadata = changed
                 self._failed_bookies -= failed
+                self._down -= failed
                 self._resolve_fast_path()
                 log.info("ledger %d: ensemble from entry %d is %s", self.ledger_id, start, ",".join(new_ensemble))
                 for pending in list(self._pending):
@@ -207,6 +218,9 @@ class LedgerHandle:
                     pending.acked = [b for b in pending.acked if b in write_set]
                     self._send(pending, write_set)
                 self._complete_in_order()
+            for pending in list(self._pending):   # entries added while the change was under way
+                if not pending.write_set:
+                    self._send(pending, self._metadata.write_set(pending.entry_id))
         except StorageError as exc:
             self._fail(exc)
         except Exception as exc:
@@ -214,6 +228,26 @@ class LedgerHandle:
             self._fail(StorageError(f"ensemble change failed: {exc!r}"))
         finally:
             self._changing = None
+
+    def _go_on_without(self, failed: set[str], cause: NotEnoughBookies) -> None:
+        """No replacement: write on with the rest if Qa of every write set are still up."""
+        down = self._down | failed
+        quorum = self._metadata.ack_quorum
+        ensemble = self._metadata.ensembles[-1][1]
+        if any(len(set(ws) - down) < quorum for ws in write_sets(ensemble, self._metadata.write_quorum)):
+            raise cause
+        if not failed <= self._down:
+            log.warning("ledger %d: %s; writing on without %s until a bookie can replace it", self.ledger_id,
+                        cause, ",".join(sorted(failed)))
+        self._down = down
+        self._failed_bookies -= failed
+        asyncio.get_running_loop().call_later(DEGRADED_RETRY_S, self._retry_replacing)
+
+    def _retry_replacing(self) -> None:
+        if self._down and not self._closed and self._failure is None:
+            self._failed_bookies |= self._down
+            if self._changing is None:
+                self._changing = asyncio.ensure_future(self._change_ensemble())
 
     def _fail(self, error: BaseException) -> None:
         if self._failure is None:

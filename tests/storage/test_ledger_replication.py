@@ -191,6 +191,24 @@ async def test_no_replacement_fails_the_writer_and_acknowledges_nothing_more(clu
     assert writer.last_add_confirmed == 0
 
 
+async def test_without_a_replacement_the_writer_goes_on_while_qa_bookies_live(cluster: Cluster) -> None:
+    client = cluster.client()
+    writer = await client.create(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    ensemble = writer.metadata.ensembles[0][1]
+    for bookie_id in set(cluster.bookies) - set(ensemble):
+        cluster.kill(bookie_id)
+    await asyncio.gather(*(writer.add(b"a%d" % i) for i in range(5)))
+    cluster.kill(ensemble[0])
+    assert await asyncio.wait_for(asyncio.gather(*(writer.add(b"b%d" % i) for i in range(20))), 5) == \
+        list(range(5, 25))
+    for entry_id in range(5, 25):
+        assert len(cluster.holders(writer.ledger_id, entry_id) - {ensemble[0]}) >= 2
+    cluster.kill(ensemble[1])   # now only one of three: Qa = 2 cannot be met
+    with pytest.raises(NotEnoughBookies):
+        await asyncio.wait_for(writer.add(b"c"), 5)
+    assert writer.last_add_confirmed == 24
+
+
 async def test_recovery_fences_and_the_old_writer_can_no_longer_add(cluster: Cluster) -> None:
     client = cluster.client()
     writer = await client.create(ensemble_size=3, write_quorum=3, ack_quorum=2)
