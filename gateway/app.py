@@ -172,6 +172,8 @@ class Gateway:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         if config.storage.mode == REPLICATED:
             self._storage = await ReplicatedStorage.open(config.storage)
+            if self._storage.auditor is not None:
+                self.metrics.track_auditor(self._storage.auditor.stats)
         else:
             self._storage = await EmbeddedStorage.open(config.data_dir, config.storage)
         self._check_stop()

@@ -28,6 +28,11 @@ class StorageConfig:
     bookie_timeout_ms: float = 5000.0           # a bookie request unanswered this long fails (ensemble change)
     speculative_read_ms: float = 100.0          # ask the next replica when a read takes longer
     zookeeper_session_timeout_ms: float = 10000.0
+    # Auto-recovery (storage/ledger/auditor.py): one gateway's auditor re-replicates lost bookies' data.
+    auditor: bool = True                        # take part in the auditor election (replicated mode)
+    lost_bookie_grace_ms: float = 30000.0       # a bookie unregistered this long is lost and re-replicated
+    audit_interval_ms: float = 5000.0           # how often the active auditor checks the ledgers
+    rereplication_bytes_per_s: int = 32 << 20   # copy throttle of the active auditor (0: unlimited)
 
     def __post_init__(self) -> None:
         if self.journal_max_wait_ms < 0 or self.journal_max_bytes <= 0:
@@ -40,6 +45,8 @@ class StorageConfig:
             if len(quorum) != 3 or not all(isinstance(q, int) for q in quorum) \
                     or not quorum[0] >= quorum[1] >= quorum[2] >= 1:
                 raise ValueError(f"quorum {list(quorum)} must be [E, Qw, Qa] with E >= Qw >= Qa >= 1")
+        if self.lost_bookie_grace_ms < 0 or self.audit_interval_ms <= 0 or self.rereplication_bytes_per_s < 0:
+            raise ValueError("auditor settings must be positive (rereplication_bytes_per_s 0: unlimited)")
         if self.mode == REPLICATED:
             if not self.metadata.startswith("zk://"):
                 raise ValueError("replicated storage needs metadata = \"zk://host:port/root\"")

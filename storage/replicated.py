@@ -1,13 +1,15 @@
 """Replicated storage: ledgers on bookie servers (`gateway bookie`), metadata in ZooKeeper.
 
 What a gateway process holds: a ZooKeeper session, the registry of bookies, a ledger client with the
-configured quorum sizes (E, Qw, Qa, per namespace where configured) and the managed logs on top. No
-entry data lives in the gateway's process or directory.
+configured quorum sizes (E, Qw, Qa, per namespace where configured), the managed logs on top, and an
+auditor (storage/ledger/auditor.py) that re-replicates the data of lost bookies while this gateway
+holds the cluster's auditor lease. No entry data lives in the gateway's process or directory.
 """
 
 from __future__ import annotations
 
 from storage.config import StorageConfig
+from storage.ledger.auditor import Auditor, AuditorSettings
 from storage.ledger.client import LedgerClient
 from storage.ledger.registered import RegisteredBookies
 from storage.managed_log.factory import ManagedLogFactoryImpl
@@ -24,6 +26,9 @@ class ReplicatedStorage:
                                     quorum_for=config.quorum_for,
                                     speculative_read_timeout_s=config.speculative_read_ms / 1000)
         self.logs = ManagedLogFactoryImpl(self.ledgers, metadata)
+        self.auditor = Auditor(metadata, self.ledgers, AuditorSettings(
+            grace_s=config.lost_bookie_grace_ms / 1000, interval_s=config.audit_interval_ms / 1000,
+            bytes_per_s=config.rereplication_bytes_per_s)) if config.auditor else None
 
     @classmethod
     async def open(cls, config: StorageConfig) -> "ReplicatedStorage":
@@ -35,8 +40,13 @@ class ReplicatedStorage:
         except BaseException:
             await metadata.close()
             raise
-        return cls(metadata, bookies, config)
+        storage = cls(metadata, bookies, config)
+        if storage.auditor is not None:
+            storage.auditor.start()
+        return storage
 
     async def close(self) -> None:
+        if self.auditor is not None:
+            await self.auditor.close()
         await self.bookies.close()
         await self.metadata.close()

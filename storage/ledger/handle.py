@@ -156,6 +156,10 @@ class LedgerHandle:
             self._bookie_failed(bookie_id, error)
 
     def _complete_in_order(self) -> None:
+        if self._changing is not None and self._failure is None:
+            # Held during an ensemble change: the new fragment starts at LAC + 1 and only entries still
+            # pending are sent to the new bookie, so the LAC must not move until the change is recorded.
+            return
         quorum = self._metadata.ack_quorum
         while self._pending:
             head = self._pending[0]
@@ -217,7 +221,6 @@ class LedgerHandle:
                     write_set = self._metadata.write_set(pending.entry_id)
                     pending.acked = [b for b in pending.acked if b in write_set]
                     self._send(pending, write_set)
-                self._complete_in_order()
             for pending in list(self._pending):   # entries added while the change was under way
                 if not pending.write_set:
                     self._send(pending, self._metadata.write_set(pending.entry_id))
@@ -228,6 +231,7 @@ class LedgerHandle:
             self._fail(StorageError(f"ensemble change failed: {exc!r}"))
         finally:
             self._changing = None
+            self._complete_in_order()
 
     def _go_on_without(self, failed: set[str], cause: NotEnoughBookies) -> None:
         """No replacement: write on with the rest if Qa of every write set are still up."""

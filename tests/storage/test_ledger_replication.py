@@ -341,3 +341,20 @@ def test_replacement_prefers_a_rack_the_neighbours_lack() -> None:
     assert new[0] == "a1" and new[2] == "a2" and new[1] in {"b2", "c1"}
     with pytest.raises(NotEnoughBookies):
         replace_bookies(("a1", "b1"), {"b1"}, 2, _bookies({"a1": "A", "b1": "B"}))
+
+
+async def test_entries_acknowledged_during_an_ensemble_change_reach_the_new_bookie(cluster: Cluster) -> None:
+    """Acks are held while the change is recorded: otherwise entries acknowledged meanwhile by the
+    survivors would fall into the new fragment without ever being sent to the replacement."""
+    client = cluster.client()
+    writer = await client.create(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    await asyncio.gather(*(writer.add(b"before %d" % i) for i in range(5)))
+    cluster.kill(writer.metadata.ensembles[0][1][0])
+    await asyncio.gather(*(writer.add(b"after %d" % i) for i in range(20)))
+    await writer.close()
+    new_fragment_first = writer.metadata.ensembles[-1][0]
+    deadline = asyncio.get_running_loop().time() + 10   # the third copy of each may still be in flight
+    for entry_id in range(new_fragment_first, 25):
+        while not set(writer.metadata.write_set(entry_id)) <= cluster.holders(writer.ledger_id, entry_id):
+            assert asyncio.get_running_loop().time() < deadline, f"entry {entry_id} never reached its write set"
+            await asyncio.sleep(0.02)
