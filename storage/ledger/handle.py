@@ -28,7 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from storage.api import BadVersion, LedgerClosed, LedgerFenced, NotEnoughBookies, StorageError
-from storage.ledger.metadata import LedgerMetadata
+from storage.ledger.metadata import LedgerMetadata, LedgerState
 from storage.ledger.placement import replace_bookies, write_sets
 
 if TYPE_CHECKING:
@@ -290,5 +290,25 @@ class LedgerHandle:
         last_entry_id = min(last_entry_id, self._lac)
         if first_entry_id > last_entry_id:
             return []
-        return await self._client.read_entries(self._metadata, self.ledger_id, first_entry_id, last_entry_id,
-                                               max_bytes)
+        try:
+            return await self._client.read_entries(self._metadata, self.ledger_id, first_entry_id, last_entry_id,
+                                                   max_bytes)
+        except StorageError:
+            if not await self._refresh_closed_metadata():
+                raise
+            return await self._client.read_entries(self._metadata, self.ledger_id, first_entry_id, last_entry_id,
+                                                   max_bytes)
+
+    async def _refresh_closed_metadata(self) -> bool:
+        """A closed ledger's fragments move when the auditor re-replicates a lost bookie's share: a
+        handle kept open for reading learns of it when its replicas fail. True if they moved."""
+        if self._metadata.state is not LedgerState.CLOSED:
+            return False
+        fresh, version = await self._client.read_metadata(self.ledger_id)
+        if fresh.ensembles == self._metadata.ensembles:
+            return False
+        log.info("ledger %d: re-replicated meanwhile; reading from %s", self.ledger_id,
+                 " ".join(f"{first}:{','.join(bookies)}" for first, bookies in fresh.ensembles))
+        self._metadata, self._version = fresh, version
+        self._resolve_fast_path()
+        return True

@@ -263,3 +263,17 @@ async def test_the_throttle_paces_requests_by_their_size() -> None:
     assert slept == [pytest.approx(0.125)]
     assert Throttle(0).bytes_per_s == 0
     await Throttle(0).acquire(1 << 30)  # unlimited: never waits
+
+
+async def test_a_reader_opened_before_the_copy_follows_the_ledger_to_its_new_bookie(
+        cluster: Cluster, auditors) -> None:
+    client = cluster.client()
+    writer, payloads = await write_ledger(client, 10)
+    reader = await client.open(writer.ledger_id)   # kept open, as a log keeps its readers
+    victim = holding(writer)
+    cluster.kill(victim)
+    auditor = auditors()
+    await auditor.wait_until_replicated(30)
+    for bookie_id in set(writer.metadata.ensembles[0][1]) - {victim}:
+        cluster.kill(bookie_id)   # only the new bookie is left with the entries
+    assert [bytes(e) for e in await reader.read(0, 9)] == payloads
