@@ -201,6 +201,13 @@ class LocalCluster:
                    "--kafka-port", "0", "--amqp-port", "0", "--admin-port", "0", "--log-level", self.spec.log_level]
         return Process(f"broker-{index}", command, self.dir / f"broker-{index}.log", "GATEWAY READY ")
 
+    def add_bookie(self) -> Process:
+        """Start one more bookie, with the next unused index (and so a new id)."""
+        process = self._bookie(len(self.bookies))
+        process.start()
+        self.bookies.append(process)
+        return process
+
     def restart(self, process: Process) -> dict:
         """Start a stopped or killed process again with the same command and data."""
         process.stop()

@@ -116,7 +116,7 @@ async def rereplicate_ledger(client: "LedgerClient", ledger_id: int, lost: set[s
         except BadVersion:
             log.info("ledger %d changed while it was copied; reading it again", ledger_id)
             continue
-        log.info("ledger %d re-replicated: %d fragment(s), %d bytes in %.1f s; ensembles now %s", ledger_id,
+        log.info("ledger %d re-replicated: %d fragment(s), %d bytes in %.3f s; ensembles now %s", ledger_id,
                  len(changes), copied, time.monotonic() - started,
                  " ".join(f"{first}:{','.join(bookies)}" for first, bookies in changed.ensembles))
         return Outcome.REPLICATED, changed
