@@ -78,7 +78,7 @@ def _operations_class():
         def __init__(self, backing: str, stash: str) -> None:
             self.backing = backing
             self.stash = stash
-            self.lock = threading.RLock()
+            self._mutex = threading.RLock()  # not "lock": that name is a FUSE operation
             self.powered_off = False
             self.files: dict[int, _FileUndo] = {}    # inode -> how to undo its unsynced data
             self.entries: list[_EntryUndo] = []      # unsynced directory operations, oldest first
@@ -110,7 +110,7 @@ def _operations_class():
             return stashed
 
         def power_off(self) -> dict[str, int]:
-            with self.lock:
+            with self._mutex:
                 self.powered_off = True
                 dropped = 0
                 for undo in self.files.values():
@@ -128,13 +128,13 @@ def _operations_class():
                 return report
 
         def status(self) -> dict[str, int]:
-            with self.lock:
+            with self._mutex:
                 return {"dirty_files": len(self.files), "unsynced_entries": len(self.entries)}
 
         # --- files ---
 
         def getattr(self, path, fh=None):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 st = os.fstat(fh) if fh is not None else os.lstat(self._real(path))
                 return {key: getattr(st, key) for key in (
@@ -143,7 +143,7 @@ def _operations_class():
                                                  "st_ctime": st.st_ctime_ns}
 
         def open(self, path, flags):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 real = self._real(path)
                 if flags & os.O_TRUNC:
@@ -155,7 +155,7 @@ def _operations_class():
                 return os.open(real, access)
 
         def create(self, path, mode, fi=None):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 real = self._real(path)
                 existed = os.path.lexists(real)
@@ -165,18 +165,18 @@ def _operations_class():
                 return fd
 
         def read(self, path, size, offset, fh):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 return os.pread(fh, size, offset)
 
         def write(self, path, data, offset, fh):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 self._before_data_change(fh, offset, offset + len(data))
                 return os.pwrite(fh, data, offset)
 
         def truncate(self, path, length, fh=None):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 fd = fh if fh is not None else os.open(self._real(path), os.O_RDWR)
                 try:
@@ -188,7 +188,7 @@ def _operations_class():
                 return 0
 
         def fsync(self, path, datasync, fh):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 undo = self.files.pop(os.fstat(fh).st_ino, None)
                 if undo is not None:
@@ -205,17 +205,17 @@ def _operations_class():
         # --- directories ---
 
         def opendir(self, path):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 return 0
 
         def readdir(self, path, fh):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 return [".", "..", *os.listdir(self._real(path))]
 
         def fsyncdir(self, path, datasync, fh):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 real = self._real(path).rstrip("/") or "/"
                 kept = []
@@ -229,7 +229,7 @@ def _operations_class():
                 return 0
 
         def mkdir(self, path, mode):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 real = self._real(path)
                 os.mkdir(real, mode)
@@ -237,7 +237,7 @@ def _operations_class():
                 return 0
 
         def rmdir(self, path):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 real = self._real(path)
                 os.rmdir(real)
@@ -245,7 +245,7 @@ def _operations_class():
                 return 0
 
         def unlink(self, path):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 real = self._real(path)
                 stashed = self._stash(real)
@@ -254,7 +254,7 @@ def _operations_class():
                 return 0
 
         def rename(self, old, new):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 real_old, real_new = self._real(old), self._real(new)
                 stashed = self._stash(real_new) if os.path.isfile(real_new) else None
@@ -273,19 +273,19 @@ def _operations_class():
                 "f_frsize", "f_namemax")}
 
         def chmod(self, path, mode):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 os.chmod(self._real(path), mode)
                 return 0
 
         def utimens(self, path, times=None):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 os.utime(self._real(path), ns=times)
                 return 0
 
         def access(self, path, amode):
-            with self.lock:
+            with self._mutex:
                 self._guard()
                 if not os.access(self._real(path), amode):
                     raise FuseOSError(errno.EACCES)
