@@ -28,12 +28,14 @@ class GatewayNode:
         self.ports = {"kafka": 0, "amqp": 0, "admin": 0}
         self.process: GatewayProcess | None = None
         self.restarts = 0
+        self._logs: list[Path] = []   # stderr of every start, in order
 
     def start(self) -> "GatewayNode":
         command = [*self.prefix, sys.executable, "-m", "gateway", "serve", "--data-dir", str(self.data_dir),
                    "--host", self.host, *(f"--{name}-port={port}" for name, port in self.ports.items()),
                    *self.extra_args]
         self.process = start_gateway(self.workdir, command=command, env=self.env)
+        self._logs.append(self.process.stderr_path)
         # Later starts reuse the ports the first one was given.
         self.ports = {name: self.process.ready[name].rpartition(":")[2] for name in self.ports}
         return self
@@ -57,7 +59,8 @@ class GatewayNode:
 
     @property
     def stderr(self) -> str:
-        return self.process.stderr if self.process is not None else ""
+        """The logs of every start so far, oldest first."""
+        return "".join(path.read_text(errors="replace") for path in self._logs)
 
     def kill(self) -> None:
         """SIGKILL and reap it: a crash, nothing flushed or closed."""
