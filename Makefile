@@ -18,7 +18,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test bench bench-kafka bench-amqp system-packages java
+.PHONY: run test bench bench-kafka bench-amqp bench-replicated system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ bench-kafka: $(BENCH_STAMP)
 # AMQP publish/consume through a real `gateway serve` beside a private RabbitMQ node (bench/rabbitmq.py).
 bench-amqp: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.amqp $(ARGS)
+
+# Replicated storage (3 bookies, E3/Qw3/Qa2 and E3/Qw2/Qa2) against the embedded default, one run.
+bench-replicated: $(BENCH_STAMP) system-packages
+	$(BIN)/python -m bench.replicated $(ARGS)
 
 # Spark (pipelines/ and its tests) needs a Java runtime: Debian's JRE 17, only when none is on PATH.
 java:
