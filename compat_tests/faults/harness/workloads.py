@@ -34,10 +34,11 @@ _DEFINITE_KAFKA_ERRORS = {
     KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD,
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
 }
-_CLIENT_TIMEOUTS = {
+_CLIENT_CONFIG = {
     "socket.timeout.ms": 10_000,
     "reconnect.backoff.ms": 50,
     "reconnect.backoff.max.ms": 500,
+    "logger": logging.getLogger("faults.librdkafka"),  # not stderr: a fault makes it chatty
 }
 
 
@@ -120,7 +121,7 @@ class KafkaWorkload(_Threads):
 
         producer = Producer({
             "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-            "message.timeout.ms": self.message_timeout_ms, "error_cb": on_error, **_CLIENT_TIMEOUTS,
+            "message.timeout.ms": self.message_timeout_ms, "error_cb": on_error, **_CLIENT_CONFIG,
         })
         started, seq = time.monotonic(), 0
         while not self.stopping.is_set() and not fatal.is_set():
@@ -152,7 +153,7 @@ class KafkaWorkload(_Threads):
     def _consumer(self) -> Consumer:
         return Consumer({
             "bootstrap.servers": self.bootstrap, "group.id": f"faults-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False, "auto.offset.reset": "earliest", **_CLIENT_TIMEOUTS,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest", **_CLIENT_CONFIG,
         })
 
     def _consume(self, name: str) -> None:
@@ -235,7 +236,7 @@ class AmqpWorkload(_Threads):
     def _connected(self, attempt: int) -> pika.BlockingConnection | None:
         try:
             return self.connect(attempt)
-        except (pika.exceptions.AMQPError, OSError):
+        except (pika.exceptions.AMQPError, OSError, ValueError):  # ValueError: pika on a reset socket
             self.stopping.wait(0.2)
             return None
 
