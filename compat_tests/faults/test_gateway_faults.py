@@ -16,7 +16,7 @@ from compat_tests.faults.harness.history import FAIL, INFO, INVOKE, OK
 from compat_tests.faults.harness.lazyfs import LazyFsMount
 from compat_tests.faults.harness.nodes import GatewayNode
 from compat_tests.faults.harness.proxy import TcpProxy
-from compat_tests.faults.harness.scenarios import crash_rounds, power_loss_rounds, settle
+from compat_tests.faults.harness.scenarios import crash_rounds, pause_rounds, power_loss_rounds, settle
 
 MIN_ACKED = 200
 READ_ONLY_LOG = "bookie turns read-only"
@@ -58,6 +58,13 @@ def test_kill9_of_the_gateway_under_load_loses_nothing(nodes, tmp_path, workload
     workloads = workloads_for(node.kafka_bootstrap, node.amqp_addresses)
     crash_rounds(node, workloads, rounds=3, rng=rng)
     finish(workloads, "kill9")
+
+
+def test_paused_gateway_loses_nothing(nodes, tmp_path, workloads_for, rng) -> None:
+    node = start_node(nodes, tmp_path)
+    workloads = workloads_for(node.kafka_bootstrap, node.amqp_addresses)
+    pause_rounds(node, workloads, rounds=2, rng=rng)
+    finish(workloads, "pause")
 
 
 @pytest.mark.skipif(lazyfs.unavailable_reason() is not None, reason=f"power loss: {lazyfs.unavailable_reason()}")

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from compat_tests.faults.harness import signals
 from compat_tests.faults.harness.checkers import Verdict, check_log, check_queue
 from compat_tests.faults.harness.history import OK, History
 from compat_tests.faults.harness.lazyfs import LazyFsMount
@@ -106,25 +107,44 @@ def crash_rounds(node, workloads: Workloads, rounds: int, rng: random.Random,
     workloads.wait_for_progress()
 
 
+def pause_rounds(node, workloads: Workloads, rounds: int, rng: random.Random,
+                 paused_s: tuple[float, float] = (1.0, 4.0)) -> None:
+    """SIGSTOP the node under load for a while, then SIGCONT, `rounds` times."""
+    for round_ in range(rounds):
+        workloads.wait_for_progress()
+        seconds = rng.uniform(*paused_s)
+        with signals.paused(node.pid):
+            workloads.fault("pause", round=round_, seconds=round(seconds, 2))
+            time.sleep(seconds)
+    workloads.wait_for_progress()
+
+
+def power_loss(node, mount: LazyFsMount, workloads: Workloads, *, remount: bool = True) -> tuple[LazyFsMount, dict]:
+    """Kill the node and drop everything its lazy filesystem holds unsynced. Then restart it: on the
+    filesystem mounted again (for more rounds), or with `remount=False` on the backing directory
+    itself, as after a real power loss. Returns the mount now in use and what was dropped."""
+    node.kill()
+    report = mount.power_off()
+    workloads.fault("power-loss", **report)
+    if remount:
+        mount = LazyFsMount(mount.backing, mount.mountpoint).start()
+        node.restart()
+    else:
+        node.restart(data_dir=mount.backing)
+    return mount, report
+
+
 def power_loss_rounds(node, mount: LazyFsMount, workloads: Workloads, rounds: int, rng: random.Random,
                       up_s: tuple[float, float] = (0.5, 2.0)) -> list[dict]:
-    """The node runs on `mount` (a started lazy filesystem). Each round kills it and drops everything
-    not fsynced; the next round mounts the backing directory again and restarts the node on it. The
-    last restart is on the backing directory itself, as after a real power loss. Returns what each
-    power-off dropped."""
+    """The node runs on `mount` (a started lazy filesystem); `rounds` power losses under load, the
+    last one restarting on the backing directory. Returns what each power-off dropped."""
     reports = []
     try:
         for round_ in range(rounds):
             workloads.wait_for_progress()
             time.sleep(rng.uniform(*up_s))
-            node.kill()
-            reports.append(mount.power_off())
-            workloads.fault("power-loss", round=round_, **reports[-1])
-            if round_ < rounds - 1:
-                mount = LazyFsMount(mount.backing, mount.mountpoint).start()
-                node.restart()
-            else:
-                node.restart(data_dir=mount.backing)
+            mount, report = power_loss(node, mount, workloads, remount=round_ < rounds - 1)
+            reports.append(report)
         workloads.wait_for_progress()
     finally:
         mount.close()
