@@ -10,9 +10,9 @@ SOAK_MINUTES ?= 10
 
 # Debian packages the tests need beyond Python itself (kcat: a librdkafka client for the Kafka
 # compatibility tests; rabbitmq-server: the reference the AMQP tests compare against, started as a
-# private node by the tests and the AMQP benchmark; fuse3 and fiu-utils: the power-loss and failed-fsync
-# faults of compat_tests/faults). Installed only when missing.
-SYSTEM_PACKAGES := kcat rabbitmq-server fuse3 fiu-utils
+# private node by the tests and the AMQP benchmark; fuse3, fiu-utils, iproute2 and iptables: the
+# power-loss, failed-fsync and partition faults of compat_tests/faults). Installed only when missing.
+SYSTEM_PACKAGES := kcat rabbitmq-server fuse3 fiu-utils iproute2 iptables
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from compat_tests.faults.harness import disk_full, fsync_errors, lazyfs
+from compat_tests.faults.harness import disk_full, fsync_errors, lazyfs, netns
 from compat_tests.faults.harness.history import FAIL, INFO, INVOKE, OK
 from compat_tests.faults.harness.lazyfs import LazyFsMount
 from compat_tests.faults.harness.nodes import GatewayNode
@@ -154,3 +154,23 @@ def test_network_faults_between_clients_and_gateway_lose_nothing(nodes, tmp_path
         workloads.wait_for_progress()
         assert all(proxy.stats.stalls > 0 and proxy.stats.resets > 0 for proxy in proxies), [p.stats for p in proxies]
         finish(workloads, "network")
+
+
+def test_iptables_partition_in_a_network_namespace_loses_nothing(nodes, tmp_path, workloads_for) -> None:
+    if (reason := netns.unavailable_reason()) is not None:
+        pytest.skip(f"network namespace: {reason}")
+    with netns.NetNamespace() as namespace:
+        node = start_node(nodes, tmp_path, None, prefix=namespace.prefix)
+        workloads = workloads_for(node.kafka_bootstrap, node.amqp_addresses, netns=namespace)
+        for round_ in range(2):
+            workloads.wait_for_progress()
+            for name in ("kafka", "amqp"):
+                namespace.cut(int(node.ports[name]))
+            workloads.fault("partition", round=round_)
+            cut = time.monotonic()
+            time.sleep(2)
+            for history in workloads.histories:  # the cut held: nothing sent meanwhile got through
+                assert acked_after(history, cut) == []
+            namespace.heal()
+        workloads.wait_for_progress()
+        finish(workloads, "partition")

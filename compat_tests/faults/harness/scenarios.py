@@ -18,6 +18,7 @@ from compat_tests.faults.harness import signals
 from compat_tests.faults.harness.checkers import Verdict, check_log, check_queue
 from compat_tests.faults.harness.history import OK, History
 from compat_tests.faults.harness.lazyfs import LazyFsMount
+from compat_tests.faults.harness.netns import NetNamespace
 from compat_tests.faults.harness.workloads import AmqpWorkload, KafkaWorkload
 
 PROGRESS_DEADLINE_S = 90.0  # generous: a loaded two-core machine, a restart and client back-offs
@@ -25,11 +26,18 @@ PROGRESS_DEADLINE_S = 90.0  # generous: a loaded two-core machine, a restart and
 
 class Workloads:
     def __init__(self, kafka_bootstrap: Sequence[str] | None, amqp_addresses: Sequence[tuple[str, int]] | None,
-                 **kafka_options) -> None:
+                 netns: NetNamespace | None = None, **kafka_options) -> None:
+        """With `netns`, every client connects from inside that network namespace."""
         self.kafka_history, self.amqp_history = History(), History()
         self.kafka = KafkaWorkload(kafka_bootstrap, self.kafka_history, **kafka_options) if kafka_bootstrap else None
         self.amqp = AmqpWorkload(amqp_addresses, self.amqp_history) if amqp_addresses else None
+        self.netns = netns
+        for workload in self.running:
+            workload.enter = netns.enter if netns is not None else None
         self.faults = 0
+
+    def _call(self, function):
+        return self.netns.call(function) if self.netns is not None else function()
 
     @property
     def running(self) -> list:
@@ -41,7 +49,7 @@ class Workloads:
 
     def start(self) -> "Workloads":
         if self.kafka is not None:
-            self.kafka.create_topic()
+            self._call(self.kafka.create_topic)
         for workload in self.running:
             workload.start()
         return self
@@ -52,7 +60,7 @@ class Workloads:
 
     def drain(self) -> None:
         for workload in self.running:
-            workload.drain()
+            self._call(workload.drain)
 
     def fault(self, name: str, **details: object) -> None:
         self.faults += 1

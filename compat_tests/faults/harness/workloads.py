@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pika
 import pika.exceptions
@@ -43,14 +43,20 @@ _CLIENT_CONFIG = {
 
 
 class _Threads:
-    """Worker threads that run until `stop()`; subclasses provide `_workers()`."""
+    """Worker threads that run until `stop()`; subclasses provide `_workers()`. `enter`, if set, is
+    called first in each worker thread (e.g. NetNamespace.enter: clients connect from inside it)."""
 
     def __init__(self) -> None:
         self.stopping = threading.Event()
+        self.enter: Callable[[], None] | None = None
         self._threads: list[threading.Thread] = []
 
     def start(self) -> "_Threads":
-        for name, target in self._workers():
+        for name, work in self._workers():
+            def target(work=work) -> None:
+                if self.enter is not None:
+                    self.enter()
+                work()
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
