@@ -10,9 +10,11 @@ SOAK_MINUTES ?= 10
 
 # Debian packages the tests need beyond Python itself (kcat: a librdkafka client for the Kafka
 # compatibility tests; rabbitmq-server: the reference the AMQP tests compare against, started as a
-# private node by the tests and the AMQP benchmark; fuse3, fiu-utils, iproute2 and iptables: the
-# power-loss, failed-fsync and partition faults of compat_tests/faults). Installed only when missing.
-SYSTEM_PACKAGES := kcat rabbitmq-server fuse3 fiu-utils iproute2 iptables
+# private node by the tests and the AMQP benchmark; zookeeper: the cluster's metadata store, its jars
+# run as a private server by the tests and `gateway cluster up`; fuse3, fiu-utils, iproute2 and
+# iptables: the power-loss, failed-fsync and partition faults of compat_tests/faults). Installed only
+# when missing.
+SYSTEM_PACKAGES := kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.
@@ -20,7 +22,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test soak bench bench-kafka bench-amqp system-packages java
+.PHONY: run test soak bench bench-kafka bench-amqp bench-replicated system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +61,10 @@ bench-kafka: $(BENCH_STAMP)
 bench-amqp: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.amqp $(ARGS)
 
+# Replicated storage (3 bookies, E3/Qw3/Qa2 and E3/Qw2/Qa2) against the embedded default, one run.
+bench-replicated: $(BENCH_STAMP) system-packages
+	$(BIN)/python -m bench.replicated $(ARGS)
+
 # Spark (pipelines/ and its tests) needs a Java runtime: Debian's JRE 17, only when none is on PATH.
 java:
 	@if ! command -v java >/dev/null 2>&1; then \
@@ -70,6 +76,7 @@ java:
 # apt-get only when a listed package is missing; sudo only when not already root.
 # A freshly installed rabbitmq-server's own service is stopped: it would hold port 5672, the
 # gateway's default AMQP port (tests and benchmarks start private nodes on ports of their own).
+# Debian's zookeeper package starts no service (it ships no init script or unit), so nothing to stop.
 system-packages:
 	@missing=""; \
 	for package in $(SYSTEM_PACKAGES); do \

@@ -24,15 +24,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from core.clock import Clock
-from core.errors import (CoreError, CorruptRecord, InvalidRecord, NotOwner, OffsetOutOfRange, RecordTooLarge,
-                         StorageUnavailable)
+from core.errors import (CoreError, CorruptRecord, InvalidRecord, NotEnoughReplicas, NotOwner, OffsetOutOfRange,
+                         RecordTooLarge, StorageUnavailable)
 from core.producer_state import ProducerStates
 from core.records import batch as record_batch
 from core.records.decoder import decode_batch
 from core.topic_config import EffectiveConfig
 from core.transactions.aborted_index import AbortedIndex, AbortedIndexStore, AbortedTxn
 from core.transactions.markers import Marker, build_marker, read_marker
-from storage.api import LedgerFenced, LogClosed, ManagedLog, PositionOutOfRange, RetentionPolicy, StorageError
+from storage.api import (LedgerFenced, LogClosed, ManagedLog, NotEnoughBookies, PositionOutOfRange, RetentionPolicy,
+                         StorageError)
 
 MAX_DECODE_BYTES = 64 << 20
 
@@ -67,6 +68,8 @@ def storage_errors() -> Iterator[None]:
         raise NotOwner(str(exc)) from exc
     except PositionOutOfRange as exc:
         raise OffsetOutOfRange(str(exc)) from exc
+    except NotEnoughBookies as exc:
+        raise NotEnoughReplicas(str(exc)) from exc
     except StorageError as exc:
         raise StorageUnavailable(str(exc)) from exc
 

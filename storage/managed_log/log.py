@@ -23,11 +23,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 
-from storage.api import (BadVersion, LedgerFenced, LogClosed, LogEntry, MetadataStore, NodeExists,
+from storage.api import (BadVersion, LedgerFenced, LogClosed, LogEntry, MetadataStore, NodeExists, NotEnoughBookies,
                          PositionOutOfRange, RetentionPolicy, StorageError)
 from storage.ledger.client import LedgerClient, LedgerHandle
 from storage.managed_log.ledger_list import ENTRY_HEADER, LedgerList, LedgerRange
 from storage.managed_log.tail_cache import TailCache
+
+ROLL_RETRY_MS = 10_000
+REPAIR_FIRST_RETRY_S = 0.1
+REPAIR_MAX_RETRY_S = 5.0
 
 log = logging.getLogger("gateway.storage.managed_log")
 
@@ -68,6 +72,7 @@ class ManagedLogImpl:
         self._durable_bytes = 0
         self._durable_max_ts = -1
         self._writer_since_ms = 0
+        self._roll_again_ms = 0            # a roll that found too few bookies is tried again from then
         self._waiting: deque[tuple[bytes, int, int, int, asyncio.Future]] = deque()
         self._rolling: asyncio.Task | None = None
         self._broken: BaseException | None = None
@@ -176,8 +181,9 @@ class ManagedLogImpl:
                 waiter.set_result(True)
 
     def _should_roll(self) -> bool:
-        return (self._pushed_bytes >= self.policy.roll_bytes
-                or self._clock_ms() - self._writer_since_ms >= self.policy.roll_ms)
+        now = self._clock_ms()
+        return ((self._pushed_bytes >= self.policy.roll_bytes or now - self._writer_since_ms >= self.policy.roll_ms)
+                and now >= self._roll_again_ms)
 
     def _start_roll(self) -> None:
         if self._rolling is None and self._closed is None and self._broken is None:
@@ -186,23 +192,9 @@ class ManagedLogImpl:
     async def _roll(self) -> None:
         try:
             async with self._list_lock:
-                listing = self._list
-                old = self._writer
-                if old is not None:
-                    await old.close()
-                    if self._broken is not None:
-                        return
-                    listing = self._sealed_list(listing)
-                writer = await self._ledgers.create(properties={"log": self.name})
-                opened = LedgerRange(writer.ledger_id, self._hwm, ctime_ms=self._clock_ms())
-                await self._swap(replace(listing, ledgers=listing.ledgers + (opened,)))
-                if old is not None:
-                    self._readers[old.ledger_id] = old
-                self._writer = writer
-                self._bases = array("q")
-                self._pushed_max_ts = self._durable_max_ts = -1
-                self._pushed_bytes = self._durable_bytes = 0
-                self._writer_since_ms = self._clock_ms()
+                if not await self._switch_ledger():
+                    self._rolling = None
+                    return
             self._rolling = None
             while self._waiting and not self._should_roll():
                 self._submit(*self._waiting.popleft())
@@ -219,6 +211,43 @@ class ManagedLogImpl:
                 self._next = self._hwm
             if isinstance(exc, asyncio.CancelledError):
                 raise
+
+    async def _switch_ledger(self) -> bool:
+        """Create the next ledger, then seal the current one and list the new one (the caller holds
+        _list_lock). False when the roll was given up and the current ledger stays in use."""
+        listing = self._list
+        old = self._writer
+        try:
+            writer = await self._ledgers.create(properties={"log": self.name})
+        except NotEnoughBookies as exc:
+            if old is None:
+                raise
+            # Rolling is housekeeping: write on to the open ledger until enough bookies are back.
+            log.warning("log %s: cannot roll now (%s); writing on to ledger %d", self.name, exc, old.ledger_id)
+            self._roll_again_ms = self._clock_ms() + ROLL_RETRY_MS
+            while self._waiting:
+                self._submit(*self._waiting.popleft())
+            return False
+        if old is not None:
+            try:
+                await old.close()
+            except BaseException:
+                await self._ledgers.delete(writer.ledger_id)
+                raise
+            if self._broken is not None:
+                await self._ledgers.delete(writer.ledger_id)
+                return False
+            listing = self._sealed_list(listing)
+        opened = LedgerRange(writer.ledger_id, self._hwm, ctime_ms=self._clock_ms())
+        await self._swap(replace(listing, ledgers=listing.ledgers + (opened,)))
+        if old is not None:
+            self._readers[old.ledger_id] = old
+        self._writer = writer
+        self._bases = array("q")
+        self._pushed_max_ts = self._durable_max_ts = -1
+        self._pushed_bytes = self._durable_bytes = 0
+        self._writer_since_ms = self._clock_ms()
+        return True
 
     def _sealed_list(self, listing: LedgerList) -> LedgerList:
         """The list with the open ledger marked closed at the durable end."""
@@ -243,23 +272,32 @@ class ManagedLogImpl:
         asyncio.get_running_loop().create_task(self._repair(), name=f"repair {self.name}")
 
     async def _repair(self) -> None:
-        """Recover the failed ledger to learn what really is stored, then accept appends again."""
-        writer = self._writer
-        try:
-            async with self._list_lock:
-                if writer is not None:
-                    self._writer = None
-                    sealed = await _recover_range(self._ledgers, self._list.ledgers[-1])
-                    ledgers = self._list.ledgers[:-1] + ((sealed,) if sealed is not None else ())
-                    await self._swap(replace(self._list, ledgers=ledgers))
-                    if sealed is not None:
-                        self._hwm = sealed.end_offset
-                self._next = self._hwm
-                self._broken = None
-        except (BadVersion, LedgerFenced) as exc:
-            self._close_with(LogClosed(f"log {self.name} was taken over: {exc}"))
-        except StorageError as exc:
-            log.error("log %s: repair failed, appends keep failing: %s", self.name, exc)
+        """Recover the failed ledger to learn what really is stored, then accept appends again.
+        While bookies are missing, recovery cannot finish: it is retried until they are back."""
+        needs_recovery = self._writer is not None
+        delay_s = REPAIR_FIRST_RETRY_S
+        while self._closed is None:
+            try:
+                async with self._list_lock:
+                    if needs_recovery:
+                        self._writer = None
+                        sealed = await _recover_range(self._ledgers, self._list.ledgers[-1])
+                        ledgers = self._list.ledgers[:-1] + ((sealed,) if sealed is not None else ())
+                        await self._swap(replace(self._list, ledgers=ledgers))
+                        if sealed is not None:
+                            self._hwm = sealed.end_offset
+                        needs_recovery = False
+                    self._next = self._hwm
+                    self._broken = None
+                return
+            except (BadVersion, LedgerFenced) as exc:
+                self._close_with(LogClosed(f"log {self.name} was taken over: {exc}"))
+                return
+            except StorageError as exc:
+                log.error("log %s: repair failed, appends fail until it succeeds (retry in %.1f s): %s",
+                          self.name, delay_s, exc)
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, REPAIR_MAX_RETRY_S)
 
     def _fail_waiting(self, error: BaseException) -> None:
         while self._waiting:
