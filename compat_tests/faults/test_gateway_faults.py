@@ -41,6 +41,15 @@ def acked_after(history, instant: float) -> list[str]:
             if event["type"] == OK and invoked[event["op"]]["t"] > instant]
 
 
+def logged(node: GatewayNode, text: str, deadline_s: float = 60.0) -> float:
+    """Wait until the node's log says `text`; the time it was seen (after it was written)."""
+    deadline = time.monotonic() + deadline_s
+    while text not in node.stderr:
+        assert time.monotonic() < deadline, f"{text!r} not logged within {deadline_s}s"
+        time.sleep(0.1)
+    return time.monotonic()
+
+
 def first_error_after(workloads, instant: float, deadline_s: float = 60.0) -> float:
     """Wait until every workload saw a failed or unknown send after `instant`; the latest such time."""
     deadline = time.monotonic() + deadline_s
@@ -90,12 +99,11 @@ def test_full_disk_refuses_writes_and_loses_nothing(nodes, tmp_path, workloads_f
         disk.fill()
         full = time.monotonic()
         workloads.fault("disk-full")
-        refused = first_error_after(workloads, full)
-        workloads.wait_for_progress(acks=0)
-        time.sleep(1)  # let sends invoked after the first refusal complete (or not) too
+        read_only = logged(node, READ_ONLY_LOG)
+        first_error_after(workloads, full)   # the clients are told: retriable error, nack
+        time.sleep(1)  # let sends made after the bookie turned read-only complete (or not) too
         for history in workloads.histories:
-            assert acked_after(history, refused) == []
-        assert READ_ONLY_LOG in node.stderr
+            assert acked_after(history, read_only) == []
 
         # The bookie stays read-only once a journal write failed (it never retries a write that
         # may have half happened): freeing space is not enough, a restart brings it back.

@@ -62,7 +62,7 @@ class _Threads:
             self._threads.append(thread)
         return self
 
-    def stop(self, timeout: float = 60.0) -> None:
+    def stop(self, timeout: float = 120.0) -> None:  # a producer flushes for up to its message timeout
         self.stopping.set()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
