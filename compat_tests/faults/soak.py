@@ -3,8 +3,8 @@ seconds, then a drain and the checkers' verdicts.
 
     python -m compat_tests.faults.soak --minutes 10 [--seed N] [--out DIR]     (or: make soak)
 
-Faults, drawn from a seeded random source: kill -9 and restart; SIGSTOP for 1-4 s; power loss
-(the data directory is on the lazy FUSE filesystem; skipped where FUSE is missing); and, on the
+Faults, drawn from a seeded random source: kill -9 and restart; SIGSTOP for 1-4 s; power loss,
+clean or torn (the data directory is on the lazy FUSE filesystem; skipped where FUSE is missing); on the
 client links through TCP proxies, a blackhole, a 300 ms delay, a half-open link and resets. The last
 line is `soak: minutes=... faults=... acked=... lost=0 ...`; the exit status is 1 on any violation.
 Histories (JSON lines) and gateway logs stay in --out.
@@ -61,7 +61,8 @@ def run(minutes: float, rng: random.Random, out: Path, every: tuple[float, float
             proxies.append(TcpProxy(("127.0.0.1", port), listen=(PROXY_HOST, port)).start())
         workloads = Workloads([f"{PROXY_HOST}:{node.ports['kafka']}"], [(PROXY_HOST, int(node.ports["amqp"]))],
                               partitions=4).start()
-        faults = ["kill9", "pause", "blackhole", "delay", "half-open", "reset"] + (["power-loss"] if mount else [])
+        faults = ["kill9", "pause", "blackhole", "delay", "half-open", "reset"]
+        faults += ["power-loss", "torn-power-loss"] if mount else []
         deadline = time.monotonic() + minutes * 60
         while time.monotonic() < deadline:
             workloads.wait_for_progress()
@@ -72,8 +73,9 @@ def run(minutes: float, rng: random.Random, out: Path, every: tuple[float, float
                 node.kill()
                 workloads.fault("kill9")
                 node.restart()
-            elif fault == "power-loss":
-                mount, _ = power_loss(node, mount, workloads)
+            elif fault in ("power-loss", "torn-power-loss"):
+                torn_seed = rng.randrange(1 << 32) if fault == "torn-power-loss" else None
+                mount, _ = power_loss(node, mount, workloads, torn_seed=torn_seed)
             elif fault == "pause":
                 with signals.paused(node.pid):
                     workloads.fault("pause")

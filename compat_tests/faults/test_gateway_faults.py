@@ -77,11 +77,12 @@ def test_paused_gateway_loses_nothing(nodes, tmp_path, workloads_for, rng) -> No
 
 
 @pytest.mark.skipif(lazyfs.unavailable_reason() is not None, reason=f"power loss: {lazyfs.unavailable_reason()}")
-def test_power_loss_under_load_loses_nothing_acknowledged(nodes, tmp_path, workloads_for, rng) -> None:
+@pytest.mark.parametrize("torn", [False, True], ids=["clear", "torn"])
+def test_power_loss_under_load_loses_nothing_acknowledged(nodes, tmp_path, workloads_for, rng, torn) -> None:
     mount = LazyFsMount(tmp_path / "disk", tmp_path / "mnt").start()
     node = start_node(nodes, tmp_path, mount.mountpoint)
     workloads = workloads_for(node.kafka_bootstrap, node.amqp_addresses)
-    reports = power_loss_rounds(node, mount, workloads, rounds=2, rng=rng)
+    reports = power_loss_rounds(node, mount, workloads, rounds=2, rng=rng, torn=torn)
     print("power-off reports:", reports)
     # The fault must have had something to drop, or it proved nothing.
     assert all(report["unsynced_bytes"] > 0 for report in reports), reports

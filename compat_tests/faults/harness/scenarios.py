@@ -127,13 +127,15 @@ def pause_rounds(node, workloads: Workloads, rounds: int, rng: random.Random,
     workloads.wait_for_progress()
 
 
-def power_loss(node, mount: LazyFsMount, workloads: Workloads, *, remount: bool = True) -> tuple[LazyFsMount, dict]:
-    """Kill the node and drop everything its lazy filesystem holds unsynced. Then restart it: on the
-    filesystem mounted again (for more rounds), or with `remount=False` on the backing directory
-    itself, as after a real power loss. Returns the mount now in use and what was dropped."""
+def power_loss(node, mount: LazyFsMount, workloads: Workloads, *, remount: bool = True,
+               torn_seed: int | None = None) -> tuple[LazyFsMount, dict]:
+    """Kill the node and drop everything its lazy filesystem holds unsynced (with `torn_seed`, a
+    random part of it survives). Then restart it: on the filesystem mounted again (for more rounds),
+    or with `remount=False` on the backing directory itself, as after a real power loss. Returns the
+    mount now in use and what was dropped."""
     node.kill()
-    report = mount.power_off()
-    workloads.fault("power-loss", **report)
+    report = mount.power_off(torn_seed)
+    workloads.fault("power-loss", torn_seed=torn_seed, **report)
     if remount:
         mount = LazyFsMount(mount.backing, mount.mountpoint).start()
         node.restart()
@@ -143,15 +145,16 @@ def power_loss(node, mount: LazyFsMount, workloads: Workloads, *, remount: bool 
 
 
 def power_loss_rounds(node, mount: LazyFsMount, workloads: Workloads, rounds: int, rng: random.Random,
-                      up_s: tuple[float, float] = (0.5, 2.0)) -> list[dict]:
-    """The node runs on `mount` (a started lazy filesystem); `rounds` power losses under load, the
-    last one restarting on the backing directory. Returns what each power-off dropped."""
+                      up_s: tuple[float, float] = (0.5, 2.0), torn: bool = False) -> list[dict]:
+    """The node runs on `mount` (a started lazy filesystem); `rounds` power losses under load (torn
+    ones with `torn`), the last one restarting on the backing directory. Returns what each dropped."""
     reports = []
     try:
         for round_ in range(rounds):
             workloads.wait_for_progress()
             time.sleep(rng.uniform(*up_s))
-            mount, report = power_loss(node, mount, workloads, remount=round_ < rounds - 1)
+            mount, report = power_loss(node, mount, workloads, remount=round_ < rounds - 1,
+                                       torn_seed=rng.randrange(1 << 32) if torn else None)
             reports.append(report)
         workloads.wait_for_progress()
     finally:
