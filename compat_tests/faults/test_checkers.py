@@ -137,6 +137,7 @@ def test_history_round_trips_through_json_lines(tmp_path) -> None:
     loaded = History.load(history.dump(tmp_path / "history.jsonl"))
     assert loaded.events == history.events
     assert check_log(loaded).counts == check_log(history).counts
+    assert loaded.count("ok") == history.count("ok") == 12 and loaded.count("fault") == 1
     assert loaded.invoke("p9", "t/0", "next") == op + 1
 
 

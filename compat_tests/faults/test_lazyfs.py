@@ -137,3 +137,21 @@ def test_operations_fail_after_power_off(tmp_path) -> None:
             os.close(fd)
     assert not os.path.ismount(mount.mountpoint)
     assert os.listdir(mount.backing) == []  # its creation was never made durable
+
+
+def test_torn_power_off_keeps_a_prefix_of_unsynced_appends_and_some_old_pages(lazy) -> None:
+    log, pages = lazy.mountpoint / "log", lazy.mountpoint / "pages"
+    write(log, b"durable|", sync=True)
+    write(pages, b"o" * (8 * 4096), sync=True)
+    sync_dir(lazy.mountpoint)
+    write(log, bytes(range(256)) * 40, sync=False)
+    for page in range(8):
+        write(pages, b"n" * 4096, sync=False, offset=page * 4096)
+    lazy.power_off(torn_seed=7)
+    kept = (lazy.backing / "log").read_bytes()
+    assert kept.startswith(b"durable|") and (bytes(range(256)) * 40).startswith(kept[len(b"durable|"):])
+    content = (lazy.backing / "pages").read_bytes()
+    assert len(content) == 8 * 4096
+    old_pages = [content[i * 4096:(i + 1) * 4096] == b"o" * 4096 for i in range(8)]
+    assert all(content[i * 4096:(i + 1) * 4096] == (b"o" if old else b"n") * 4096 for i, old in enumerate(old_pages))
+    assert 0 < sum(old_pages) < 8  # seed 7: some pages written back, some not

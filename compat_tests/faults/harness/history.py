@@ -15,6 +15,7 @@ import itertools
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ class History:
     def __init__(self, events: Iterable[dict] = ()) -> None:
         self._lock = threading.Lock()
         self._events: list[dict] = list(events)
+        self._counts = Counter(event["type"] for event in self._events)  # polled often: kept, not counted
         start = max((event["op"] for event in self._events if event["type"] == INVOKE), default=-1) + 1
         self._ops = itertools.count(start)
 
@@ -80,6 +82,7 @@ class History:
         event["t"] = time.monotonic()
         with self._lock:
             self._events.append(event)
+            self._counts[event["type"]] += 1
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -109,8 +112,9 @@ class History:
     def faults(self) -> list[dict]:
         return [event for event in self.events if event["type"] == FAULT]
 
-    def count(self, status: str) -> int:
-        return sum(1 for event in self.events if event["type"] == status)
+    def count(self, event_type: str) -> int:
+        """How many events of one type (OK: acknowledgements so far)."""
+        return self._counts[event_type]
 
     # --- JSON lines -----------------------------------------------------------------------------
 

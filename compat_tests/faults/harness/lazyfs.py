@@ -11,7 +11,9 @@ is not durable yet:
 `fsync`/`fdatasync` of a file makes its data durable; `fsync` of a directory its entries.
 
 "Power off" (`LazyFsMount.power_off()`): every later operation fails with EIO, the backing directory
-is put back to its durable state, and the filesystem unmounts. A process can then start again on the
+is put back to its durable state, and the filesystem unmounts. `power_off(torn_seed=N)` keeps a
+random part of the unsynced data instead (a prefix of each file's appends, half its overwritten
+pages), as a disk that wrote back part of its cache (LazyFS's "torn" faults). A process can then start again on the
 backing directory, as on a disk after a power loss. Kill the programs using the mount first.
 
 Runs as its own process (`python -m compat_tests.faults.harness.lazyfs BACKING MOUNT CONTROL`;
@@ -24,6 +26,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -109,15 +112,22 @@ def _operations_class():
             os.link(real, stashed)
             return stashed
 
-        def power_off(self) -> dict[str, int]:
+        def power_off(self, torn_seed: int | None = None) -> dict[str, int]:
+            """Put the backing directory back to what is durable. With `torn_seed`, as a disk that
+            wrote back part of its cache before the power went: each unsynced file keeps a random
+            prefix of what was appended and a random half of its overwritten pages."""
+            torn = random.Random(torn_seed) if torn_seed is not None else None
             with self._mutex:
                 self.powered_off = True
                 dropped = 0
                 for undo in self.files.values():
-                    dropped += max(0, os.fstat(undo.fd).st_size - undo.durable_size) + len(undo.pages) * PAGE
-                    os.ftruncate(undo.fd, undo.durable_size)
+                    size = os.fstat(undo.fd).st_size
+                    keep = torn.randint(0, max(0, size - undo.durable_size)) if torn else 0
+                    dropped += max(0, size - undo.durable_size) - keep + len(undo.pages) * PAGE
+                    os.ftruncate(undo.fd, undo.durable_size + keep)
                     for page, content in undo.pages.items():
-                        os.pwrite(undo.fd, content, page * PAGE)
+                        if torn is None or torn.random() < 0.5:
+                            os.pwrite(undo.fd, content, page * PAGE)
                     os.close(undo.fd)
                 for entry in reversed(self.entries):
                     _undo_entry(entry)
@@ -323,8 +333,9 @@ def _serve_control(operations, control: str, mountpoint: str) -> None:
             command = connection.makefile().readline().strip()
             if command == "status":
                 connection.sendall(json.dumps(operations.status()).encode() + b"\n")
-            elif command == "power-off":
-                report = operations.power_off()
+            elif command.startswith("power-off"):  # "power-off" or "power-off torn <seed>"
+                words = command.split()
+                report = operations.power_off(int(words[2]) if len(words) == 3 else None)
                 connection.sendall(json.dumps(report).encode() + b"\n")
                 subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
                 os._exit(0)  # files still open on the mount must not keep the filesystem alive
@@ -379,9 +390,10 @@ class LazyFsMount:
     def status(self) -> dict[str, int]:
         return self._command("status")
 
-    def power_off(self) -> dict[str, int]:
-        """Drop everything not fsynced and unmount; returns what was dropped."""
-        report = self._command("power-off")
+    def power_off(self, torn_seed: int | None = None) -> dict[str, int]:
+        """Drop everything not fsynced and unmount; returns what was dropped. With `torn_seed`,
+        part of the unsynced data survives, chosen at random (a torn write-back)."""
+        report = self._command("power-off" if torn_seed is None else f"power-off torn {torn_seed}")
         self._wait_unmounted()
         return report
 

@@ -3,12 +3,18 @@
     proxy = TcpProxy(("127.0.0.1", server_port), listen=("127.0.0.2", server_port)).start()
     proxy.drop()        # blackhole: connections stay open, nothing gets through either way
     proxy.delay(200)    # every chunk waits 200 ms (order kept)
-    proxy.half_open("upstream")   # client -> server flows, server -> client is dropped
+    proxy.half_open("upstream")   # client -> server flows, server -> client is blackholed
     proxy.reset()       # every open connection gets an RST, and so does every new one
     proxy.heal()        # pass everything again
 
 It runs its own asyncio loop in a thread; the mode methods may be called from any thread and apply
-to open connections at once (each chunk is judged when it arrives).
+to open connections at once.
+
+A blackholed direction is held, not discarded: the proxy stops reading it, so the sender's socket
+buffers fill up and it blocks, and what was sent arrives once healed, as TCP retransmission would
+deliver it after a partition heals. (Throwing bytes away would cut a hole in the middle of a stream,
+which no network does to TCP.) A side that gives up meanwhile closes its connection, and the other
+side sees that once the direction flows again, or at once on `reset()`.
 
 Kafka clients connect to the address Metadata advertises, so a proxied Kafka listener needs the
 proxy on the advertised address: e.g. the gateway on 127.0.0.1:P with `--kafka-advertised-host
@@ -32,7 +38,7 @@ _CHUNK = 65536
 class ProxyStats:
     connections: int = 0
     forwarded_bytes: int = 0
-    dropped_bytes: int = 0
+    stalls: int = 0         # times a direction of a connection waited for a blackhole to heal
     resets: int = 0
 
 
@@ -47,6 +53,7 @@ class TcpProxy:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._mode_changed = asyncio.Event()  # only touched on the loop
         self._thread = threading.Thread(target=self._loop.run_forever, name="tcp-proxy", daemon=True)
         self.address: tuple[str, int] | None = None
 
@@ -60,29 +67,41 @@ class TcpProxy:
         return self
 
     def heal(self) -> None:
-        self.mode = PASS
+        self._set(PASS)
 
     def drop(self) -> None:
-        self.mode = DROP
+        self._set(DROP)
 
     def delay(self, milliseconds: float) -> None:
         self.delay_s = milliseconds / 1000
-        self.mode = DELAY
+        self._set(DELAY)
 
     def half_open(self, flowing: str = UPSTREAM) -> None:
         assert flowing in (UPSTREAM, DOWNSTREAM)
         self.flowing = flowing
-        self.mode = HALF_OPEN
+        self._set(HALF_OPEN)
 
     def reset(self) -> None:
         """RST every open connection; new ones are reset too until another mode is set."""
-        self.mode = RESET
+        self._set(RESET)
         asyncio.run_coroutine_threadsafe(self._reset_all(), self._loop).result(10)
+
+    def _set(self, mode: str) -> None:
+        self.mode = mode
+        self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        self._mode_changed.set()
+        self._mode_changed = asyncio.Event()
 
     def close(self) -> None:
         async def shutdown() -> None:
             self._server.close()
             await self._reset_all()
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         if self._server is not None:
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -117,14 +136,18 @@ class TcpProxy:
                 self._writers.discard(writer)
                 writer.close()
 
+    def _blackholed(self, direction: str) -> bool:
+        return self.mode == DROP or (self.mode == HALF_OPEN and direction != self.flowing)
+
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: str) -> None:
         try:
-            while data := await reader.read(_CHUNK):
-                mode = self.mode
-                if mode == DROP or (mode == HALF_OPEN and direction != self.flowing):
-                    self.stats.dropped_bytes += len(data)
-                    continue
-                if mode == DELAY:
+            while True:
+                await self._while_blackholed(direction)  # not even reading: the sender's buffers fill
+                data = await reader.read(_CHUNK)
+                if not data:
+                    break
+                await self._while_blackholed(direction)  # read just before the blackhole: held
+                if self.mode == DELAY:
                     await asyncio.sleep(self.delay_s)
                 writer.write(data)
                 await writer.drain()
@@ -133,6 +156,12 @@ class TcpProxy:
                 writer.write_eof()
         except (ConnectionError, OSError):
             _abort(writer)
+
+    async def _while_blackholed(self, direction: str) -> None:
+        if self._blackholed(direction):
+            self.stats.stalls += 1
+        while self._blackholed(direction):
+            await self._mode_changed.wait()
 
     async def _reset_all(self) -> None:
         for writer in list(self._writers):

@@ -14,9 +14,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from compat_tests.faults.harness import signals
 from compat_tests.faults.harness.checkers import Verdict, check_log, check_queue
 from compat_tests.faults.harness.history import OK, History
 from compat_tests.faults.harness.lazyfs import LazyFsMount
+from compat_tests.faults.harness.netns import NetNamespace
 from compat_tests.faults.harness.workloads import AmqpWorkload, KafkaWorkload
 
 PROGRESS_DEADLINE_S = 90.0  # generous: a loaded two-core machine, a restart and client back-offs
@@ -24,11 +26,18 @@ PROGRESS_DEADLINE_S = 90.0  # generous: a loaded two-core machine, a restart and
 
 class Workloads:
     def __init__(self, kafka_bootstrap: Sequence[str] | None, amqp_addresses: Sequence[tuple[str, int]] | None,
-                 **kafka_options) -> None:
+                 netns: NetNamespace | None = None, **kafka_options) -> None:
+        """With `netns`, every client connects from inside that network namespace."""
         self.kafka_history, self.amqp_history = History(), History()
         self.kafka = KafkaWorkload(kafka_bootstrap, self.kafka_history, **kafka_options) if kafka_bootstrap else None
         self.amqp = AmqpWorkload(amqp_addresses, self.amqp_history) if amqp_addresses else None
+        self.netns = netns
+        for workload in self.running:
+            workload.enter = netns.enter if netns is not None else None
         self.faults = 0
+
+    def _call(self, function):
+        return self.netns.call(function) if self.netns is not None else function()
 
     @property
     def running(self) -> list:
@@ -40,7 +49,7 @@ class Workloads:
 
     def start(self) -> "Workloads":
         if self.kafka is not None:
-            self.kafka.create_topic()
+            self._call(self.kafka.create_topic)
         for workload in self.running:
             workload.start()
         return self
@@ -51,7 +60,7 @@ class Workloads:
 
     def drain(self) -> None:
         for workload in self.running:
-            workload.drain()
+            self._call(workload.drain)
 
     def fault(self, name: str, **details: object) -> None:
         self.faults += 1
@@ -106,25 +115,47 @@ def crash_rounds(node, workloads: Workloads, rounds: int, rng: random.Random,
     workloads.wait_for_progress()
 
 
+def pause_rounds(node, workloads: Workloads, rounds: int, rng: random.Random,
+                 paused_s: tuple[float, float] = (1.0, 4.0)) -> None:
+    """SIGSTOP the node under load for a while, then SIGCONT, `rounds` times."""
+    for round_ in range(rounds):
+        workloads.wait_for_progress()
+        seconds = rng.uniform(*paused_s)
+        with signals.paused(node.pid):
+            workloads.fault("pause", round=round_, seconds=round(seconds, 2))
+            time.sleep(seconds)
+    workloads.wait_for_progress()
+
+
+def power_loss(node, mount: LazyFsMount, workloads: Workloads, *, remount: bool = True,
+               torn_seed: int | None = None) -> tuple[LazyFsMount, dict]:
+    """Kill the node and drop everything its lazy filesystem holds unsynced (with `torn_seed`, a
+    random part of it survives). Then restart it: on the filesystem mounted again (for more rounds),
+    or with `remount=False` on the backing directory itself, as after a real power loss. Returns the
+    mount now in use and what was dropped."""
+    node.kill()
+    report = mount.power_off(torn_seed)
+    workloads.fault("power-loss", torn_seed=torn_seed, **report)
+    if remount:
+        mount = LazyFsMount(mount.backing, mount.mountpoint).start()
+        node.restart()
+    else:
+        node.restart(data_dir=mount.backing)
+    return mount, report
+
+
 def power_loss_rounds(node, mount: LazyFsMount, workloads: Workloads, rounds: int, rng: random.Random,
-                      up_s: tuple[float, float] = (0.5, 2.0)) -> list[dict]:
-    """The node runs on `mount` (a started lazy filesystem). Each round kills it and drops everything
-    not fsynced; the next round mounts the backing directory again and restarts the node on it. The
-    last restart is on the backing directory itself, as after a real power loss. Returns what each
-    power-off dropped."""
+                      up_s: tuple[float, float] = (0.5, 2.0), torn: bool = False) -> list[dict]:
+    """The node runs on `mount` (a started lazy filesystem); `rounds` power losses under load (torn
+    ones with `torn`), the last one restarting on the backing directory. Returns what each dropped."""
     reports = []
     try:
         for round_ in range(rounds):
             workloads.wait_for_progress()
             time.sleep(rng.uniform(*up_s))
-            node.kill()
-            reports.append(mount.power_off())
-            workloads.fault("power-loss", round=round_, **reports[-1])
-            if round_ < rounds - 1:
-                mount = LazyFsMount(mount.backing, mount.mountpoint).start()
-                node.restart()
-            else:
-                node.restart(data_dir=mount.backing)
+            mount, report = power_loss(node, mount, workloads, remount=round_ < rounds - 1,
+                                       torn_seed=rng.randrange(1 << 32) if torn else None)
+            reports.append(report)
         workloads.wait_for_progress()
     finally:
         mount.close()

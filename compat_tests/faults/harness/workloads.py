@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pika
 import pika.exceptions
@@ -34,28 +34,35 @@ _DEFINITE_KAFKA_ERRORS = {
     KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD,
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
 }
-_CLIENT_TIMEOUTS = {
+_CLIENT_CONFIG = {
     "socket.timeout.ms": 10_000,
     "reconnect.backoff.ms": 50,
     "reconnect.backoff.max.ms": 500,
+    "logger": logging.getLogger("faults.librdkafka"),  # not stderr: a fault makes it chatty
 }
 
 
 class _Threads:
-    """Worker threads that run until `stop()`; subclasses provide `_workers()`."""
+    """Worker threads that run until `stop()`; subclasses provide `_workers()`. `enter`, if set, is
+    called first in each worker thread (e.g. NetNamespace.enter: clients connect from inside it)."""
 
     def __init__(self) -> None:
         self.stopping = threading.Event()
+        self.enter: Callable[[], None] | None = None
         self._threads: list[threading.Thread] = []
 
     def start(self) -> "_Threads":
-        for name, target in self._workers():
+        for name, work in self._workers():
+            def target(work=work) -> None:
+                if self.enter is not None:
+                    self.enter()
+                work()
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
 
-    def stop(self, timeout: float = 60.0) -> None:
+    def stop(self, timeout: float = 120.0) -> None:  # a producer flushes for up to its message timeout
         self.stopping.set()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
@@ -120,7 +127,7 @@ class KafkaWorkload(_Threads):
 
         producer = Producer({
             "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-            "message.timeout.ms": self.message_timeout_ms, "error_cb": on_error, **_CLIENT_TIMEOUTS,
+            "message.timeout.ms": self.message_timeout_ms, "error_cb": on_error, **_CLIENT_CONFIG,
         })
         started, seq = time.monotonic(), 0
         while not self.stopping.is_set() and not fatal.is_set():
@@ -152,7 +159,7 @@ class KafkaWorkload(_Threads):
     def _consumer(self) -> Consumer:
         return Consumer({
             "bootstrap.servers": self.bootstrap, "group.id": f"faults-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False, "auto.offset.reset": "earliest", **_CLIENT_TIMEOUTS,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest", **_CLIENT_CONFIG,
         })
 
     def _consume(self, name: str) -> None:
@@ -235,7 +242,7 @@ class AmqpWorkload(_Threads):
     def _connected(self, attempt: int) -> pika.BlockingConnection | None:
         try:
             return self.connect(attempt)
-        except (pika.exceptions.AMQPError, OSError):
+        except (pika.exceptions.AMQPError, OSError, ValueError):  # ValueError: pika on a reset socket
             self.stopping.wait(0.2)
             return None
 
