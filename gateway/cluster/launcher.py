@@ -124,6 +124,10 @@ class Process:
             self.kill()
 
 
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
 def _pump(proc: subprocess.Popen, lines: queue.Queue) -> None:
     for line in proc.stdout:
         lines.put(line.rstrip("\n"))
@@ -188,17 +192,23 @@ class LocalCluster:
         with os.fdopen(fd, "w") as file:
             file.write(body)
 
-    def _bookie(self, index: int) -> Process:
-        command = [sys.executable, "-m", "gateway", "bookie", "--config", str(self.config_path),
-                   "--data-dir", str(self.dir / f"bookie-{index}"), "--host", self.spec.host, "--port", "0",
-                   "--id", f"bookie-{index}", "--rack", f"/rack-{index % self.spec.racks}",
-                   "--log-level", self.spec.log_level]
-        return Process(f"bookie-{index}", command, self.dir / f"bookie-{index}.log", "BOOKIE READY ")
+    def _bookie(self, index: int, port: int = 0) -> Process:
+        return Process(f"bookie-{index}", self.bookie_command(index, port), self.dir / f"bookie-{index}.log",
+                       "BOOKIE READY ")
 
-    def _broker(self, index: int) -> Process:
+    def bookie_command(self, index: int, port: int = 0, *, advertised: str | None = None,
+                       prefix: tuple[str, ...] = ()) -> list[str]:
+        """The command of bookie `index`; `prefix` runs it under another program that execs it."""
+        return [*prefix, sys.executable, "-m", "gateway", "bookie", "--config", str(self.config_path),
+                "--data-dir", str(self.dir / f"bookie-{index}"), "--host", self.spec.host, "--port", str(port),
+                "--id", f"bookie-{index}", "--rack", f"/rack-{index % self.spec.racks}",
+                *(("--advertised-address", advertised) if advertised else ()), "--log-level", self.spec.log_level]
+
+    def _broker(self, index: int, ports: tuple[int, int, int] = (0, 0, 0)) -> Process:
+        kafka, amqp, admin = (str(port) for port in ports)
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
                    "--data-dir", str(self.dir / f"broker-{index}"), "--host", self.spec.host,
-                   "--kafka-port", "0", "--amqp-port", "0", "--admin-port", "0", "--log-level", self.spec.log_level]
+                   "--kafka-port", kafka, "--amqp-port", amqp, "--admin-port", admin, "--log-level", self.spec.log_level]
         return Process(f"broker-{index}", command, self.dir / f"broker-{index}.log", "GATEWAY READY ")
 
     def add_bookie(self) -> Process:
@@ -209,8 +219,18 @@ class LocalCluster:
         return process
 
     def restart(self, process: Process) -> dict:
-        """Start a stopped or killed process again with the same command and data."""
+        """Start a stopped or killed process again on the same data and the same ports, so clients
+        that reconnect find it where it was."""
         process.stop()
+        index = int(process.name.rpartition("-")[2])
+        if process in self.bookies:
+            # Same flags (an advertised address, a prefix), on the port it listened on.
+            command = list(process.command)
+            command[command.index("--port") + 1] = str(_port(process.ready["listen"]))
+            process.command = command
+        else:
+            ports = tuple(_port(process.ready[name]) for name in ("kafka", "amqp", "admin"))
+            process.command = self._broker(index, ports).command
         return process.start()
 
     def stop(self) -> None:

@@ -64,6 +64,9 @@ class Bookie:
                    bookie_id: str = "local") -> "Bookie":
         journal_dir = directory / "journal"
         journal_dir.mkdir(parents=True, exist_ok=True)
+        # A new directory's name is durable only once its parent is fsynced: without this, a power
+        # loss can take the whole bookie directory (and every entry acknowledged in it) away.
+        await asyncio.to_thread(_fsync_directories, directory, directory.parent)
         segments = await asyncio.to_thread(list_segments, journal_dir)
         await cookie.verify_or_create(directory, bookie_id, metadata, has_data=bool(segments))
         index, states, report = await asyncio.to_thread(_recover, directory, journal_dir, segments)
@@ -258,6 +261,11 @@ class Bookie:
                 os.close(fd)
             self._read_fds.clear()
         await asyncio.to_thread(self._index.close)
+
+
+def _fsync_directories(*directories: Path) -> None:
+    for directory in directories:
+        fsync_directory(directory)
 
 
 def _failed(error: Exception) -> asyncio.Future:

@@ -229,36 +229,59 @@ class Frame:
 
 
 class FrameReader:
-    """Splits a byte stream into frames, refusing a bad header before buffering its body."""
+    """Splits a byte stream into frames, refusing a bad header before buffering its body. Each body
+    is copied once, into a buffer of its own size, and handed out as a view of that buffer."""
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._max = max_frame_bytes
-        self._buffer = bytearray()
+        self._header = bytearray()
+        self._body: bytearray | None = None
+        self._filled = 0
+        self._op = Op.HELLO
+        self._request_id = 0
 
     def feed(self, data: bytes) -> list[Frame]:
         """Frames completed by `data`; raises ProtocolError on a frame that breaks the protocol."""
-        buffer = self._buffer
-        buffer += data
         frames: list[Frame] = []
-        pos = 0
-        while len(buffer) - pos >= FRAME_HEADER.size:
-            length, version, op, request_id = FRAME_HEADER.unpack_from(buffer, pos)
-            if version != PROTOCOL_VERSION:
-                raise ProtocolError(f"protocol version {version}, expected {PROTOCOL_VERSION}")
-            if not HEADER_AFTER_LENGTH <= length <= self._max:
-                raise ProtocolError(f"frame length {length} outside [{HEADER_AFTER_LENGTH}, {self._max}]")
-            try:
-                op = Op(op)
-            except ValueError:
-                raise ProtocolError(f"unknown op {op}") from None
-            end = pos + 4 + length
-            if len(buffer) < end:
-                break
-            frames.append(Frame(op, request_id, memoryview(bytes(buffer[pos + FRAME_HEADER.size:end]))))
-            pos = end
-        if pos:
-            del buffer[:pos]
+        view = memoryview(data)
+        pos, end = 0, len(view)
+        header_size = FRAME_HEADER.size
+        while pos < end:
+            body = self._body
+            if body is None:
+                missing = header_size - len(self._header)
+                if not self._header and end - pos >= header_size:
+                    header = view[pos:pos + header_size]
+                else:
+                    self._header += view[pos:pos + missing]
+                    if len(self._header) < header_size:
+                        break
+                    header = self._header
+                pos += header_size if header is not self._header else missing
+                body = self._start(*FRAME_HEADER.unpack(header))
+                self._header = bytearray()
+            take = min(len(body) - self._filled, end - pos)
+            body[self._filled:self._filled + take] = view[pos:pos + take]
+            self._filled += take
+            pos += take
+            if self._filled == len(body):
+                frames.append(Frame(self._op, self._request_id, memoryview(body)))
+                self._body = None
         return frames
+
+    def _start(self, length: int, version: int, op: int, request_id: int) -> bytearray:
+        if version != PROTOCOL_VERSION:
+            raise ProtocolError(f"protocol version {version}, expected {PROTOCOL_VERSION}")
+        if not HEADER_AFTER_LENGTH <= length <= self._max:
+            raise ProtocolError(f"frame length {length} outside [{HEADER_AFTER_LENGTH}, {self._max}]")
+        try:
+            self._op = Op(op)
+        except ValueError:
+            raise ProtocolError(f"unknown op {op}") from None
+        self._request_id = request_id
+        self._filled = 0
+        self._body = bytearray(length - HEADER_AFTER_LENGTH)
+        return self._body
 
 
 # --- authentication -------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ As BookKeeper does it, with the fix its TLA+ model called for (apache/bookkeeper
    Qw - Qa + 1 fenced bookies, so no Qa bookies of any write set can still accept the old writer's
    adds. Fewer answers: recovery fails (BookieUnavailable) and is retried later; guessing an end here
    is how acknowledged entries get truncated.
-3. From the highest LAC reported, read forward entry by entry with *fencing* reads (a bookie that
+3. From the highest LAC reported, read forward (a window of entries at a time) with *fencing* reads (a bookie that
    missed step 2 is fenced by the read itself, before it serves it). An entry found on any replica is
    rewritten to its write set (recovery adds pass a fenced bookie) and needs Qa of them to store it.
    The end is the entry before the first one that at least Qw - Qa + 1 of its write set say they do
@@ -18,6 +18,7 @@ As BookKeeper does it, with the fix its TLA+ model called for (apache/bookkeeper
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,8 @@ from storage.ledger.placement import write_sets
 
 if TYPE_CHECKING:
     from storage.ledger.client import LedgerClient
+
+RECOVERY_READ_WINDOW = 64
 
 
 async def recover(client: "LedgerClient", ledger_id: int, metadata: LedgerMetadata, version: int) -> LedgerHandle:
@@ -45,14 +48,22 @@ async def recover(client: "LedgerClient", ledger_id: int, metadata: LedgerMetada
     # Entries up to the highest LAC reached a quorum; before the last fragment, every entry did.
     end = max(first_of_fragment - 1, *lacs)
     last_payload: memoryview | None = None
+    window = 1
     while True:
-        entry_id = end + 1
-        raw = await _read_fenced(client, metadata, ledger_id, entry_id, enough)
-        if raw is None:
+        # Read ahead a window of entries at once (it doubles while entries keep being found), then
+        # rewrite the ones found, in parallel too: a writer that died with many adds in flight is
+        # recovered in a few round trips, not one per entry.
+        first = end + 1
+        found = await asyncio.gather(*(_read_fenced(client, metadata, ledger_id, entry_id, enough)
+                                       for entry_id in range(first, first + window)))
+        present = list(itertools.takewhile(lambda raw: raw is not None, found))
+        await asyncio.gather(*(_rewrite(client, metadata, ledger_id, first + i, raw) for i, raw in enumerate(present)))
+        if present:
+            last_payload = present[-1]
+            end = first + len(present) - 1
+        if len(present) < window:
             break
-        await _rewrite(client, metadata, ledger_id, entry_id, raw)
-        last_payload = raw
-        end = entry_id
+        window = min(window * 2, RECOVERY_READ_WINDOW)
     if last_payload is None and end >= 0:
         last_payload = await _read_fenced(client, metadata, ledger_id, end, enough)
         if last_payload is None:

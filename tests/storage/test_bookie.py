@@ -637,3 +637,22 @@ async def test_failed_fsync_fails_the_add_and_turns_the_bookie_read_only_for_goo
             await bookie.read(1, 2)  # never acknowledged, never indexed
         await assert_readable(bookie, 1, 2)  # what was durable before stays readable
         assert len(calls) == 1
+
+
+# --- directory entries ----------------------------------------------------------------------------
+
+
+async def test_opening_fsyncs_the_bookie_directory_and_its_parent(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Creating bookie/ and bookie/journal/ is durable only once their parents are fsynced; a power
+    # loss could otherwise drop the whole directory with every acknowledged entry in it.
+    synced = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr("storage.bookie.journal.os.fsync", recording_fsync)
+    async with node.bookie():
+        pass
+    assert {str(node.dir.resolve()), str(node.base.resolve())} <= set(synced)
