@@ -12,8 +12,9 @@ lease /auditor/lock, storage/metadata/lease.py, and the others stand by). The ac
    id: it is lost like a dead one, and a new bookie on that machine gets a new id.)
 3. Every ledger with a fragment on a lost bookie is under-replicated: its marker
    /underreplicated/<ledger id> {"lost": [...]} is written before anything is copied and deleted
-   once its metadata no longer names a lost bookie. The markers are the work list a newly active
-   auditor resumes from, and what the under-replicated gauge counts.
+   once its metadata no longer names a lost bookie. They make the work list visible and durable: a
+   newly active auditor (the lost-since times being kept) finds the same ledgers, finishes them and
+   clears the markers that no longer apply.
 4. Each CLOSED under-replicated ledger is re-replicated (storage/ledger/rereplication.py), copying
    through one throttle of `bytes_per_s`. OPEN ledgers wait until they are closed.
 

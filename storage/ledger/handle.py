@@ -10,7 +10,8 @@ Ensemble change, as BookKeeper does it: when a bookie of the current ensemble fa
 the writer stops sending, picks a replacement (storage/ledger/placement.py), and records a new
 fragment starting at LAC + 1 in the ledger's metadata by compare-and-set. Entries after the LAC are
 then sent to the bookies that are new in their write set; acks from a replaced bookie no longer
-count. A lost compare-and-set means a recovering reader took the ledger: the writer is fenced.
+count. Acknowledgements wait while the change is recorded, so the LAC it starts from stays put. A
+lost compare-and-set means a recovering reader took the ledger: the writer is fenced.
 No replacement available: while every write set still has Qa live bookies the writer goes on
 without the failed one (entries get fewer copies until the auditor re-replicates them); every
 DEGRADED_RETRY_S it takes the bookie back if it is up again, or replaces it if a spare appeared.

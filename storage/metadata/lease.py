@@ -17,7 +17,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 
-from storage.api import MetadataStore, NodeExists, NoNode, BadVersion, SessionState, StorageError
+from storage.api import BadVersion, MetadataStore, NodeExists, NoNode, SessionState, StorageError
 
 log = logging.getLogger("gateway.storage.lease")
 
