@@ -52,7 +52,10 @@ class Lease:
         finally:
             cancel_watch()
             cancel_events()
+            working = self._working
             self._stop_working("stopped")
+            if working is not None:
+                await asyncio.gather(working, return_exceptions=True)   # its cleanup done before we return
 
     async def _step(self, work: Callable[[], Awaitable[None]]) -> None:
         if not self._connected:
