@@ -241,7 +241,9 @@ class ManagedLogImpl:
             listing = self._sealed_list(listing)
         opened = LedgerRange(writer.ledger_id, self._hwm, ctime_ms=self._clock_ms())
         await self._swap(replace(listing, ledgers=listing.ledgers + (opened,)))
-        if old is not None:
+        if old is not None and not self._bases:
+            await self._delete_unlisted(old.ledger_id)   # it held no entry: the list dropped it
+        elif old is not None:
             self._readers[old.ledger_id] = old
         self._writer = writer
         self._bases = array("q")
@@ -249,6 +251,12 @@ class ManagedLogImpl:
         self._pushed_bytes = self._durable_bytes = 0
         self._writer_since_ms = self._clock_ms()
         return True
+
+    async def _delete_unlisted(self, ledger_id: int) -> None:
+        try:
+            await self._ledgers.delete(ledger_id)
+        except StorageError as exc:
+            log.warning("log %s: could not delete empty ledger %d (%s)", self.name, ledger_id, exc)
 
     def _sealed_list(self, listing: LedgerList) -> LedgerList:
         """The list with the open ledger marked closed at the durable end."""
@@ -439,6 +447,7 @@ class ManagedLogImpl:
     # --- retention ----------------------------------------------------------------------------
 
     async def trim(self, policy: RetentionPolicy, now_ms: int) -> int:
+        self._roll_if_a_bookie_is_gone()
         async with self._list_lock:
             closed = [r for r in self._list.ledgers if not r.is_open]
             total = self.size_bytes
@@ -451,6 +460,20 @@ class ManagedLogImpl:
                 total -= r.size_bytes
                 drop += 1
             return await self._drop_head(drop, None)
+
+    def _roll_if_a_bookie_is_gone(self) -> None:
+        """Retention's periodic pass also closes an open ledger naming a bookie that is no longer
+        registered: the auditor re-replicates closed ledgers only, and an idle log would otherwise
+        keep that ledger open, short of a copy, for as long as it stays idle."""
+        writer = self._writer
+        if writer is None or self._rolling is not None or self._clock_ms() < self._roll_again_ms:
+            return
+        live = {b.bookie_id for b in self._ledgers.bookies.candidates()}
+        gone = {b for _, ensemble in writer.metadata.ensembles for b in ensemble} - live
+        if gone:
+            log.info("log %s: rolling ledger %d, which names bookies no longer registered: %s", self.name,
+                     writer.ledger_id, ",".join(sorted(gone)))
+            self._start_roll()
 
     async def delete_before(self, offset: int) -> int:
         if offset > self._hwm:

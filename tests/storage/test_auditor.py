@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from storage.api import RetentionPolicy
 from storage.ledger.auditor import LOST_DIR, UNDERREPLICATED_DIR, Auditor, AuditorSettings
 from storage.ledger.client import LedgerClient
 from storage.ledger.handle import LENGTH
 from storage.ledger.metadata import LedgerMetadata
 from storage.ledger.rereplication import Throttle
+from storage.managed_log.factory import ManagedLogFactoryImpl
 from storage.metadata.sqlite import SqliteMetadataStore
 from test_ledger_replication import Cluster, cluster  # noqa: F401 (fixture)
 
@@ -277,3 +279,30 @@ async def test_a_reader_opened_before_the_copy_follows_the_ledger_to_its_new_boo
     for bookie_id in set(writer.metadata.ensembles[0][1]) - {victim}:
         cluster.kill(bookie_id)   # only the new bookie is left with the entries
     assert [bytes(e) for e in await reader.read(0, 9)] == payloads
+
+
+async def test_an_idle_log_rolls_a_ledger_naming_a_gone_bookie_so_it_can_be_re_replicated(
+        cluster: Cluster, auditors) -> None:
+    client = cluster.client(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    logs = ManagedLogFactoryImpl(client, cluster.metadata)
+    log = await logs.open_log("t/n/idle/0", RetentionPolicy())
+    payloads = [b"record %d" % i for i in range(10)]
+    for offset, payload in enumerate(payloads):
+        assert await log.append(payload, 1, offset) == offset
+    first_ledger = log._writer.ledger_id
+    victim = holding(log._writer)
+    cluster.kill(victim)
+    await log.trim(RetentionPolicy(), 0)   # the periodic retention pass of an idle log
+    await until(lambda: log._writer is not None and log._writer.ledger_id != first_ledger)
+    assert victim not in log._writer.metadata.ensembles[0][1]
+    auditor = auditors()
+    await auditor.wait_until_replicated(30)
+    assert victim not in {b for _, e in (await client.read_metadata(first_ledger))[0].ensembles for b in e}
+    assert [bytes(e.payload) for e in await log.read(0, 1 << 20)] == payloads
+
+    empty_ledger = log._writer.ledger_id     # the new ledger holds nothing yet: rolled, it is deleted
+    cluster.kill(holding(log._writer))
+    await log.trim(RetentionPolicy(), 0)
+    await until(lambda: log._writer is not None and log._writer.ledger_id != empty_ledger)
+    assert await client.metadata.get(f"/ledgers/{empty_ledger}") is None
+    await log.close()
