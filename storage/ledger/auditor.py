@@ -17,6 +17,9 @@ lease /auditor/lock, storage/metadata/lease.py, and the others stand by). The ac
    clears the markers that no longer apply.
 4. Each CLOSED under-replicated ledger is re-replicated (storage/ledger/rereplication.py), copying
    through one throttle of `bytes_per_s`. OPEN ledgers wait until they are closed.
+5. A bookie that a writer noted as possibly lacking entries (/missing-copies, storage/ledger/missing.py)
+   gets its share of the closed ledger copied back once it is registered; such ledgers count as
+   under-replicated until then.
 
 Wall-clock time is used for "lost since" because it is shared by processes on several machines;
 a clock that jumps only shortens or lengthens one grace period.
@@ -34,7 +37,8 @@ from typing import TYPE_CHECKING
 
 from storage.api import MetadataStore, NodeExists, NoNode, NotEnoughBookies, StorageError
 from storage.ledger.metadata import LedgerMetadata, LedgerState
-from storage.ledger.rereplication import Outcome, Throttle, rereplicate_ledger
+from storage.ledger import missing
+from storage.ledger.rereplication import Outcome, Throttle, refill, rereplicate_ledger
 from storage.metadata.lease import Lease
 
 if TYPE_CHECKING:
@@ -143,9 +147,13 @@ class Auditor:
             self.stats.lost_bookies = lost
         under = sorted(ledger_id for ledger_id, bookies in bookies_of.items() if bookies & lost)
         await self._update_markers(under, lost)
-        self.stats.underreplicated_ledgers = len(under)
+        notes = await missing.noted(self._metadata)
+        self.stats.underreplicated_ledgers = len(set(under) | set(notes))
         for ledger_id in under:
-            if await self._rereplicate(ledger_id, lost):
+            if await self._rereplicate(ledger_id, lost) and ledger_id not in notes:
+                self.stats.underreplicated_ledgers -= 1
+        for ledger_id, (bookies, version) in sorted(notes.items()):
+            if await self._refill(ledger_id, bookies, version, live, bookies_of.get(ledger_id)):
                 self.stats.underreplicated_ledgers -= 1
         self.stats.passes += 1
         async with self._pass_done:
@@ -235,6 +243,28 @@ class Auditor:
         else:
             self._remember(ledger_id, metadata)
         await self._delete_quietly(_marker_path(ledger_id))
+        return True
+
+    async def _refill(self, ledger_id: int, noted: frozenset[str], version: int, live: set[str],
+                      named: frozenset[str] | None) -> bool:
+        """Copy back their share to the noted bookies that are up and still named by the (closed)
+        ledger; True once the note is cleared. One that is down waits: back, it is refilled; lost,
+        it is replaced and no longer named."""
+        if named is None:   # deleted
+            await missing.clear(self._metadata, ledger_id, version)
+            return True
+        if (noted & named) - live:
+            return False
+        try:
+            outcome = await refill(self._client, ledger_id, noted & named, self._throttle, self._count_copied)
+        except StorageError as exc:
+            self._failed("copy_failed", ledger_id, exc)
+            return False
+        if outcome is Outcome.NOT_CLOSED:
+            return False
+        if outcome is Outcome.REPLICATED:
+            self.stats.rereplicated_ledgers += 1
+        await missing.clear(self._metadata, ledger_id, version)
         return True
 
     def _count_copied(self, size: int) -> None:

@@ -29,6 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from storage.api import BadVersion, LedgerClosed, LedgerFenced, NotEnoughBookies, StorageError
+from storage.ledger import missing
 from storage.ledger.metadata import LedgerMetadata, LedgerState
 from storage.ledger.placement import replace_bookies, write_sets
 
@@ -77,6 +78,8 @@ class LedgerHandle:
         self._failure: BaseException | None = None
         self._closed = not writable
         self._failed_bookies: set[str] = set()
+        self._noted_missing: set[str] = set()     # bookies noted at /missing-copies (storage/ledger/missing.py)
+        self._noting: set[asyncio.Future] = set()
         self._down: set[str] = set()              # failed, not replaced: no longer sent to
         self._changing: asyncio.Task | None = None
         self._min_racks = client.min_racks_per_write_quorum if writable else 1
@@ -186,8 +189,21 @@ class LedgerHandle:
         if bookie_id not in self._failed_bookies:
             log.warning("ledger %d: bookie %s failed (%s); changing the ensemble", self.ledger_id, bookie_id, error)
             self._failed_bookies.add(bookie_id)
+        if bookie_id not in self._noted_missing and self._metadata.write_quorum > 1:
+            # Fragments that keep naming it may lack entries there: the auditor refills them once closed.
+            self._noted_missing.add(bookie_id)
+            noting = asyncio.ensure_future(self._note_missing(bookie_id))
+            self._noting.add(noting)
+            noting.add_done_callback(self._noting.discard)
         if self._changing is None:
             self._changing = asyncio.ensure_future(self._change_ensemble())
+
+    async def _note_missing(self, bookie_id: str) -> None:
+        try:
+            await missing.note(self._client.metadata, self.ledger_id, bookie_id)
+        except StorageError as exc:
+            log.warning("ledger %d: could not note that bookie %s may lack entries (%s)", self.ledger_id,
+                        bookie_id, exc)
 
     async def _change_ensemble(self) -> None:
         try:

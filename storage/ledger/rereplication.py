@@ -104,7 +104,9 @@ async def rereplicate_ledger(client: "LedgerClient", ledger_id: int, lost: set[s
         started = time.monotonic()
         copied = 0
         for index, new_ensemble in changes:
-            copied += await _copy_fragment(client, metadata, ledger_id, index, new_ensemble, lost, throttle, on_copied)
+            old_ensemble = metadata.ensembles[index][1]
+            targets = {p: new for p, (old, new) in enumerate(zip(old_ensemble, new_ensemble)) if old != new}
+            copied += await _copy_fragment(client, metadata, ledger_id, index, targets, lost, throttle, on_copied)
         fragments = list(metadata.ensembles)
         for index, new_ensemble in changes:
             fragments[index] = (fragments[index][0], new_ensemble)
@@ -124,34 +126,57 @@ async def rereplicate_ledger(client: "LedgerClient", ledger_id: int, lost: set[s
 
 
 async def _copy_fragment(client: "LedgerClient", metadata: LedgerMetadata, ledger_id: int, index: int,
-                         new_ensemble: tuple[str, ...], lost: set[str], throttle: Throttle,
+                         targets: dict[int, str], exclude: set[str], throttle: Throttle,
                          on_copied: Callable[[int], None]) -> int:
-    first, old_ensemble = metadata.ensembles[index]
+    """Copy to `targets` (ensemble position -> bookie) the entries of fragment `index` stored at
+    those positions, read from replicas not in `exclude`."""
+    first, ensemble = metadata.ensembles[index]
     last = fragment_last(metadata, index)
-    replaced = [position for position, (old, new) in enumerate(zip(old_ensemble, new_ensemble)) if old != new]
     log.info("ledger %d: copying entries %d..%d of %s to %s", ledger_id, first, last,
-             ",".join(old_ensemble[p] for p in replaced), ",".join(new_ensemble[p] for p in replaced))
+             ",".join(ensemble[p] for p in targets), ",".join(targets.values()))
     if last < first:
         return 0   # an empty fragment: only the metadata changes
     if metadata.ensemble_size == metadata.write_quorum:
         # Every bookie of the ensemble holds every entry: ranged reads from any survivor.
-        survivors = [b for b in old_ensemble if b not in lost]
-        targets = [new_ensemble[p] for p in replaced]
-        return await _copy_range(client, metadata, ledger_id, first, last, survivors, targets, throttle, on_copied)
+        survivors = [b for b in ensemble if b not in exclude]
+        return await _copy_range(client, metadata, ledger_id, first, last, survivors, list(targets.values()),
+                                 throttle, on_copied)
     copied = 0
     size, quorum = metadata.ensemble_size, metadata.write_quorum
     batch: list[tuple[int, list[str], list[str]]] = []
     for entry_id in range(first, last + 1):
-        targets = [new_ensemble[p] for p in replaced if (p - entry_id) % size < quorum]
-        if targets:
-            survivors = [b for b in metadata.write_set(entry_id) if b not in lost]
-            batch.append((entry_id, survivors, targets))
+        to = [bookie for p, bookie in targets.items() if (p - entry_id) % size < quorum]
+        if to:
+            survivors = [b for b in metadata.write_set(entry_id) if b not in exclude]
+            batch.append((entry_id, survivors, to))
         if len(batch) == STRIPED_BATCH or (entry_id == last and batch):
             sizes = await asyncio.gather(*(_copy_entry(client, metadata, ledger_id, *job, throttle) for job in batch))
             copied += sum(sizes)
             on_copied(sum(sizes))
             batch.clear()
     return copied
+
+
+async def refill(client: "LedgerClient", ledger_id: int, bookies: frozenset[str], throttle: Throttle,
+                 on_copied: Callable[[int], None]) -> Outcome:
+    """Copy back to each of `bookies` its share of a CLOSED ledger from the other replicas (it may
+    have missed some entries while it failed); the metadata does not change."""
+    try:
+        metadata, _ = await client.read_metadata(ledger_id)
+    except NoSuchLedger:
+        return Outcome.DELETED
+    if metadata.state is not LedgerState.CLOSED:
+        return Outcome.NOT_CLOSED
+    copied = 0
+    for index, (_first, ensemble) in enumerate(metadata.ensembles):
+        targets = {position: bookie for position, bookie in enumerate(ensemble) if bookie in bookies}
+        if targets:
+            copied += await _copy_fragment(client, metadata, ledger_id, index, targets, set(targets.values()),
+                                           throttle, on_copied)
+    if not copied:
+        return Outcome.NOTHING_TO_DO
+    log.info("ledger %d: %d bytes copied back to %s", ledger_id, copied, ",".join(sorted(bookies)))
+    return Outcome.REPLICATED
 
 
 async def _copy_range(client: "LedgerClient", metadata: LedgerMetadata, ledger_id: int, first: int, last: int,

@@ -18,6 +18,7 @@ from storage.ledger.auditor import LOST_DIR, UNDERREPLICATED_DIR, Auditor, Audit
 from storage.ledger.client import LedgerClient
 from storage.ledger.handle import LENGTH
 from storage.ledger.metadata import LedgerMetadata
+from storage.ledger.missing import MISSING_DIR
 from storage.ledger.rereplication import Throttle
 from storage.managed_log.factory import ManagedLogFactoryImpl
 from storage.metadata.sqlite import SqliteMetadataStore
@@ -113,9 +114,11 @@ async def test_an_open_ledger_is_marked_and_waits_until_its_writer_closes_it(clu
     more = [b"after %d" % i for i in range(10)]
     await asyncio.gather(*(writer.add(p) for p in more))   # the writer's own ensemble change
     auditor = auditors()
-    await until(lambda: auditor.stats.underreplicated_ledgers == 1)
+    await until(lambda: auditor.stats.lost_bookies == {victim})
+    await until(lambda: auditor.stats.passes >= 3)
     assert await client.metadata.children(UNDERREPLICATED_DIR) == [str(writer.ledger_id)]
-    assert auditor.stats.rereplicated_bytes == 0
+    assert await client.metadata.children(MISSING_DIR) == [str(writer.ledger_id)]   # the writer's note
+    assert auditor.stats.rereplicated_bytes == 0 and auditor.stats.underreplicated_ledgers == 1
     await writer.close()
     await auditor.wait_until_replicated(30)
     await assert_fully_replicated(cluster, client, writer.ledger_id, payloads + more, victim)
@@ -306,3 +309,28 @@ async def test_an_idle_log_rolls_a_ledger_naming_a_gone_bookie_so_it_can_be_re_r
     await until(lambda: log._writer is not None and log._writer.ledger_id != empty_ledger)
     assert await client.metadata.get(f"/ledgers/{empty_ledger}") is None
     await log.close()
+
+
+async def test_a_bookie_the_writer_went_on_without_gets_the_entries_it_missed_once_back(
+        cluster: Cluster, auditors) -> None:
+    client = cluster.client()
+    writer = await client.create(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    ensemble = writer.metadata.ensembles[0][1]
+    for bookie_id in set(cluster.bookies) - set(ensemble):
+        cluster.directory.down.add(bookie_id)   # no spare: the writer goes on with two of three
+    payloads = [b"before %d" % i for i in range(5)]
+    await asyncio.gather(*(writer.add(p) for p in payloads))
+    absent = ensemble[0]
+    cluster.kill(absent)
+    missed = [b"missed %d" % i for i in range(20)]
+    await asyncio.gather(*(writer.add(p) for p in missed))
+    cluster.bookies[absent].mode = "up"        # back, with a hole where the missed entries are
+    cluster.directory.down.discard(absent)
+    await writer.close()
+    assert writer.metadata.ensembles == ((0, ensemble),)
+    assert absent not in cluster.holders(writer.ledger_id, 10)
+    auditor = auditors()
+    await auditor.wait_until_replicated(30)
+    await assert_fully_replicated(cluster, client, writer.ledger_id, payloads + missed, "")
+    assert await client.metadata.children(MISSING_DIR) == []
+    assert auditor.stats.rereplicated_bytes >= sum(len(p) + LENGTH.size for p in missed)
