@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from storage.api import MetadataStore, NodeExists, NoNode, NotEnoughBookies, StorageError
-from storage.ledger.metadata import LedgerMetadata, LedgerState
 from storage.ledger import missing
+from storage.ledger.metadata import LedgerMetadata, LedgerState
 from storage.ledger.rereplication import Outcome, Throttle, refill, rereplicate_ledger
 from storage.metadata.lease import Lease
 

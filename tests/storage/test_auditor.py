@@ -1,7 +1,9 @@
 """Auto-recovery with several real in-process bookies (the fault switches of test_ledger_replication):
 a lost bookie's fragments come back to Qw copies on live bookies, after the grace period only, with
 open ledgers waiting until closed; a crashed auditor's successor finishes the work and keeps the
-lost-since clock; two auditors never both copy; the throttle bounds the bytes copied per window."""
+lost-since clock; two auditors never both copy; the throttle bounds the bytes copied per window;
+readers follow a ledger to its new bookies; an idle log rolls a ledger naming a gone bookie; a bookie
+that missed entries while a writer went on without it gets them back."""
 
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ async def assert_fully_replicated(cluster: Cluster, client: LedgerClient, ledger
         write_set = set(metadata.write_set(entry_id))
         assert len(write_set) == metadata.write_quorum
         # A writer's own third copy may still be in flight; a missing copy never arrives.
-        await until(lambda: write_set <= cluster.holders(ledger_id, entry_id), 10)
+        await until(lambda ws=write_set, e=entry_id: ws <= cluster.holders(ledger_id, e), 10)
         for bookie_id in write_set:   # the copy is the stored entry, length header included
             raw = await cluster.bookies[bookie_id].bookie.read(ledger_id, entry_id)
             assert raw[LENGTH.size:] == payloads[entry_id]
