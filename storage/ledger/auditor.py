@@ -4,7 +4,8 @@ One auditor is active per cluster (every gateway in replicated mode runs one; th
 lease /auditor/lock, storage/metadata/lease.py, and the others stand by). The active one, every
 `interval_s`:
 
-1. Reads the bookies of every ledger (a CLOSED ledger's are cached: only this auditor changes them).
+1. Reads the bookies of every ledger (a CLOSED ledger's are cached: only this auditor changes them),
+   unless the last pass found all well and no bookie has left the registry since.
 2. A bookie that holds fragments and is not registered (/bookies-available) is *gone*; the time it
    was first seen gone is kept at /auditor/lost/<bookie id> {"since_ms"}, so a restarted or new
    auditor goes on counting from there. Once gone for longer than `grace_s` it is *lost*. (A bookie
@@ -89,6 +90,7 @@ class Auditor:
         self._closed_ledgers: dict[int, frozenset[str]] = {}   # bookies of CLOSED ledgers
         self._reported: dict[int, str] = {}                    # the last failure logged, per ledger
         self._passes_begun = 0
+        self._quiet_live: frozenset[str] | None = None   # the registered bookies at the last pass that found all well
         self._gone_named = True     # after the last pass: does some ledger name a bookie that is not registered?
         self._pass_done = asyncio.Condition()
         self._task: asyncio.Task | None = None
@@ -123,6 +125,7 @@ class Auditor:
         log.info("auditor active: lost-bookie grace %.0f s, re-replication at most %s bytes/s",
                  self.settings.grace_s, self.settings.bytes_per_s or "unlimited")
         self._closed_ledgers.clear()   # another auditor may have changed them meanwhile
+        self._quiet_live = None
         self.stats.active = True
         try:
             while True:
@@ -136,7 +139,13 @@ class Auditor:
 
     async def audit_once(self) -> None:
         self._passes_begun += 1
-        live = {b.bookie_id for b in self._client.bookies.candidates()}
+        live = frozenset(b.bookie_id for b in self._client.bookies.candidates())
+        notes = await missing.noted(self._metadata)
+        if not notes and self._quiet_live is not None and live >= self._quiet_live:
+            # The last pass found every ledger on registered bookies, and none has left since: new
+            # ensembles only take registered bookies, so no ledger can name a missing one now.
+            await self._pass_finished(gone_named=False)
+            return
         bookies_of = await self._bookies_of_ledgers()
         named = frozenset().union(*bookies_of.values())
         lost = await self._lost_bookies(named - live)
@@ -147,7 +156,6 @@ class Auditor:
             self.stats.lost_bookies = lost
         under = sorted(ledger_id for ledger_id, bookies in bookies_of.items() if bookies & lost)
         await self._update_markers(under, lost)
-        notes = await missing.noted(self._metadata)
         self.stats.underreplicated_ledgers = len(set(under) | set(notes))
         for ledger_id in under:
             if await self._rereplicate(ledger_id, lost) and ledger_id not in notes:
@@ -155,9 +163,13 @@ class Auditor:
         for ledger_id, (bookies, version) in sorted(notes.items()):
             if await self._refill(ledger_id, bookies, version, live, bookies_of.get(ledger_id)):
                 self.stats.underreplicated_ledgers -= 1
+        self._quiet_live = live if not named - live and self.stats.underreplicated_ledgers == 0 else None
+        await self._pass_finished(gone_named=bool(named - live))
+
+    async def _pass_finished(self, *, gone_named: bool) -> None:
         self.stats.passes += 1
         async with self._pass_done:
-            self._gone_named = bool(named - live)
+            self._gone_named = gone_named
             self._pass_done.notify_all()
 
     async def _bookies_of_ledgers(self) -> dict[int, frozenset[str]]:
