@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compat_tests.faults.harness.checkers import check_log, check_queue
+from compat_tests.faults.harness.checkers import acked_after, check_log, check_queue
 from compat_tests.faults.harness.history import History
 
 
@@ -123,6 +123,17 @@ def test_read_of_a_definitely_failed_send() -> None:
     verdict = check_log(history)
     assert verdict.violations == {"failed_but_read": 1}
     assert verdict.counts["failed"] == 1
+
+
+def test_acked_after_names_sends_made_after_an_instant_that_were_acknowledged() -> None:
+    history = History()
+    before = history.invoke("p0", "t/0", "before")
+    instant = history.events[-1]["t"]
+    after, refused = history.invoke("p0", "t/0", "after"), history.invoke("p0", "t/0", "refused")
+    history.ok(before, 0)
+    history.ok(after, 1)
+    history.info(refused, "storage error")
+    assert acked_after(history, instant) == ["after"]
 
 
 def test_too_few_acknowledgements_fail_the_run() -> None:

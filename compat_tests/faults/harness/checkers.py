@@ -179,3 +179,12 @@ def check_queue(history: History, name: str = "queue") -> Verdict:
     examples = {"lost": lost[:EXAMPLES], "unexpected": unexpected[:EXAMPLES], "duplicated": duplicated[:EXAMPLES],
                 "redelivered_unflagged": unflagged[:EXAMPLES]}
     return Verdict(name, counts, ("lost", "unexpected"), examples)
+
+
+def acked_after(history: History, instant: float) -> list[str]:
+    """Values acknowledged although they were sent after `instant` (a time.monotonic() value), e.g.
+    after the storage turned read-only: must be empty."""
+    events = history.events
+    invoked = {event["op"]: event for event in events if event["type"] == INVOKE}
+    return [invoked[event["op"]]["value"] for event in events
+            if event["type"] == OK and invoked[event["op"]]["t"] > instant]
