@@ -22,7 +22,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test soak bench bench-kafka bench-amqp bench-replicated system-packages java
+.PHONY: run test soak soak-cluster bench bench-kafka bench-amqp bench-replicated system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ test: $(TEST_STAMP) system-packages java
 # fault every few seconds for SOAK_MINUTES; prints the totals and fails on any lost or inconsistent write.
 soak: $(TEST_STAMP) system-packages
 	$(BIN)/python -m compat_tests.faults.soak --minutes $(SOAK_MINUTES) $(ARGS)
+
+# The same for replicated storage (compat_tests/faults/cluster_soak.py): ZooKeeper, 4 bookies and a
+# gateway, with bookies and the gateway killed and paused at random.
+soak-cluster: $(TEST_STAMP) system-packages
+	$(BIN)/python -m compat_tests.faults.cluster_soak --minutes $(SOAK_MINUTES) $(ARGS)
 
 bench: $(RUN_STAMP)
 	$(BIN)/python -m bench.run

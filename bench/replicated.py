@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.kafka import (Latency, Phase, create_topics_admin, consume, cpu_seconds, make_payloads, measure_latency,
+from bench.kafka import (Latency, Phase, create_topics_admin, consume, make_payloads, measure_latency,
                          produce)
 from bench.reference import start_gateway
 from gateway.cluster.launcher import ClusterSpec, LocalCluster

@@ -74,6 +74,9 @@ def storage_errors() -> Iterator[None]:
         raise StorageUnavailable(str(exc)) from exc
 
 
+RELEARN_RETRY_S = 0.5
+
+
 async def _resolved(value: int) -> int:
     return value
 
@@ -99,6 +102,9 @@ class Partition:
         self.aborted = AbortedIndex()
         self._aborted_store = aborted_store   # None: the aborted index is rebuilt from the log tail only
         self._stable_waiters: list[asyncio.Future] = []
+        # After a storage failure the outcome of the failed appends is unknown: the producer state is
+        # learned again from the log once it is repaired, and appends wait for that.
+        self._relearning: asyncio.Task | None = None
 
     @property
     def log_start_offset(self) -> int:
@@ -125,6 +131,8 @@ class Partition:
 
         All batches are validated before any is queued, so a bad batch stores nothing.
         """
+        if self._relearning is not None:
+            raise StorageUnavailable(f"{self.topic}-{self.index} is recovering from a storage failure")
         try:
             batches = record_batch.split_batches(records)
         except record_batch.CorruptBatch as exc:
@@ -207,15 +215,43 @@ class Partition:
                 first = await pending[0]
                 for later in pending[1:]:
                     await later
-        except CoreError:
+        except CoreError as exc:
             for later in pending:   # what was not awaited: no "never awaited/retrieved" warnings
                 if asyncio.iscoroutine(later):
                     later.close()
                 elif asyncio.isfuture(later):
                     later.add_done_callback(_retrieve)
-            self.producers.forget_from(first_queued)   # nothing from here on was stored
+            if isinstance(exc, StorageUnavailable):
+                # Some of these batches may be stored after all (a failed ledger keeps what reached
+                # its bookies): a retry must find them, or an idempotent producer's retry is stored twice.
+                self._relearn_producers()
+            else:
+                self.producers.forget_from(first_queued)   # nothing from here on was stored
             raise
         return first
+
+    def _relearn_producers(self) -> None:
+        if self._relearning is None:
+            self._relearning = asyncio.ensure_future(self._relearn())
+
+    async def _relearn(self) -> None:
+        try:
+            while True:
+                try:
+                    with storage_errors():
+                        await self.log.wait_repaired()
+                    self.producers = ProducerStates()
+                    self.aborted = AbortedIndex()
+                    await self.load_producer_states()
+                    return
+                except StorageUnavailable as exc:
+                    logger.warning("%s-%d: relearning producer state after a storage failure: %s",
+                                   self.topic, self.index, exc)
+                    await asyncio.sleep(RELEARN_RETRY_S)
+                except NotOwner:
+                    return
+        finally:
+            self._relearning = None
 
     async def load_producer_states(self, max_scan_bytes: int = 64 << 20) -> None:
         """Rebuild the idempotent producers' state, the open transactions and the aborted index from the

@@ -4,7 +4,9 @@ Start-up: open the metadata store (ZooKeeper), open the bookie directory (cookie
 metadata store: a wiped or swapped directory is refused, see storage/bookie/cookie.py), listen,
 register (ephemeral, with rack), then print one line on stdout:
 
-    BOOKIE READY {"id": ..., "address": "host:port", "rack": ..., "data_dir": ..., "pid": ...}
+    BOOKIE READY {"id": ..., "address": "host:port", "listen": "host:port", "rack": ..., "data_dir": ..., "pid": ...}
+
+("address" is what clients are told: --advertised-address when given, else where it listens.)
 
 The bookie id is the one in the directory's cookie when there is one, else --id, else
 "bookie-<host>-<port>". SIGTERM/SIGINT: unregister, stop serving, close the journal, exit 0.
@@ -46,6 +48,7 @@ class BookieSettings:
     secret: str
     rack: str = DEFAULT_RACK
     bookie_id: str | None = None
+    advertised: str | None = None       # "host:port" clients are told, when it differs (NAT, a proxy)
     storage: StorageConfig = StorageConfig()
 
 
@@ -77,10 +80,13 @@ async def _serve(settings: BookieSettings) -> int:
         instance_id = json.loads((directory / cookie.FILE_NAME).read_bytes())["instance_id"]
         server = BookieServer(bookie, bookie_id, instance_id, settings.secret.encode())
         host, port = await server.start(settings.host, settings.port)
-        registration = Registration(metadata, BookieRegistration(bookie_id, host, port, settings.rack, instance_id,
+        listen = f"{host}:{port}"
+        advertised_host, _, advertised_port = (settings.advertised or listen).rpartition(":")
+        registration = Registration(metadata, BookieRegistration(bookie_id, advertised_host, int(advertised_port),
+                                                                 settings.rack, instance_id,
                                                                  read_only=bookie.is_read_only))
         await registration.start()
-        ready = {"id": bookie_id, "address": f"{host}:{port}", "rack": settings.rack,
+        ready = {"id": bookie_id, "address": settings.advertised or listen, "listen": listen, "rack": settings.rack,
                  "data_dir": str(settings.data_dir), "pid": os.getpid()}
         sys.stdout.write(READY_PREFIX + json.dumps(ready) + "\n")
         sys.stdout.flush()

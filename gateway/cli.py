@@ -117,6 +117,8 @@ def bookie(
     rack: Annotated[str, typer.Option(help="Rack (or zone) of this bookie, for placement.")] = "/default-rack",
     bookie_id: Annotated[str | None, typer.Option("--id", help="Bookie id for a new data directory.",
                                                   show_default="bookie-HOST-PORT")] = None,
+    advertised_address: Annotated[str | None, typer.Option(help="host:port clients are told to connect to.",
+                                                           show_default="the listen address")] = None,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
 ) -> None:
     """Serve one bookie of replicated storage until SIGTERM or SIGINT.
@@ -139,7 +141,7 @@ def bookie(
     configure_logging(log_level.lower())
     raise typer.Exit(bookie_node.run(bookie_node.BookieSettings(
         data_dir=Path(data_dir).absolute(), host=host, port=port, metadata=storage.metadata, secret=storage.secret,
-        rack=rack, bookie_id=bookie_id, storage=storage)))
+        rack=rack, bookie_id=bookie_id, advertised=advertised_address, storage=storage)))
 
 
 cluster_cli = typer.Typer(help="A local replicated cluster, for development and tests.", no_args_is_help=True)

@@ -287,6 +287,11 @@ class ManagedLog(Protocol):
     async def wait_for_append(self, offset: int, timeout_s: float) -> bool:
         """Wait until high_watermark > offset or the timeout passes; True if data arrived."""
 
+    async def wait_repaired(self) -> None:
+        """After an append failed for a storage reason its outcome is unknown (the entry may be stored
+        or not); the log then recovers its ledger. This returns once that is done, so the log's
+        content is known again; at once when nothing is under repair. LogClosed if the log closed."""
+
     async def trim(self, policy: RetentionPolicy, now_ms: int) -> int:
         """Drop whole ledgers past retention; returns the new log start offset."""
 

@@ -10,6 +10,7 @@ The cluster is shared by the module; every test leaves all its processes running
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import signal
 import time
@@ -17,8 +18,9 @@ import time
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from compat_tests.faults.harness import lazyfs
+from compat_tests.faults.harness import disk_full, fsync_errors, lazyfs
 from compat_tests.faults.harness.lazyfs import LazyFsMount
+from compat_tests.faults.harness.proxy import UPSTREAM, TcpProxy
 from compat_tests.faults.harness.scenarios import settle
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
 from storage.ledger.metadata import LedgerMetadata
@@ -141,6 +143,42 @@ def test_kill9_of_the_gateway_under_load_loses_nothing(healthy, workloads_for) -
     finish(workloads, "kill9-gateway")
 
 
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def test_network_faults_between_the_gateway_and_a_bookie(healthy, workloads_for) -> None:
+    """A bookie reached through a TCP proxy that blackholes, half-opens, delays and resets its
+    traffic: the writers time out on it, replace it, and nothing acknowledged is lost."""
+    victim = healthy.bookies[0]
+    port = _port(victim.ready["listen"])
+    proxy = TcpProxy(("127.0.0.1", port)).start()
+    try:
+        victim.stop()
+        victim.command = healthy.bookie_command(0, port, advertised="%s:%d" % proxy.address)
+        victim.start()
+        healthy.bookies[3].stop()   # three bookies left for E = 3: every new ledger uses the victim
+        workloads = workloads_for(bootstrap(healthy), amqp(healthy), partitions=4)
+        deadline = time.monotonic() + 30
+        while proxy.stats.forwarded_bytes < 100_000:   # the writers found it behind its new address
+            assert time.monotonic() < deadline, "no ledger writes through the proxied bookie"
+            time.sleep(0.2)
+        for name, act in (("drop", proxy.drop), ("half-open", lambda: proxy.half_open(UPSTREAM)),
+                          ("delay", lambda: proxy.delay(BOOKIE_TIMEOUT_MS * 2)), ("reset", proxy.reset)):
+            workloads.wait_for_progress()
+            act()
+            workloads.fault(f"proxy-{name}", bookie=victim.name)
+            time.sleep(BOOKIE_TIMEOUT_MS / 1000 * 1.5)
+            workloads.wait_for_progress()
+            proxy.heal()
+        finish(workloads, "network-bookie")
+    finally:
+        victim.stop()
+        victim.command = healthy.bookie_command(0, port)
+        victim.start()
+        proxy.close()
+
+
 def test_fewer_bookies_than_the_ack_quorum_refuses_then_recovers(healthy) -> None:
     topic = f"quorum-{int(time.time() * 1000)}"
     producer = Producer({"bootstrap.servers": ",".join(bootstrap(healthy)), "acks": "all",
@@ -200,6 +238,80 @@ def test_power_loss_of_every_bookie_loses_nothing_acknowledged(tmp_path, workloa
         local.stop()
         for mount in mounts:
             mount.close()
+
+
+def wait_for_read_only(cluster, bookie_id: str, deadline_s: float = 30.0) -> None:
+    """Until the bookie's registration says it no longer takes writes."""
+
+    async def registered_read_only() -> bool:
+        store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
+        try:
+            node = await store.get(f"/bookies-available/{bookie_id}")
+            return node is not None and json.loads(node.value)["read_only"]
+        finally:
+            await store.close()
+
+    deadline = time.monotonic() + deadline_s
+    while not asyncio.run(registered_read_only()):
+        assert time.monotonic() < deadline, f"{bookie_id} never published read-only"
+        time.sleep(0.2)
+
+
+@pytest.mark.skipif(fsync_errors.unavailable_reason() is not None,
+                    reason=f"failed fsync: {fsync_errors.unavailable_reason()}")
+def test_a_failed_fsync_turns_a_bookie_read_only_and_writers_move_on(healthy, workloads_for) -> None:
+    index = 1
+    victim = healthy.bookies[index]
+    port = _port(victim.ready["listen"])
+    victim.stop()
+    victim.command = healthy.bookie_command(index, port, prefix=fsync_errors.PREFIX)
+    victim.start()
+    healthy.bookies[3].stop()   # three bookies left for E = 3: every new ledger uses the victim
+    try:
+        workloads = workloads_for(bootstrap(healthy), amqp(healthy), partitions=4)
+        workloads.wait_for_progress()
+        fsync_errors.FsyncErrors(victim.pid).enable()
+        workloads.fault("fsync-eio", bookie=victim.name)
+        wait_for_read_only(healthy, victim.ready["id"])
+        workloads.wait_for_progress()
+        finish(workloads, "fsync-bookie")
+        assert "read-only" in victim.log_path.read_text()
+    finally:
+        victim.stop()
+        victim.command = healthy.bookie_command(index, port)
+        victim.start()
+
+
+def test_a_full_disk_turns_a_bookie_read_only_and_writers_move_on(healthy, workloads_for, tmp_path) -> None:
+    index = 2
+    victim = healthy.bookies[index]
+    data = healthy.dir / victim.name
+    reason = disk_full.unavailable_reason(tmp_path / "probe")
+    if reason:
+        pytest.skip(f"full disk: {reason}")
+    victim.stop()
+    healthy.bookies[3].stop()   # three bookies left for E = 3: every new ledger uses the victim
+    saved = tmp_path / "saved"
+    shutil.copytree(data, saved)
+    disk = disk_full.SmallDisk(data, size_mib=64).mount()
+    try:
+        shutil.copytree(saved, data, dirs_exist_ok=True)
+        healthy.restart(victim)
+        workloads = workloads_for(bootstrap(healthy), amqp(healthy), partitions=4)
+        workloads.wait_for_progress()
+        disk.fill()
+        workloads.fault("disk-full", bookie=victim.name)
+        wait_for_read_only(healthy, victim.ready["id"])
+        workloads.wait_for_progress()
+        finish(workloads, "disk-full-bookie")
+    finally:
+        victim.stop()
+        disk.free()
+        shutil.rmtree(saved)
+        shutil.copytree(data, saved)       # what the bookie wrote, back on the real disk
+        disk.close()
+        shutil.copytree(saved, data, dirs_exist_ok=True)
+        healthy.restart(victim)
 
 
 def test_a_wiped_bookie_is_refused_by_its_cookie(healthy) -> None:

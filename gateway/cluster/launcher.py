@@ -193,11 +193,16 @@ class LocalCluster:
             file.write(body)
 
     def _bookie(self, index: int, port: int = 0) -> Process:
-        command = [sys.executable, "-m", "gateway", "bookie", "--config", str(self.config_path),
-                   "--data-dir", str(self.dir / f"bookie-{index}"), "--host", self.spec.host, "--port", str(port),
-                   "--id", f"bookie-{index}", "--rack", f"/rack-{index % self.spec.racks}",
-                   "--log-level", self.spec.log_level]
-        return Process(f"bookie-{index}", command, self.dir / f"bookie-{index}.log", "BOOKIE READY ")
+        return Process(f"bookie-{index}", self.bookie_command(index, port), self.dir / f"bookie-{index}.log",
+                       "BOOKIE READY ")
+
+    def bookie_command(self, index: int, port: int = 0, *, advertised: str | None = None,
+                       prefix: tuple[str, ...] = ()) -> list[str]:
+        """The command of bookie `index`; `prefix` runs it under another program that execs it."""
+        return [*prefix, sys.executable, "-m", "gateway", "bookie", "--config", str(self.config_path),
+                "--data-dir", str(self.dir / f"bookie-{index}"), "--host", self.spec.host, "--port", str(port),
+                "--id", f"bookie-{index}", "--rack", f"/rack-{index % self.spec.racks}",
+                *(("--advertised-address", advertised) if advertised else ()), "--log-level", self.spec.log_level]
 
     def _broker(self, index: int, ports: tuple[int, int, int] = (0, 0, 0)) -> Process:
         kafka, amqp, admin = (str(port) for port in ports)
@@ -212,10 +217,13 @@ class LocalCluster:
         process.stop()
         index = int(process.name.rpartition("-")[2])
         if process in self.bookies:
-            fresh = self._bookie(index, _port(process.ready["address"]))
+            # Same flags (an advertised address, a prefix), on the port it listened on.
+            command = list(process.command)
+            command[command.index("--port") + 1] = str(_port(process.ready["listen"]))
+            process.command = command
         else:
-            fresh = self._broker(index, tuple(_port(process.ready[name]) for name in ("kafka", "amqp", "admin")))
-        process.command = fresh.command
+            ports = tuple(_port(process.ready[name]) for name in ("kafka", "amqp", "admin"))
+            process.command = self._broker(index, ports).command
         return process.start()
 
     def stop(self) -> None:

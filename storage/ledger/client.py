@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from storage.api import EntryStore, MetadataStore, NoNode, NoSuchEntry, NoSuchLedger, StorageError
 from storage.ledger.bookies import BookieDirectory, StaticBookies
@@ -29,13 +29,6 @@ log = logging.getLogger("gateway.storage.ledger")
 DEFAULT_SPECULATIVE_READ_TIMEOUT_S = 0.1
 
 
-async def _lac_or_none(bookie: EntryStore, ledger_id: int) -> int:
-    try:
-        return await bookie.last_add_confirmed(ledger_id)
-    except (NoSuchLedger, StorageError):
-        return -1
-
-
 class LedgerClient:
     """Creates and opens ledgers on the bookies of a directory (or a fixed mapping of them).
 
@@ -44,7 +37,8 @@ class LedgerClient:
 
     def __init__(self, metadata: MetadataStore, bookies: Mapping[str, EntryStore] | BookieDirectory, *,
                  ensemble_size: int = 1, write_quorum: int = 1, ack_quorum: int = 1,
-                 min_racks_per_write_quorum: int = 1, quorum_for=None,
+                 min_racks_per_write_quorum: int = 1,
+                 quorum_for: Callable[[str], tuple[int, int, int] | None] | None = None,
                  speculative_read_timeout_s: float = DEFAULT_SPECULATIVE_READ_TIMEOUT_S) -> None:
         self.metadata = metadata
         self.bookies: BookieDirectory = StaticBookies(bookies) if isinstance(bookies, Mapping) else bookies
@@ -86,8 +80,9 @@ class LedgerClient:
         return await recovery.recover(self, ledger_id, metadata, version)
 
     async def _lac_of(self, bookie_id: str, ledger_id: int) -> int:
+        """A replica's LAC; -1 when it has none or cannot answer (the others may)."""
         try:
-            return await _lac_or_none(self.bookie(bookie_id), ledger_id)
+            return await self.bookie(bookie_id).last_add_confirmed(ledger_id)
         except StorageError:
             return -1
 

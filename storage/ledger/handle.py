@@ -12,9 +12,9 @@ fragment starting at LAC + 1 in the ledger's metadata by compare-and-set. Entrie
 then sent to the bookies that are new in their write set; acks from a replaced bookie no longer
 count. A lost compare-and-set means a recovering reader took the ledger: the writer is fenced.
 No replacement available: while every write set still has Qa live bookies the writer goes on
-without the failed one (entries get fewer copies until the auditor re-replicates them) and tries the
-change again every DEGRADED_RETRY_S; otherwise it fails with NotEnoughBookies and nothing more is
-acknowledged.
+without the failed one (entries get fewer copies until the auditor re-replicates them); every
+DEGRADED_RETRY_S it takes the bookie back if it is up again, or replaces it if a spare appeared.
+Below Qa it fails with NotEnoughBookies and nothing more is acknowledged.
 """
 
 from __future__ import annotations
@@ -244,7 +244,16 @@ class LedgerHandle:
         asyncio.get_running_loop().call_later(DEGRADED_RETRY_S, self._retry_replacing)
 
     def _retry_replacing(self) -> None:
-        if self._down and not self._closed and self._failure is None:
+        """A bookie left out is taken back once it is up again (the entries it missed stay with
+        fewer copies until re-replication), else replaced if a spare appeared meanwhile."""
+        if not self._down or self._closed or self._failure is not None:
+            return
+        writable = {b.bookie_id for b in self._client.bookies.candidates() if b.writable}
+        back = self._down & writable
+        if back:
+            log.info("ledger %d: writing to %s again", self.ledger_id, ",".join(sorted(back)))
+            self._down -= back
+        if self._down:
             self._failed_bookies |= self._down
             if self._changing is None:
                 self._changing = asyncio.ensure_future(self._change_ensemble())

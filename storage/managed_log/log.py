@@ -80,6 +80,7 @@ class ManagedLogImpl:
         self._readers: dict[int, LedgerHandle] = {}
         self._hints: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._append_waiters: list[asyncio.Future] = []
+        self._repair_waiters: list[asyncio.Future] = []
         # the newest durable entries, so tailing readers skip the bookie (None: no cache)
         self._cache = tail_cache
         self._tail = tail_cache.new_tail() if tail_cache is not None else None
@@ -289,6 +290,7 @@ class ManagedLogImpl:
                         needs_recovery = False
                     self._next = self._hwm
                     self._broken = None
+                    self._wake_repair_waiters()
                 return
             except (BadVersion, LedgerFenced) as exc:
                 self._close_with(LogClosed(f"log {self.name} was taken over: {exc}"))
@@ -305,7 +307,24 @@ class ManagedLogImpl:
             if not fut.done():
                 fut.set_exception(error)
 
+    async def wait_repaired(self) -> None:
+        """Return once appends are accepted again after a writer failure (at once if none is under
+        repair): from then on the log holds exactly what the failed ledger turned out to store."""
+        while self._broken is not None and self._closed is None:
+            waiter = asyncio.get_running_loop().create_future()
+            self._repair_waiters.append(waiter)
+            await waiter
+        if self._closed is not None:
+            raise self._closed if isinstance(self._closed, StorageError) else LogClosed(str(self._closed))
+
+    def _wake_repair_waiters(self) -> None:
+        waiters, self._repair_waiters = self._repair_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     def _close_with(self, error: BaseException) -> None:
+        self._wake_repair_waiters()
         self._closed = error
         self._fail_waiting(error)
         if self._tail is not None:
