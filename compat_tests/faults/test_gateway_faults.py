@@ -28,6 +28,7 @@ def start_node(nodes: list[GatewayNode], tmp_path, data_dir=None, *args: str, **
 
 
 def finish(workloads, name: str) -> None:
+    workloads.wait_for_progress(acks=0, at_least=MIN_ACKED)
     workloads.stop()
     workloads.drain()
     settle(workloads.verdicts(name), MIN_ACKED)
