@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from compat_tests.faults.harness import lazyfs, signals
+from compat_tests.faults.harness.checkers import unavailability
 from compat_tests.faults.harness.lazyfs import LazyFsMount
 from compat_tests.faults.harness.nodes import GatewayNode
 from compat_tests.faults.harness.proxy import TcpProxy
@@ -87,6 +88,7 @@ def run(minutes: float, rng: random.Random, out: Path, every: tuple[float, float
         workloads.stop()
         workloads.drain()
         verdicts = workloads.verdicts("soak")
+        histories = workloads.histories
     finally:
         if workloads is not None:  # kept for a second look, also when the run broke off
             for workload in workloads.running:
@@ -100,6 +102,10 @@ def run(minutes: float, rng: random.Random, out: Path, every: tuple[float, float
             mount.close()
     for verdict in verdicts:
         print(verdict.line())
+    gaps = sorted(gap for history in histories for gap in unavailability(history))
+    if gaps:
+        print(f"soak: unavailable after a fault (s): p50={gaps[len(gaps) // 2]:.1f} "
+              f"p95={gaps[int(len(gaps) * 0.95)]:.1f} max={gaps[-1]:.1f}")
     violations = {verdict.name: verdict.violations for verdict in verdicts if not verdict.ok}
     totals = " ".join(f"{name}={count}" for name, count in sorted(counts.items()))
     print(f"soak: minutes={minutes} faults={sum(counts.values())} {totals} "
