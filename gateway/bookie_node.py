@@ -26,6 +26,7 @@ from pathlib import Path
 from storage.api import StorageError
 from storage.bookie import cookie
 from storage.bookie.bookie import Bookie
+from storage.bookie.orphans import OrphanCollector
 from storage.bookie.registration import BookieRegistration, Registration
 from storage.bookie.server import BookieServer
 from storage.config import StorageConfig
@@ -91,7 +92,7 @@ async def _serve(settings: BookieSettings) -> int:
         sys.stdout.write(READY_PREFIX + json.dumps(ready) + "\n")
         sys.stdout.flush()
         log.info("bookie %s serving on %s:%d (rack %s)", bookie_id, host, port, settings.rack)
-        housekeeping = asyncio.create_task(_housekeeping(bookie, registration))
+        housekeeping = asyncio.create_task(_housekeeping(bookie, registration, OrphanCollector(bookie, metadata)))
         await stop.wait()
         housekeeping.cancel()
         return 0
@@ -120,8 +121,8 @@ def _bookie_id(settings: BookieSettings, directory: Path) -> str:
     return f"bookie-{settings.host}-{settings.port}"
 
 
-async def _housekeeping(bookie: Bookie, registration: Registration) -> None:
-    """Publish a turn to read-only at once; collect journal garbage now and then."""
+async def _housekeeping(bookie: Bookie, registration: Registration, orphans: OrphanCollector) -> None:
+    """Publish a turn to read-only at once; now and then drop deleted ledgers and collect journal garbage."""
     since_gc = 0.0
     while True:
         await asyncio.sleep(_STATE_CHECK_INTERVAL_S)
@@ -133,6 +134,7 @@ async def _housekeeping(bookie: Bookie, registration: Registration) -> None:
         if since_gc >= _GC_INTERVAL_S:
             since_gc = 0.0
             try:
+                await orphans.collect()
                 await bookie.collect_garbage()
-            except OSError as exc:
-                log.warning("journal garbage collection failed: %s", exc)
+            except (OSError, StorageError) as exc:
+                log.warning("garbage collection failed: %s", exc)

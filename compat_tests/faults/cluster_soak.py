@@ -13,33 +13,23 @@ violation. Histories and every process's log stay in --out.
 
 from __future__ import annotations
 
-import argparse
 import random
 import signal
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 from compat_tests.faults.harness.scenarios import Workloads
+from compat_tests.faults.harness.soaking import soak_options, soak_report
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
 
 BOOKIE_TIMEOUT_MS = 1500
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--seed", type=int, default=random.randrange(1 << 32))
-    parser.add_argument("--out", type=Path, default=None, help="where histories and logs stay")
-    parser.add_argument("--every", type=float, nargs=2, default=(2.0, 6.0), metavar=("MIN_S", "MAX_S"),
-                        help="seconds of calm between faults")
-    options = parser.parse_args(argv)
-    out = options.out or Path(tempfile.mkdtemp(prefix="cluster-soak-"))
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"cluster-soak: seed={options.seed} minutes={options.minutes} out={out}", flush=True)
-    return run(options.minutes, random.Random(options.seed), out, tuple(options.every))
+    options = soak_options("cluster-soak", __doc__, argv, every=(2.0, 6.0))
+    return run(options.minutes, options.rng, options.out, options.every)
 
 
 def run(minutes: float, rng: random.Random, out: Path, every: tuple[float, float]) -> int:
@@ -73,14 +63,8 @@ def run(minutes: float, rng: random.Random, out: Path, every: tuple[float, float
                 workload.stopping.set()
             workloads.dump(out, "cluster-soak")
         cluster.stop()
-    for verdict in verdicts:
-        print(verdict.line())
-    violations = {verdict.name: verdict.violations for verdict in verdicts if not verdict.ok}
-    totals = " ".join(f"{name}={count}" for name, count in sorted(counts.items()))
-    print(f"cluster-soak: minutes={minutes} faults={sum(counts.values())} {totals} "
-          f"acked={sum(v.counts['acked'] for v in verdicts)} lost={sum(v.counts['lost'] for v in verdicts)} "
-          f"violations={violations or (0 if verdicts else 'no verdict')}")
-    return 1 if violations or not verdicts else 0
+    return soak_report("cluster-soak", minutes, counts, verdicts,
+                       workloads.histories if workloads is not None else [])
 
 
 def _inject(fault: str, cluster: LocalCluster, workloads: Workloads, rng: random.Random) -> None:

@@ -1,5 +1,5 @@
-"""Fixtures of the fault tests: gateway nodes stopped at teardown, a seeded random source, and the
-workloads (stopped at teardown, their histories kept in the test's tmp_path)."""
+"""Fixtures of the fault tests: gateway nodes killed at teardown, a seeded random source, a lazy
+filesystem, and the workloads (stopped at teardown, their histories kept in the test's tmp_path)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from compat_tests.faults.harness import lazyfs
+from compat_tests.faults.harness.lazyfs import LazyFsMount
 from compat_tests.faults.harness.nodes import GatewayNode
 from compat_tests.faults.harness.scenarios import Workloads
 
@@ -27,6 +29,16 @@ def nodes(tmp_path) -> Iterator[list[GatewayNode]]:
     yield started
     for node in started:
         node.kill()
+
+
+@pytest.fixture
+def lazy_mount(tmp_path) -> Iterator[LazyFsMount]:
+    """A started lazy filesystem over tmp_path/"disk" at tmp_path/"mnt" (skips where it cannot be)."""
+    if (reason := lazyfs.unavailable_reason()) is not None:
+        pytest.skip(f"lazy filesystem: {reason}")
+    mount = LazyFsMount(tmp_path / "disk", tmp_path / "mnt").start()
+    yield mount
+    mount.close()
 
 
 @pytest.fixture

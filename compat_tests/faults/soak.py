@@ -12,11 +12,9 @@ Histories (JSON lines) and gateway logs stay in --out.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import random
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,22 +24,14 @@ from compat_tests.faults.harness.lazyfs import LazyFsMount
 from compat_tests.faults.harness.nodes import GatewayNode
 from compat_tests.faults.harness.proxy import TcpProxy
 from compat_tests.faults.harness.scenarios import Workloads, power_loss
+from compat_tests.faults.harness.soaking import soak_options, soak_report
 
 PROXY_HOST = "127.0.0.2"  # the gateway advertises it; the proxies listen there on the gateway's ports
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--seed", type=int, default=random.randrange(1 << 32))
-    parser.add_argument("--out", type=Path, default=None, help="where histories and logs stay")
-    parser.add_argument("--every", type=float, nargs=2, default=(3.0, 8.0), metavar=("MIN_S", "MAX_S"),
-                        help="seconds of calm between faults")
-    options = parser.parse_args(argv)
-    out = options.out or Path(tempfile.mkdtemp(prefix="soak-"))
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"soak: seed={options.seed} minutes={options.minutes} out={out}", flush=True)
-    return run(options.minutes, random.Random(options.seed), out, tuple(options.every))
+    options = soak_options("soak", __doc__, argv, every=(3.0, 8.0))
+    return run(options.minutes, options.rng, options.out, options.every)
 
 
 def run(minutes: float, rng: random.Random, out: Path, every: tuple[float, float]) -> int:
@@ -87,6 +77,7 @@ def run(minutes: float, rng: random.Random, out: Path, every: tuple[float, float
         workloads.stop()
         workloads.drain()
         verdicts = workloads.verdicts("soak")
+        histories = workloads.histories
     finally:
         if workloads is not None:  # kept for a second look, also when the run broke off
             for workload in workloads.running:
@@ -98,14 +89,7 @@ def run(minutes: float, rng: random.Random, out: Path, every: tuple[float, float
             node.stop()
         if mount is not None:
             mount.close()
-    for verdict in verdicts:
-        print(verdict.line())
-    violations = {verdict.name: verdict.violations for verdict in verdicts if not verdict.ok}
-    totals = " ".join(f"{name}={count}" for name, count in sorted(counts.items()))
-    print(f"soak: minutes={minutes} faults={sum(counts.values())} {totals} "
-          f"acked={sum(v.counts['acked'] for v in verdicts)} lost={sum(v.counts['lost'] for v in verdicts)} "
-          f"violations={violations or 0}")
-    return 1 if violations else 0
+    return soak_report("soak", minutes, counts, verdicts, histories)
 
 
 def _network_fault(fault: str, proxies: list[TcpProxy], workloads: Workloads, rng: random.Random) -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compat_tests.faults.harness.checkers import check_log, check_queue
+from compat_tests.faults.harness.checkers import acked_after, check_log, check_queue, unavailability
 from compat_tests.faults.harness.history import History
 
 
@@ -123,6 +123,29 @@ def test_read_of_a_definitely_failed_send() -> None:
     verdict = check_log(history)
     assert verdict.violations == {"failed_but_read": 1}
     assert verdict.counts["failed"] == 1
+
+
+def test_acked_after_names_sends_made_after_an_instant_that_were_acknowledged() -> None:
+    history = History()
+    before = history.invoke("p0", "t/0", "before")
+    instant = history.events[-1]["t"]
+    after, refused = history.invoke("p0", "t/0", "after"), history.invoke("p0", "t/0", "refused")
+    history.ok(before, 0)
+    history.ok(after, 1)
+    history.info(refused, "storage error")
+    assert acked_after(history, instant) == ["after"]
+
+
+def test_unavailability_is_the_time_from_each_fault_to_the_next_acknowledgement() -> None:
+    history = History([
+        {"type": "invoke", "op": 0, "process": "p", "key": "k", "value": "a", "t": 1.0},
+        {"type": "fault", "name": "kill9", "t": 2.0},
+        {"type": "invoke", "op": 1, "process": "p", "key": "k", "value": "b", "t": 2.5},
+        {"type": "ok", "op": 0, "offset": 0, "t": 5.0},
+        {"type": "fault", "name": "pause", "t": 6.0},
+        {"type": "info", "op": 1, "error": "timed out", "t": 9.0},
+    ])
+    assert unavailability(history) == [3.0, 3.0]  # the second never saw an ack: until the end
 
 
 def test_too_few_acknowledgements_fail_the_run() -> None:

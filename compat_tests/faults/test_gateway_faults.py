@@ -11,9 +11,8 @@ import time
 
 import pytest
 
-from compat_tests.faults.harness import disk_full, fsync_errors, lazyfs, netns
-from compat_tests.faults.harness.history import FAIL, INFO, INVOKE, OK
-from compat_tests.faults.harness.lazyfs import LazyFsMount
+from compat_tests.faults.harness import disk_full, fsync_errors, netns
+from compat_tests.faults.harness.checkers import acked_after
 from compat_tests.faults.harness.nodes import GatewayNode
 from compat_tests.faults.harness.proxy import TcpProxy
 from compat_tests.faults.harness.scenarios import crash_rounds, pause_rounds, power_loss_rounds, settle
@@ -29,37 +28,10 @@ def start_node(nodes: list[GatewayNode], tmp_path, data_dir=None, *args: str, **
 
 
 def finish(workloads, name: str) -> None:
+    workloads.wait_for_progress(acks=0, at_least=MIN_ACKED)
     workloads.stop()
     workloads.drain()
     settle(workloads.verdicts(name), MIN_ACKED)
-
-
-def acked_after(history, instant: float) -> list[str]:
-    """Values acknowledged although they were sent after `instant`."""
-    invoked = {event["op"]: event for event in history.events if event["type"] == INVOKE}
-    return [invoked[event["op"]]["value"] for event in history.events
-            if event["type"] == OK and invoked[event["op"]]["t"] > instant]
-
-
-def logged(node: GatewayNode, text: str, deadline_s: float = 60.0) -> float:
-    """Wait until the node's log says `text`; the time it was seen (after it was written)."""
-    deadline = time.monotonic() + deadline_s
-    while text not in node.stderr:
-        assert time.monotonic() < deadline, f"{text!r} not logged within {deadline_s}s"
-        time.sleep(0.1)
-    return time.monotonic()
-
-
-def first_error_after(workloads, instant: float, deadline_s: float = 60.0) -> float:
-    """Wait until every workload saw a failed or unknown send after `instant`; the latest such time."""
-    deadline = time.monotonic() + deadline_s
-    firsts = []
-    for history in workloads.histories:
-        while not (errors := [e["t"] for e in history.events if e["type"] in (FAIL, INFO) and e["t"] > instant]):
-            assert time.monotonic() < deadline, "no send failed after the fault"
-            time.sleep(0.1)
-        firsts.append(min(errors))
-    return max(firsts)
 
 
 def test_kill9_of_the_gateway_under_load_loses_nothing(nodes, tmp_path, workloads_for, rng) -> None:
@@ -76,13 +48,12 @@ def test_paused_gateway_loses_nothing(nodes, tmp_path, workloads_for, rng) -> No
     finish(workloads, "pause")
 
 
-@pytest.mark.skipif(lazyfs.unavailable_reason() is not None, reason=f"power loss: {lazyfs.unavailable_reason()}")
 @pytest.mark.parametrize("torn", [False, True], ids=["clear", "torn"])
-def test_power_loss_under_load_loses_nothing_acknowledged(nodes, tmp_path, workloads_for, rng, torn) -> None:
-    mount = LazyFsMount(tmp_path / "disk", tmp_path / "mnt").start()
-    node = start_node(nodes, tmp_path, mount.mountpoint)
+def test_power_loss_under_load_loses_nothing_acknowledged(nodes, tmp_path, lazy_mount, workloads_for, rng,
+                                                          torn) -> None:
+    node = start_node(nodes, tmp_path, lazy_mount.mountpoint)
     workloads = workloads_for(node.kafka_bootstrap, node.amqp_addresses)
-    reports = power_loss_rounds(node, mount, workloads, rounds=2, rng=rng, torn=torn)
+    reports = power_loss_rounds(node, lazy_mount, workloads, rounds=2, rng=rng, torn=torn)
     print("power-off reports:", reports)
     # The fault must have had something to drop, or it proved nothing.
     assert all(report["unsynced_bytes"] > 0 for report in reports), reports
@@ -100,8 +71,8 @@ def test_full_disk_refuses_writes_and_loses_nothing(nodes, tmp_path, workloads_f
         disk.fill()
         full = time.monotonic()
         workloads.fault("disk-full")
-        read_only = logged(node, READ_ONLY_LOG)
-        first_error_after(workloads, full)   # the clients are told: retriable error, nack
+        read_only = node.wait_for_log(READ_ONLY_LOG)
+        workloads.wait_for_refusals(after=full)   # the clients are told: retriable error, nack
         time.sleep(1)  # let sends made after the bookie turned read-only complete (or not) too
         for history in workloads.histories:
             assert acked_after(history, read_only) == []
@@ -129,7 +100,7 @@ def test_failed_fsync_turns_the_bookie_read_only_and_nothing_later_is_acknowledg
     errors.enable()
     failing = time.monotonic()
     workloads.fault("fsync-eio")
-    first_error_after(workloads, failing)
+    workloads.wait_for_refusals(after=failing)
     time.sleep(1)
     for history in workloads.histories:
         assert acked_after(history, failing) == []

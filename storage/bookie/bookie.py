@@ -163,6 +163,10 @@ class Bookie:
             if not waiter.done():
                 waiter.cancel()
 
+    def ledger_ids(self) -> list[int]:
+        """Every ledger this bookie holds entries or a fence for."""
+        return list(self._states)
+
     def lac_of(self, ledger_id: int) -> int:
         state = self._states.get(ledger_id)
         return -1 if state is None else state.lac

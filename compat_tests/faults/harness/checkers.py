@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from compat_tests.faults.harness.history import FAIL, INFO, INVOKE, OK, History
+from compat_tests.faults.harness.history import FAIL, FAULT, INFO, INVOKE, OK, History
 
 EXAMPLES = 5
 
@@ -179,3 +179,24 @@ def check_queue(history: History, name: str = "queue") -> Verdict:
     examples = {"lost": lost[:EXAMPLES], "unexpected": unexpected[:EXAMPLES], "duplicated": duplicated[:EXAMPLES],
                 "redelivered_unflagged": unflagged[:EXAMPLES]}
     return Verdict(name, counts, ("lost", "unexpected"), examples)
+
+
+def acked_after(history: History, instant: float) -> list[str]:
+    """Values acknowledged although they were sent after `instant` (a time.monotonic() value), e.g.
+    after the storage turned read-only: must be empty."""
+    events = history.events
+    invoked = {event["op"]: event for event in events if event["type"] == INVOKE}
+    return [invoked[event["op"]]["value"] for event in events
+            if event["type"] == OK and invoked[event["op"]]["t"] > instant]
+
+
+def unavailability(history: History) -> list[float]:
+    """For each fault, seconds from it to the next acknowledgement (liveness: reported, never a
+    pass/fail bar). A fault never followed by an acknowledgement counts until the last event."""
+    events = history.events
+    acks = [event["t"] for event in events if event["type"] == OK]
+    end = events[-1]["t"] if events else 0.0
+    gaps = []
+    for fault in (event for event in events if event["type"] == FAULT):
+        gaps.append(next((t for t in acks if t > fault["t"]), end) - fault["t"])
+    return gaps

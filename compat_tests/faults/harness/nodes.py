@@ -8,6 +8,7 @@ several nodes (bookies, brokers) with the same shape: `pid`, `kill()`, `restart(
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,6 +62,14 @@ class GatewayNode:
     def stderr(self) -> str:
         """The logs of every start so far, oldest first."""
         return "".join(path.read_text(errors="replace") for path in self._logs)
+
+    def wait_for_log(self, text: str, deadline_s: float = 60.0) -> float:
+        """Block until the logs say `text`; returns when it was seen (time.monotonic())."""
+        deadline = time.monotonic() + deadline_s
+        while text not in self.stderr:
+            assert time.monotonic() < deadline, f"{text!r} not logged within {deadline_s}s"
+            time.sleep(0.1)
+        return time.monotonic()
 
     def kill(self) -> None:
         """SIGKILL and reap it: a crash, nothing flushed or closed."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from compat_tests.faults.harness import signals
 from compat_tests.faults.harness.checkers import Verdict, check_log, check_queue
-from compat_tests.faults.harness.history import OK, History
+from compat_tests.faults.harness.history import FAIL, INFO, OK, History
 from compat_tests.faults.harness.lazyfs import LazyFsMount
 from compat_tests.faults.harness.netns import NetNamespace
 from compat_tests.faults.harness.workloads import AmqpWorkload, KafkaWorkload
@@ -70,14 +70,23 @@ class Workloads:
     def acked(self) -> int:
         return sum(history.count(OK) for history in self.histories)
 
-    def wait_for_progress(self, acks: int = 50, deadline_s: float = PROGRESS_DEADLINE_S) -> None:
-        """Block until every workload got `acks` more acknowledgements."""
-        targets = [(history, history.count(OK) + acks) for history in self.histories]
+    def wait_for_progress(self, acks: int = 50, deadline_s: float = PROGRESS_DEADLINE_S, at_least: int = 0) -> None:
+        """Block until every workload got `acks` more acknowledgements, and `at_least` in all (so a
+        slow machine still makes a run thick enough for its verdict)."""
+        targets = [(history, max(history.count(OK) + acks, at_least)) for history in self.histories]
         deadline = time.monotonic() + deadline_s
         for history, target in targets:
             while history.count(OK) < target:
                 assert time.monotonic() < deadline, (
                     f"no progress: {history.count(OK)} of {target} acknowledgements after {deadline_s}s")
+                time.sleep(0.1)
+
+    def wait_for_refusals(self, after: float, deadline_s: float = 60.0) -> None:
+        """Block until every workload saw a send fail or end unknown after `after` (monotonic)."""
+        deadline = time.monotonic() + deadline_s
+        for history in self.histories:
+            while not any(e["type"] in (FAIL, INFO) and e["t"] > after for e in history.events):
+                assert time.monotonic() < deadline, f"no send refused within {deadline_s}s"
                 time.sleep(0.1)
 
     def verdicts(self, name: str) -> list[Verdict]:
