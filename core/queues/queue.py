@@ -79,7 +79,8 @@ class Queue:
         self.topic = topic
         self.owner = owner                    # the exclusive owner, if exclusive
         self._clock = clock
-        self.publisher = BatchPublisher(self.partition, on_durable=self._on_durable)
+        self.publisher = BatchPublisher(self.partition, on_durable=self._on_durable,
+                                        deliver_first=self._deliver_durable)
         self.subscription: SharedSubscription | None = None
         self._opening: asyncio.Future | None = None
         self.had_consumers = False            # auto-delete applies only once someone consumed
@@ -171,6 +172,16 @@ class Queue:
         if self.length_limit is not None:
             return self.length_limit.publish(record)
         return self.publisher.publish(record)
+
+    def _deliver_durable(self) -> asyncio.Future | None:
+        """A batch is durable: a future done once its messages were handed to the consumers with
+        room (None: no consumers)."""
+        subscription, partition = self.subscription, self._last_partition
+        if subscription is None or partition is None:
+            return None
+        end = partition.high_watermark
+        subscription.note_high_watermark(end)
+        return subscription.read_up_to(end)
 
     def _on_durable(self) -> None:
         subscription = self.subscription

@@ -166,8 +166,15 @@ class QueueNamespace:
             self.routing.add_binding(binding)
 
     async def unbind(self, binding: Binding, *, owner: Hashable | None = None) -> None:
+        """Removing a binding whose queue, exchanges or itself is not there is no error (RabbitMQ
+        3.10 answers unbind-ok): only the default exchange and another owner's exclusive queue are."""
+        _not_default(binding.source)
         async with self._lock:
-            self._check_binding_ends(binding, owner)
+            if binding.kind is DestinationKind.QUEUE:
+                if binding.destination in self.queues:
+                    self.queue(binding.destination, owner)
+            else:
+                _not_default(binding.destination)
             if not self.routing.remove_binding(binding):
                 return
             await self._store.delete_binding(binding)

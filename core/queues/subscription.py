@@ -119,6 +119,7 @@ class SharedSubscription:
         self._priority_turns: dict[int, int] = {}        # round-robin position within each priority
         self._redelivered_below = redelivered_below
         self._flush_waiters: list[asyncio.Future] = []
+        self._read_waiters: list[tuple[int, asyncio.Future]] = []   # (end offset, done once read and handed out)
         # Set by the queue from its arguments (core/queues/policy.py):
         self.message_ttl_ms: int | None = None
         self.delivery_limit: int | None = None      # a message handed out more often than this dies
@@ -504,6 +505,31 @@ class SharedSubscription:
             self._feeder = asyncio.create_task(self._feed(), name=f"queue-feed {self._name}")
         self._wake.set()
 
+    def read_up_to(self, end: int) -> asyncio.Future | None:
+        """A future done once the messages below `end` were read and handed to the consumers with
+        room, or once they cannot be now (no room, nothing more to read); None when nobody consumes."""
+        if self._feeder is None or self._closed or not self.consumers:
+            return None
+        waiter = asyncio.get_running_loop().create_future()
+        self._read_waiters.append((end, waiter))
+        self._wake.set()
+        return waiter
+
+    def _read_done(self, everything: bool = False) -> None:
+        """Resolve the read waiters up to the read offset (all of them with `everything`)."""
+        waiters = self._read_waiters
+        if not waiters:
+            return
+        if everything:
+            self._read_waiters = []
+        else:
+            read = self._read_offset
+            self._read_waiters = [(end, waiter) for end, waiter in waiters if end > read]
+            waiters = [(end, waiter) for end, waiter in waiters if end <= read]
+        for _, waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     def wake(self) -> None:
         """New data may be there, or a consumer has room again."""
         if self._wants_data():
@@ -511,8 +537,15 @@ class SharedSubscription:
         self.dispatch()
 
     async def _feed(self) -> None:
+        try:
+            await self._feed_loop()
+        finally:
+            self._read_done(everything=True)
+
+    async def _feed_loop(self) -> None:
         while not self._closed:
             if not self._wants_data():
+                self._read_done(everything=True)    # no room: what is read waits for it
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -520,6 +553,7 @@ class SharedSubscription:
                 partition = await self._partition()
                 self.note_high_watermark(partition.high_watermark)
                 if self._read_offset >= partition.last_stable_offset and not self._body_missing():
+                    self._read_done(everything=True)    # all there is (below an open transaction) is out
                     self._wake.clear()
                     await _first_of(partition.wait_for_data(self._read_offset, DATA_WAIT_S, committed=True),
                                     self._wake.wait())
@@ -531,12 +565,14 @@ class SharedSubscription:
             except Exception as exc:
                 self._fresh_from = None
                 log.warning("reading queue %s failed: %s", self._name, exc)
+                self._read_done(everything=True)
                 await asyncio.sleep(DATA_WAIT_S)
                 continue
             try:
                 self.dispatch()
             finally:
                 self._fresh_from = None
+                self._read_done()
 
     def _body_missing(self) -> bool:
         return self._priorities is not None and self._priorities.missing is not None
@@ -651,6 +687,7 @@ class SharedSubscription:
             if task is not None:
                 task.cancel()
         self._feeder = None
+        self._read_done(everything=True)
         flusher = self._flusher
         if flusher is not None:
             try:
@@ -670,6 +707,7 @@ class SharedSubscription:
             if task is not None:
                 task.cancel()
         self._feeder = self._flusher = None
+        self._read_done(everything=True)
         self.consumers.clear()
         self._clear_buffer()
         self._requeued.clear()

@@ -4,7 +4,9 @@ machine (machine/connection.py), its events to the handlers, and what they answe
 Events are handled one after another in arrival order; a handler that needs storage (declaring,
 binding, basic.get) is awaited before the next event, so a channel's methods take effect in order.
 basic.publish and the acks never wait: a publish is routed and queued for its queues' next batch at
-once, and its confirm follows when the batch is durable.
+once, and its confirm follows when the batch is durable. A method that looks at a queue's messages
+(basic.get, queue.declare's count, queue.purge, queue.delete) first waits for this connection's
+publishes to that queue to be stored, so it sees them, as it would in RabbitMQ.
 
 Deliveries are written by the queues' dispatchers (other tasks) into this connection's output; what
 is written in one event-loop turn goes to the transport as one write (one system call, not one per
@@ -136,6 +138,7 @@ class AmqpConnection:
         self._loop = asyncio.get_running_loop()
         self._peer = writer.get_extra_info("peername")
         self._published: set[Queue] = set()
+        self._unsettled: dict[Queue, asyncio.Future] = {}   # the latest publish to each queue, until settled
         self._blocked = False                # connection.blocked sent, connection.unblocked not yet
         self._close_deadline: float | None = None
         self._drainer: asyncio.Task | None = None
@@ -257,10 +260,9 @@ class AmqpConnection:
         if self._ignored(number, name):
             return
         try:
-            if number == 0:    # connection.update-secret: no token-based logins here
-                raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, f"{name} is not supported",
-                                          method_name=name)
-            if name == "channel.open":
+            if number == 0:    # connection.update-secret
+                self._update_secret(event.args)
+            elif name == "channel.open":
                 self.channels[number] = Channel(self, number)
                 self.write(self.machine.send_method(number, "channel.open-ok"))
             elif name == "channel.close":
@@ -278,6 +280,13 @@ class AmqpConnection:
                     await result
         except Exception as exc:
             await self._failed(number, event.method.key, exc)
+
+    def _update_secret(self, args) -> None:
+        """Logins here are passwords checked once, with nothing that expires: as RabbitMQ 3.10 with
+        its internal user store, the new secret is taken without effect and acknowledged."""
+        log.info("AMQP connection from %s (user %r) updated its secret: %s", self._peer, self.username,
+                 args["reason"])
+        self.write(self.machine.send_method(0, "connection.update-secret-ok"))
 
     def _content(self, event: ContentReceived):
         """basic.publish, synchronously (publishes never wait); the error path is returned to await."""
@@ -375,8 +384,26 @@ class AmqpConnection:
         for channel in list(self.channels.values()):
             channel.wake_consumers()
 
-    def published_to(self, queues: list[Queue]) -> None:
+    def published_to(self, queues: list, durable: list[asyncio.Future] = ()) -> None:
+        """A publish went to `queues` (with `durable`: one future each, done once settled there)."""
         self._published.update(queues)
+        unsettled = self._unsettled
+        for queue, future in zip(queues, durable):
+            if unsettled.get(queue) is not future:    # once per batch: its publishes share the future
+                unsettled[queue] = future
+                future.add_done_callback(lambda done, queue=queue: self._settled(queue, done))
+
+    def _settled(self, queue: Queue, future: asyncio.Future) -> None:
+        if self._unsettled.get(queue) is future:
+            del self._unsettled[queue]
+
+    async def publishes_settled(self, queue: Queue) -> None:
+        """Wait until this connection's publishes to `queue` so far are stored (or failed): a method
+        after a publish sees it, as a RabbitMQ channel's methods take effect in order. Batches of a
+        queue settle in order, so the latest one is enough."""
+        future = self._unsettled.get(queue)
+        if future is not None and not future.done():
+            await asyncio.wait((future,))
 
     async def _apply_backpressure(self) -> None:
         if self._published:

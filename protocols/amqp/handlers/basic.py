@@ -124,7 +124,7 @@ def publish(channel: Channel, event: ContentReceived) -> None:
     if queues:
         record = to_record(exchange, routing_key, raw, event.body, connection.clock.now_ms())
         durable = publish_to(queues, record)
-        connection.published_to(queues)
+        connection.published_to(queues, durable)
         if raw[0] & _EXPIRATION_FLAG:
             for queue in queues:
                 queue.expect_expiring()
@@ -142,6 +142,7 @@ async def get(channel: Channel, args: Mapping[str, Any]) -> None:
     name = queue_name(channel, args["queue"], "basic.get")
     connection.access.read_queue(name)
     queue = connection.space.queue(name, connection.owner)
+    await connection.publishes_settled(queue)
     message = await queue.get(channel, auto_ack=args["no_ack"])
     if message is None:
         channel.send("basic.get-empty")

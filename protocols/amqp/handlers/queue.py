@@ -49,6 +49,7 @@ async def declare(channel: Channel, args: Mapping[str, Any]) -> None:
         arguments=args["arguments"], owner=connection.owner, passive=args["passive"], server_named=server_named)
     channel.most_recent_queue = queue.name
     if not args["nowait"]:
+        await connection.publishes_settled(queue)
         channel.send("queue.declare-ok", queue=queue.name, message_count=await queue.message_count(),
                      consumer_count=queue.consumer_count)
 
@@ -79,6 +80,7 @@ async def purge(channel: Channel, args: Mapping[str, Any]) -> None:
     connection = channel.connection
     name = queue_name(channel, args["queue"], "queue.purge")
     connection.access.read_queue(name)
+    await connection.publishes_settled(connection.space.queue(name, connection.owner))
     count = await connection.space.purge_queue(name, owner=connection.owner)
     if not args["nowait"]:
         channel.send("queue.purge-ok", message_count=count)
@@ -88,6 +90,8 @@ async def delete(channel: Channel, args: Mapping[str, Any]) -> None:
     connection = channel.connection
     name = queue_name(channel, args["queue"], "queue.delete")
     connection.access.configure_queue(name)
+    if name in connection.space.queues:
+        await connection.publishes_settled(connection.space.queues[name])
     count = await connection.space.delete_queue(name, if_unused=args["if_unused"], if_empty=args["if_empty"],
                                                 owner=connection.owner)
     if not args["nowait"]:
