@@ -36,12 +36,14 @@ from core.records.builder import Record
 
 CURSOR_NAME = "queue"
 
-# The topic settings of a queue's topic: messages stay until acknowledged (acknowledged ledgers are
-# dropped by the subscription), messages up to the AMQP maximum fit, and ledgers roll small enough
-# that acknowledged data is reclaimed soon.
+# The settings of a topic created for a queue: messages stay until consumed, by the queue and by
+# any other subscription (a Kafka group) of the topic (core/retention.py), messages up to the AMQP
+# maximum fit, and ledgers roll small enough that consumed data is reclaimed soon. A queue over a
+# topic that existed before (a Kafka one) keeps that topic's settings: its acks delete nothing.
 QUEUE_TOPIC_CONFIGS = {
     "retention.ms": "-1",
     "retention.bytes": "-1",
+    "retention.consumed": "true",
     "max.message.bytes": str(256 << 20),
     "segment.bytes": str(64 << 20),
 }
@@ -139,7 +141,8 @@ class Queue:
         subscription = SharedSubscription(self.partition, cursor, self._clock, name=self.info.name,
                                           max_priority=max_priority(self.name, arguments),
                                           single_active=single_active(self.name, arguments),
-                                          redelivered_below=cursor.delivered_offset)
+                                          redelivered_below=cursor.delivered_offset,
+                                          delete_consumed=lambda: self._core.delete_consumed(self.topic, 0))
         subscription.note_high_watermark(partition.high_watermark)
         self._apply_policy(subscription)
         self.subscription = subscription

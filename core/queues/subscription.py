@@ -10,6 +10,7 @@ This is an AMQP queue's delivery side, in the core's words:
   `can_deliver` (a paused channel, a full output buffer). Auto-ack consumers acknowledge on delivery.
 - Acknowledging moves the cursor (committed offset plus individually acknowledged ranges); the
   cursor is persisted in the background, one write at a time however many acks arrive meanwhile.
+  Acks delete nothing: records go by the topic's retention (core/retention.py).
 - A rejected message with requeue, and every unacknowledged message of a consumer that goes away,
   is handed out again before anything newer, in offset order, marked as redelivered. Rejected
   without requeue, it is dead: dead-lettered through the queue's dead-letter exchange
@@ -51,7 +52,7 @@ READ_AHEAD_MESSAGES = 512        # read more while fewer than this wait in memor
 READ_AHEAD_BYTES = 8 << 20       # ... and while their bodies take less than this
 READ_BYTES = 1 << 20             # per log read (at least one whole batch)
 DATA_WAIT_S = 1.0                # re-check for consumers this often while waiting for new data
-TRIM_INTERVAL_MS = 10_000        # drop acknowledged ledgers at most this often
+TRIM_INTERVAL_MS = 10_000        # ask the core to drop consumed ledgers at most this often
 UNCHECKED = -1                   # QueuedMessage.expires_at not computed yet
 _DEAD_LETTERING = object()       # the holder of messages on their way to a dead-letter exchange
 
@@ -89,8 +90,9 @@ class Consumer(Protocol):
 class SharedSubscription:
     def __init__(self, partition: Callable[[], Awaitable[Partition]], cursor: Cursor, clock: Clock, *,
                  name: str = "", max_priority: int = 0, single_active: bool = False,
-                 redelivered_below: int = 0) -> None:
+                 redelivered_below: int = 0, delete_consumed: Callable[[], Awaitable[None]] | None = None) -> None:
         self._partition = partition
+        self._delete_consumed = delete_consumed
         self.cursor = cursor
         self._clock = clock
         self._name = name
@@ -110,6 +112,7 @@ class SharedSubscription:
         self._flusher: asyncio.Task | None = None
         self._cursor_dirty = False
         self._last_trim_ms = 0
+        self._trim_later: asyncio.Task | None = None
         self._dispatching = False
         self._dispatch_again = False
         self._closed = False
@@ -671,22 +674,35 @@ class SharedSubscription:
         await waiter
 
     async def _trim(self) -> None:
-        """Acknowledged data below the committed offset is no longer needed: drop whole ledgers."""
-        now = self._clock.now_ms()
-        if now - self._last_trim_ms < TRIM_INTERVAL_MS:
+        """The position moved: where the topic deletes what every subscription consumed, let the
+        core do it (at most every TRIM_INTERVAL_MS, later if asked sooner); acks alone never
+        delete records."""
+        if self._delete_consumed is None or self._trim_later is not None:
             return
-        self._last_trim_ms = now
-        partition = await self._partition()
-        if self.cursor.committed_offset > partition.log_start_offset:
-            await partition.delete_records_before(self.cursor.committed_offset)
+        wait_ms = self._last_trim_ms + TRIM_INTERVAL_MS - self._clock.now_ms()
+        if wait_ms > 0:
+            self._trim_later = asyncio.create_task(self._trim_after(wait_ms), name=f"queue-trim {self._name}")
+            return
+        self._last_trim_ms = self._clock.now_ms()
+        await self._delete_consumed()
+
+    async def _trim_after(self, wait_ms: int) -> None:
+        try:
+            await self._clock.sleep(wait_ms / 1000)
+            self._last_trim_ms = self._clock.now_ms()
+            await self._delete_consumed()
+        except Exception as exc:
+            log.warning("deleting what queue %s consumed failed: %s", self._name, exc)
+        finally:
+            self._trim_later = None
 
     async def close(self) -> None:
         """Stop reading and save the position (what is unacknowledged stays in the queue)."""
         self._closed = True
-        for task in (self._feeder,):
+        for task in (self._feeder, self._trim_later):
             if task is not None:
                 task.cancel()
-        self._feeder = None
+        self._feeder = self._trim_later = None
         self._read_done(everything=True)
         flusher = self._flusher
         if flusher is not None:
@@ -703,10 +719,10 @@ class SharedSubscription:
     def discard(self) -> None:
         """The queue is deleted: stop without saving anything."""
         self._closed = True
-        for task in (self._feeder, self._flusher):
+        for task in (self._feeder, self._flusher, self._trim_later):
             if task is not None:
                 task.cancel()
-        self._feeder = self._flusher = None
+        self._feeder = self._flusher = self._trim_later = None
         self._read_done(everything=True)
         self.consumers.clear()
         self._clear_buffer()
