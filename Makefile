@@ -17,7 +17,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test bench bench-kafka bench-amqp system-packages java
+.PHONY: run test bench bench-kafka bench-amqp upstream-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,13 @@ bench-kafka: $(BENCH_STAMP)
 # AMQP publish/consume through a real `gateway serve` beside a private RabbitMQ node (bench/rabbitmq.py).
 bench-amqp: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.amqp $(ARGS)
+
+# The AMQP client libraries' own suites against the gateway and a private RabbitMQ node, e.g.
+# make upstream-amqp ARGS="--pika ~/src/pika --aio-pika ~/src/aio-pika --aiormq ~/src/aiormq --kombu ~/src/kombu --site ~/src/upstream-site"
+# (checkouts of the releases named in docs/AMQP.md; nothing is downloaded here).
+upstream-amqp: $(TEST_STAMP) system-packages
+	$(BIN)/pip install -e '.[upstream]'
+	$(BIN)/python -m compat_tests.upstream.run_amqp_suites $(ARGS)
 
 # Spark (pipelines/ and its tests) needs a Java runtime: Debian's JRE 17, only when none is on PATH.
 java:
