@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 
 from core.auth import Principal, User, UserStore
 from core.errors import CoreError
-from core.queues.queue import Queue
-from core.queues.service import QueueNamespace, QueueService
+from core.queues.service import QueueService
 from protocols.amqp import delayed
 from protocols.amqp.channel import Channel
 from protocols.amqp.codec.errors import DecodeError
@@ -54,6 +53,7 @@ from protocols.amqp.machine.events import (
 from protocols.amqp.machine.settings import ServerSettings
 from protocols.amqp.spec import ReplyCode
 from protocols.amqp.permissions import ResourceAccess
+from protocols.amqp.session import Session
 from protocols.amqp.vhosts import authenticate, vhost_namespace
 
 log = logging.getLogger("gateway.amqp")
@@ -91,8 +91,8 @@ class AmqpBroker:
     def __init__(self, core, settings: AmqpSettings, queues: QueueService | None = None) -> None:
         self.core = core
         self.settings = settings
-        self.queues = queues if queues is not None else QueueService(core)
-        self.queues.message_facts = delayed.message_facts   # held messages are routed by their AMQP headers
+        # held messages are routed by their AMQP headers and properties
+        self.queues = queues if queues is not None else QueueService(core, message_facts=delayed.message_facts)
         self.users = UserStore(core.metadata)
 
 
@@ -127,18 +127,14 @@ class AmqpConnection:
         self.machine = AmqpServerConnection(broker.settings.server)
         self.clock = broker.core.clock
         self.channels: dict[int, Channel] = {}
-        self.space: QueueNamespace | None = None
         self.principal: Principal | None = None
         self.user: User | None = None
-        self.access: ResourceAccess | None = None   # set when the vhost is open
-        self.owner = self                    # the owner of the exclusive queues it declares
+        self.session = Session(self.machine, self.write, self.clock, lambda: self.writable)
         self.writable = True                 # False while the output is backed up
         self._reader = reader
         self._writer = writer
         self._loop = asyncio.get_running_loop()
         self._peer = writer.get_extra_info("peername")
-        self._published: set[Queue] = set()
-        self._unsettled: dict[Queue, asyncio.Future] = {}   # the latest publish to each queue, until settled
         self._blocked = False                # connection.blocked sent, connection.unblocked not yet
         self._close_deadline: float | None = None
         self._drainer: asyncio.Task | None = None
@@ -242,8 +238,8 @@ class AmqpConnection:
             self.write(self.machine.refuse_vhost(refusal))
             await self._closing()
             return
-        self.access = ResourceAccess(permission, event.vhost, self.username)
-        self.space = await self.broker.queues.namespace(*mapped)
+        self.session.access = ResourceAccess(permission, event.vhost, self.username)
+        self.session.space = await self.broker.queues.namespace(*mapped)
         self.write(self.machine.accept_vhost())
 
     # --- methods --------------------------------------------------------------------------------
@@ -263,7 +259,7 @@ class AmqpConnection:
             if number == 0:    # connection.update-secret
                 self._update_secret(event.args)
             elif name == "channel.open":
-                self.channels[number] = Channel(self, number)
+                self.channels[number] = Channel(self.session, number)
                 self.write(self.machine.send_method(number, "channel.open-ok"))
             elif name == "channel.close":
                 await self._close_channel(number)
@@ -327,7 +323,7 @@ class AmqpConnection:
     async def _release_channel(self, channel: Channel) -> None:
         for queue in channel.close():
             try:
-                await self.space.consumer_removed(queue)
+                await self.session.space.consumer_removed(queue)
             except CoreError as exc:
                 log.warning("auto-deleting queue %s failed: %s", queue.name, exc)
 
@@ -340,9 +336,9 @@ class AmqpConnection:
         channels, self.channels = list(self.channels.values()), {}
         for channel in channels:
             await self._release_channel(channel)
-        if self.space is not None:
+        if self.session.space is not None:
             try:
-                await self.space.release_owner(self.owner)
+                await self.session.space.release_owner(self.session.owner)
             except CoreError as exc:
                 log.warning("deleting the exclusive queues of %s failed: %s", self._peer, exc)
 
@@ -384,30 +380,10 @@ class AmqpConnection:
         for channel in list(self.channels.values()):
             channel.wake_consumers()
 
-    def published_to(self, queues: list, durable: list[asyncio.Future] = ()) -> None:
-        """A publish went to `queues` (with `durable`: one future each, done once settled there)."""
-        self._published.update(queues)
-        unsettled = self._unsettled
-        for queue, future in zip(queues, durable):
-            if unsettled.get(queue) is not future:    # once per batch: its publishes share the future
-                unsettled[queue] = future
-                future.add_done_callback(lambda done, queue=queue: self._settled(queue, done))
-
-    def _settled(self, queue: Queue, future: asyncio.Future) -> None:
-        if self._unsettled.get(queue) is future:
-            del self._unsettled[queue]
-
-    async def publishes_settled(self, queue: Queue) -> None:
-        """Wait until this connection's publishes to `queue` so far are stored (or failed): a method
-        after a publish sees it, as a RabbitMQ channel's methods take effect in order. Batches of a
-        queue settle in order, so the latest one is enough."""
-        future = self._unsettled.get(queue)
-        if future is not None and not future.done():
-            await asyncio.wait((future,))
-
     async def _apply_backpressure(self) -> None:
-        if self._published:
-            published, self._published = self._published, set()
+        session = self.session
+        if session.published:
+            published, session.published = session.published, set()
             for queue in published:
                 if not queue.publisher.writable:
                     self._set_blocked(True)
