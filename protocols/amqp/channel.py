@@ -91,6 +91,7 @@ class Channel:
         self._publish_seq = 0
         self._confirms: deque[tuple[int, asyncio.Future | None]] = deque()
         self._confirm_flush_scheduled = False
+        self._watched: asyncio.Future | None = None     # the durable future last given a callback
         self.closed = False
 
     # --- output ---------------------------------------------------------------------------------
@@ -209,7 +210,8 @@ class Channel:
         self._confirms.append((self._publish_seq, future))
         if future is None or future.done():
             self._schedule_confirms()
-        else:
+        elif future is not self._watched:    # once per batch: its publishes share the future
+            self._watched = future
             future.add_done_callback(self._on_durable)
 
     def _on_durable(self, _future: asyncio.Future) -> None:

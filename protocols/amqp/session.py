@@ -10,7 +10,7 @@ queues. It knows nothing of sockets or tasks: the adapter (server.py) makes it a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from core.clock import Clock
 from core.queues.queue import Queue
@@ -45,9 +45,8 @@ class Session:
         """False while the connection's output is backed up."""
         return self._writable()
 
-    def published_to(self, queues: Iterable, durable: Iterable[asyncio.Future] = ()) -> None:
+    def published_to(self, queues: list, durable: list[asyncio.Future] | tuple = ()) -> None:
         """A publish went to `queues` (with `durable`: one future each, done once settled there)."""
-        queues = list(queues)
         self.published.update(queues)
         unsettled = self._unsettled
         for queue, future in zip(queues, durable):
