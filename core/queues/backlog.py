@@ -14,6 +14,7 @@ The interface, as the subscription uses it:
     extend(messages)  messages newly read from the log, in offset order
     clear()           forget everything waiting
     wants_data()      room to read more from the log
+    strict            True if it must see the whole log before anything goes out, then:
     holds_back(read_offset, high_watermark)   nothing may go out yet (the log must be read further)
     missing           the offset of a head whose body must be loaded first, or None
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ READ_AHEAD_BYTES = 8 << 20       # ... and while their bodies take less than thi
 
 class FifoBacklog:
     __slots__ = ("_buffer", "_bytes", "_requeued", "missing")
+    strict = False          # hands out what it holds without waiting for the rest of the log
 
     def __init__(self) -> None:
         self._buffer: deque[QueuedMessage] = deque()          # read ahead, offset order
@@ -71,10 +73,9 @@ class FifoBacklog:
     def put_back(self, message: QueuedMessage) -> None:
         heapq.heappush(self._requeued, (message.offset, message))
 
-    def extend(self, messages: Iterable[QueuedMessage]) -> None:
-        for message in messages:
-            self._buffer.append(message)
-            self._bytes += len(message.value or b"")
+    def extend(self, messages: list[QueuedMessage]) -> None:
+        self._buffer.extend(messages)
+        self._bytes += sum([len(message.value) for message in messages if message.value])
 
     def clear(self) -> None:
         self._buffer.clear()

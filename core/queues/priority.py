@@ -111,6 +111,8 @@ class PriorityReadAhead:
         if len(self._bodies) < self._body_messages and self._body_bytes < self._body_limit:
             self._keep(message)
 
+    strict = True           # a higher priority may still be unread: see holds_back
+
     def extend(self, messages) -> None:
         for message in messages:
             self.append(message)

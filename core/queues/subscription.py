@@ -298,10 +298,13 @@ class SharedSubscription:
 
     def _peek_head(self) -> QueuedMessage | None:
         backlog = self._backlog
-        if backlog.holds_back(self._read_offset, self._high_watermark):
+        if backlog.strict and backlog.holds_back(self._read_offset, self._high_watermark):
             return None
-        cursor, unacked = self.cursor, self._unacked
-        return backlog.peek(lambda offset: offset in unacked or cursor.is_acked(offset))
+        return backlog.peek(self._settled)
+
+    def _settled(self, offset: int) -> bool:
+        """Handed out and not yet settled, or acknowledged: not to be handed out (again)."""
+        return offset in self._unacked or self.cursor.is_acked(offset)
 
     def _hand_out(self, message: QueuedMessage, owner: Hashable, auto_ack: bool) -> None:
         if auto_ack:
