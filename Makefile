@@ -22,7 +22,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test soak soak-cluster bench bench-kafka bench-amqp bench-replicated system-packages java
+.PHONY: run test soak soak-cluster bench bench-kafka bench-amqp bench-replicated upstream-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,13 @@ bench-amqp: $(BENCH_STAMP) system-packages
 # Replicated storage (3 bookies, E3/Qw3/Qa2 and E3/Qw2/Qa2) against the embedded default, one run.
 bench-replicated: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.replicated $(ARGS)
+
+# The AMQP client libraries' own suites against the gateway and a private RabbitMQ node, e.g.
+# make upstream-amqp ARGS="--pika ~/src/pika --aio-pika ~/src/aio-pika --aiormq ~/src/aiormq --kombu ~/src/kombu --site ~/src/upstream-site"
+# (checkouts of the releases named in docs/AMQP.md; nothing is downloaded here).
+upstream-amqp: $(TEST_STAMP) system-packages
+	$(BIN)/pip install -e '.[upstream]'
+	$(BIN)/python -m compat_tests.upstream.run_amqp_suites $(ARGS)
 
 # Spark (pipelines/ and its tests) needs a Java runtime: Debian's JRE 17, only when none is on PATH.
 java:

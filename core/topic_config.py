@@ -55,6 +55,9 @@ _KEYS = (
               doc="delete: retention by time and size; compact: accepted, compaction not performed yet"),
     ConfigKey("retention.ms", "604800000", _long(-1), "log.retention.ms"),
     ConfigKey("retention.bytes", "-1", _long(-1), "log.retention.bytes"),
+    ConfigKey("retention.consumed", "false", _boolean, "log.retention.consumed",
+              doc="true: records below every subscription's committed position (Kafka groups and AMQP "
+                  "queues alike) are deleted too, by whole ledgers (core/retention.py)"),
     ConfigKey("max.message.bytes", "1048588", _long(0), "message.max.bytes"),
     ConfigKey("segment.bytes", "134217728", _long(1 << 20), "log.segment.bytes",
               doc="a partition's ledger is rolled past this size"),
@@ -114,6 +117,7 @@ class EffectiveConfig:
     segment_bytes: int
     segment_ms: int
     log_append_time: bool
+    retention_consumed: bool = False     # also delete what every subscription consumed
 
     @classmethod
     def of(cls, explicit: Mapping[str, str], broker_defaults: Mapping[str, str] | None = None) -> "EffectiveConfig":
@@ -125,4 +129,4 @@ class EffectiveConfig:
             return TOPIC_CONFIGS[name].default
         return cls(int(get("retention.ms")), int(get("retention.bytes")), int(get("max.message.bytes")),
                    int(get("segment.bytes")), int(get("segment.ms")),
-                   get("message.timestamp.type") == "LogAppendTime")
+                   get("message.timestamp.type") == "LogAppendTime", get("retention.consumed") == "true")

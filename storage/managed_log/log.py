@@ -268,8 +268,19 @@ class ManagedLogImpl:
         return replace(listing, ledgers=listing.ledgers[:-1] + (sealed,))
 
     async def _swap(self, listing: LedgerList) -> None:
-        """Compare-and-set the ledger list (the caller holds _list_lock)."""
-        self._version = await self._metadata.put(self._path, listing.to_json(), self._version)
+        """Compare-and-set the ledger list (the caller holds _list_lock). A write once submitted lands
+        whether or not its caller waits: a caller cancelled meanwhile still waits for it, under the
+        lock, so the log keeps the version it wrote (else its next CAS, e.g. sealing on close, fails)."""
+        write = asyncio.ensure_future(self._metadata.put(self._path, listing.to_json(), self._version))
+        try:
+            version = await asyncio.shield(write)
+        except asyncio.CancelledError:
+            if not write.done():
+                await asyncio.wait((write,))
+            if not write.cancelled() and write.exception() is None:
+                self._version, self._list = write.result(), listing
+            raise
+        self._version = version
         self._list = listing
 
     def _on_writer_failed(self, error: BaseException) -> None:
