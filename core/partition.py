@@ -253,21 +253,25 @@ class Partition:
                         self.producers.begin_transaction(header.producer_id, entry.base_offset)
                 offset = entries[-1].next_offset
 
-    async def read(self, offset: int, max_bytes: int) -> ReadResult:
+    async def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> ReadResult:
+        """Whole batches from `offset` within max_bytes; with min_one the first batch even when it
+        alone exceeds max_bytes (Kafka's rule: only the response's first batch may cross a limit)."""
         with storage_errors():
-            entries = await self.log.read(offset, max_bytes)
+            entries = _within(await self.log.read(offset, max_bytes), max_bytes, min_one)
         return ReadResult(b"".join(entry.payload for entry in entries), self.log.high_watermark,
                           self.log.log_start_offset)
 
-    async def read_committed(self, offset: int, max_bytes: int) -> CommittedRead:
-        """Whole batches from `offset` below the last stable offset (none when it is not below it)."""
+    async def read_committed(self, offset: int, max_bytes: int, *, min_one: bool = True) -> CommittedRead:
+        """Whole batches from `offset` below the last stable offset (none when it is not below it),
+        within max_bytes as read() counts them."""
         stable = self.last_stable_offset
         if offset > self.high_watermark or offset < self.log_start_offset:
             raise OffsetOutOfRange(f"offset {offset} is outside [{self.log_start_offset}, {self.high_watermark}]")
         entries = []
         if offset < stable:
             with storage_errors():
-                entries = [entry for entry in await self.log.read(offset, max_bytes) if entry.base_offset < stable]
+                entries = _within([entry for entry in await self.log.read(offset, max_bytes)
+                                   if entry.base_offset < stable], max_bytes, min_one)
         end = entries[-1].next_offset if entries else offset
         self.aborted.trim_before(self.log.log_start_offset)
         return CommittedRead(b"".join(entry.payload for entry in entries), self.log.high_watermark, stable,
@@ -319,3 +323,14 @@ class Partition:
 
     async def close(self) -> None:
         await self.log.close()
+
+
+def _within(entries: list, max_bytes: int, min_one: bool) -> list:
+    """The leading entries whose bytes fit in max_bytes; the first one regardless when min_one.
+    The log's read stops after the entry that crosses its limit, so the crossing one is dropped here."""
+    total = 0
+    for count, entry in enumerate(entries):
+        total += len(entry.payload)
+        if total > max_bytes and (count or not min_one):
+            return entries[:count]
+    return entries

@@ -7,8 +7,6 @@ exercised over a raw socket with the gateway's own codec.
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 import uuid
 
@@ -22,8 +20,7 @@ from kafka import errors as kafka_errors
 from kafka.admin import ConfigResource as KafkaPythonResource
 from kafka.admin import KafkaAdminClient
 
-from protocols.kafka.codec import types as t
-from protocols.kafka.codec.compile import request_codec, response_codec
+from compat_tests.kafka.wire_call import raw_request
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 
@@ -268,35 +265,6 @@ def test_confluent_partitions_records_cluster_and_leaders(confluent, gateway_pro
 
 
 # --- OffsetForLeaderEpoch over a raw socket -----------------------------------------------------
-
-def raw_request(address: tuple[str, int], api, version: int, body: dict):
-    """Send one request with the gateway's own codec and decode the response the same way."""
-    payload = bytearray(struct.pack(">hhih", api.key, version, 1, len(b"raw")) + b"raw")
-    if api.is_flexible(version):
-        payload += b"\x00"   # request header v2: no tagged fields
-    request_codec(api, version).write(payload, body)
-    with socket.create_connection(address, timeout=TIMEOUT_S) as conn:
-        conn.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", receive_exactly(conn, 4))[0]
-        frame = receive_exactly(conn, size)
-    reader = t.Reader(frame)
-    assert reader.unpack(struct.Struct(">i")) == 1
-    if api.is_flexible(version):
-        assert reader.uvarint() == 0   # response header v1: no tagged fields
-    return response_codec(api, version).read(reader)
-
-
-def receive_exactly(conn: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(data) < size and time.monotonic() < deadline:
-        chunk = conn.recv(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    assert len(data) == size, f"connection closed after {len(data)} of {size} bytes"
-    return bytes(data)
-
 
 @pytest.mark.parametrize("version", [2, 4])
 def test_offset_for_leader_epoch_answers_no_epoch_for_known_partitions(admin, gateway_process, version):

@@ -1,8 +1,8 @@
 """Fetch (key 1), versions 0-12.
 
 Behaviour: reads whole batches from each partition's fetch offset (a fetch inside a batch returns
-that batch), within the partition and response byte limits but always at least one batch for the
-first partition with data (KIP-74). Waits up to max_wait_ms for min_bytes, woken by appends.
+that batch), stopping before the batch that would cross the partition or the response byte limit;
+only the response's first batch may exceed them (KIP-74, v3+; v0-2 have hard limits). Waits up to max_wait_ms for min_bytes, woken by appends.
 Out-of-range offsets get OFFSET_OUT_OF_RANGE with the log start offset. read_committed (v4+,
 isolation_level 1) reads only batches below the last stable offset (the first offset of the oldest
 open transaction, else the high watermark), waits for that offset to move, and lists the aborted
@@ -50,7 +50,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
                 partition = exc
             wanted.append((topic.topic, asked, partition))
     while True:
-        answers, total = await _read_all(request, wanted)
+        answers, total = await _read_all(request, wanted, ctx.version >= 3)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0:
             break
@@ -87,7 +87,7 @@ def _read_committed(request: Msg) -> bool:
     return request.isolation_level == READ_COMMITTED   # absent before v4: decoded as its default, 0
 
 
-async def _read_all(request: Msg, wanted: list) -> tuple[list, int]:
+async def _read_all(request: Msg, wanted: list, soft_limits: bool) -> tuple[list, int]:
     committed = _read_committed(request)
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -106,13 +106,14 @@ async def _read_all(request: Msg, wanted: list) -> tuple[list, int]:
                       log_start_offset=partition.log_start_offset,
                       aborted_transactions=[] if request.isolation_level == 1 else None)
         limit = min(asked.partition_max_bytes, budget - total)
-        if limit <= 0 and total > 0:
+        min_one = total == 0 and soft_limits
+        if limit <= 0 and not min_one:
             continue
         try:
             if committed:
-                result = await partition.read_committed(asked.fetch_offset, max(limit, 1))
+                result = await partition.read_committed(asked.fetch_offset, max(limit, 1), min_one=min_one)
             else:
-                result = await partition.read(asked.fetch_offset, max(limit, 1))
+                result = await partition.read(asked.fetch_offset, max(limit, 1), min_one=min_one)
         except OffsetOutOfRange:
             answer["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
             continue
