@@ -114,7 +114,7 @@ class GroupStore:
 
         async def write(tp: TopicPartition, committed: OffsetAndMetadata) -> None:
             cursor = await self._core.cursor(self._topic(key, tp[0]), tp[1], name)
-            cursor.commit(committed.offset, committed.metadata)
+            cursor.commit(committed.offset, committed.metadata, committed.leader_epoch)
             await cursor.flush()
 
         await asyncio.gather(*(write(tp, committed) for tp, committed in offsets.items()))
@@ -129,7 +129,8 @@ class GroupStore:
             except InvalidName:
                 return None
             cursor = await self._core.cursor(topic, tp[1], name)
-            return OffsetAndMetadata(cursor.committed_offset, cursor.metadata) if cursor.exists else None
+            return (OffsetAndMetadata(cursor.committed_offset, cursor.metadata, cursor.leader_epoch)
+                    if cursor.exists else None)
 
         wanted = list(dict.fromkeys(partitions))
         found = await asyncio.gather(*(read(tp) for tp in wanted))
