@@ -82,6 +82,7 @@ class CursorState:
     metadata: str = ""
     delivered: int = 0
     leader_epoch: int = -1
+    updated_ms: int = 0      # when last stored (0: never)
 
 
 class Cursor:
@@ -111,7 +112,7 @@ class Cursor:
             return cls(store, clock, topic, partition, name, CursorState(initial_offset, AckSet()), None)
         doc = json.loads(node.value)
         state = CursorState(doc["committed"], AckSet([tuple(r) for r in doc["acked"]]), doc.get("metadata", ""),
-                            doc.get("delivered", 0), doc.get("leader_epoch", -1))
+                            doc.get("delivered", 0), doc.get("leader_epoch", -1), doc.get("updated_ms", 0))
         return cls(store, clock, topic, partition, name, state, node.version)
 
     @property
@@ -126,6 +127,11 @@ class Cursor:
     def leader_epoch(self) -> int:
         """The leader epoch committed with the offset (-1: none)."""
         return self._state.leader_epoch
+
+    @property
+    def updated_ms(self) -> int:
+        """When the cursor was last stored (0: never): a commit's timestamp."""
+        return self._state.updated_ms
 
     @property
     def exists(self) -> bool:
@@ -170,8 +176,9 @@ class Cursor:
         """Persist the cursor if it changed. Durable when it returns."""
         if not self._dirty:
             return
+        self._state.updated_ms = self._clock.now_ms()
         fields = {"committed": self._state.committed, "acked": self._state.acked.ranges(),
-                  "metadata": self._state.metadata, "updated_ms": self._clock.now_ms()}
+                  "metadata": self._state.metadata, "updated_ms": self._state.updated_ms}
         if self._state.delivered:
             fields["delivered"] = self._state.delivered
         if self._state.leader_epoch >= 0:

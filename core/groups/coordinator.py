@@ -3,7 +3,10 @@ their committed offsets.
 
 Groups live in memory while used and are loaded from their stored record (store.py) when first
 named after a restart; an Empty group idle for `empty_group_idle_ms` is dropped from memory (its
-offsets stay stored). A group "exists" while it is in memory or has a stored record.
+offsets stay stored). A group "exists" while it is in memory or has a stored record. Every
+`offsets_retention_check_ms` the committed offsets of groups Empty for `offsets_retention_ms` are
+deleted, and the group with them (Kafka's offsets.retention.minutes): a group counts as Empty
+since its last commit or, when it had members in this process, since the last one left.
 
 Owned by the event loop. Group operations are synchronous state changes (group.py); only loading
 a group and reading or writing offsets await. JoinGroup and SyncGroup return once the rebalance
@@ -12,6 +15,7 @@ they wait for completes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -44,9 +48,26 @@ class GroupCoordinator:
         self._groups: dict[GroupKey, MembershipGroup] = {}
         self._records: dict[GroupKey, GroupRecord] = {}
         self._deadlines: Deadlines[GroupKey] = Deadlines(self._clock, self._on_due)
+        self._expiry: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Run the offset expiry pass every offsets_retention_check_ms (needs a running loop)."""
+        if self._expiry is None:
+            self._expiry = asyncio.get_running_loop().create_task(self._expire_offsets_forever(),
+                                                                  name="group-offset-expiry")
 
     def close(self) -> None:
         self._deadlines.close()
+        if self._expiry is not None:
+            self._expiry.cancel()
+
+    async def _expire_offsets_forever(self) -> None:
+        while True:
+            await self._clock.sleep(self.settings.offsets_retention_check_ms / 1000)
+            try:
+                await self.expire_offsets()
+            except Exception:   # storage trouble or a bug: try again next time
+                log.exception("the group offset expiry pass failed")
 
     # --- membership -------------------------------------------------------------------------------
 
@@ -231,6 +252,34 @@ class GroupCoordinator:
         self._drop(key)
         await self._store.delete_all(key, record)
         log.info("group %s of %s/%s deleted", key.group_id, key.tenant, key.namespace)
+
+    async def expire_offsets(self) -> list[GroupKey]:
+        """Delete the committed offsets, and so the group, of every group Empty for longer than
+        offsets_retention_ms; returns the groups deleted."""
+        expired = []
+        for key in await self._store.stored_keys():
+            group = self._groups.get(key)
+            if group is not None and group.state is not GroupState.EMPTY:
+                continue
+            record = self._records.get(key) or await self._store.load(key)
+            if record is None:
+                continue
+            since = await self._store.last_commit_ms(key, record)
+            group = self._groups.get(key)   # looked up again: the awaits above let requests in
+            if group is not None:
+                if group.state is not GroupState.EMPTY:
+                    continue
+                since = max(since, group.empty_since_ms)
+            if since + self.settings.offsets_retention_ms > self._clock.now_ms():
+                continue
+            if group is not None:
+                record = self._records[key]
+                group.mark_dead()
+                self._drop(key)
+            await self._store.delete_all(key, record)
+            expired.append(key)
+            log.info("group %s of %s/%s: committed offsets expired", key.group_id, key.tenant, key.namespace)
+        return expired
 
     # --- time -------------------------------------------------------------------------------------
 

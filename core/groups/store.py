@@ -137,6 +137,30 @@ class GroupStore:
         return dict(zip(wanted, found))
 
     @_core_errors
+    async def stored_keys(self) -> list[GroupKey]:
+        """Every group with a stored record, in every tenant and namespace."""
+        keys = []
+        registry = self._core.registry
+        for tenant in await registry.tenants():
+            for namespace in await registry.namespaces(tenant):
+                keys += [GroupKey(tenant, namespace, group_id)
+                         for group_id in await self.stored_group_ids(tenant, namespace)]
+        return keys
+
+    @_core_errors
+    async def last_commit_ms(self, key: GroupKey, record: GroupRecord) -> int:
+        """When the newest of the group's committed offsets was committed (0: none is stored)."""
+        name = storage_name(key.group_id)
+        newest = 0
+        for topic, index in record.topic_partitions():
+            try:
+                cursor = await self._core.cursor(self._topic(key, topic), index, name)
+            except InvalidName:
+                continue
+            newest = max(newest, cursor.updated_ms)
+        return newest
+
+    @_core_errors
     async def delete(self, key: GroupKey, record: GroupRecord, partitions: Iterable[TopicPartition]) -> None:
         """Forget the offsets of `partitions`; the record goes once it lists nothing."""
         name = storage_name(key.group_id)

@@ -11,8 +11,8 @@ ZooKeeper) were not. Metadata over 4096 characters is OFFSET_METADATA_TOO_LARGE.
 With ACLs enforced (SASL on), as in Kafka 2.8: without READ on the group every partition is
 GROUP_AUTHORIZATION_FAILED; then each topic needs READ (TOPIC_AUTHORIZATION_FAILED, before the
 existence check), and only the allowed partitions reach the group.
-Gaps: the v1 commit timestamp and the v2-4 retention time are ignored: committed offsets never
-expire (Kafka drops an Empty group's offsets after offsets.retention.minutes).
+Committed offsets expire with their group (offsets.retention.minutes, core/groups/coordinator.py).
+Gaps: the v1 commit timestamp and the v2-4 retention time are ignored.
 """
 
 from collections.abc import Callable
