@@ -96,6 +96,7 @@ class Partition:
         self.aborted = AbortedIndex()
         self._aborted_store = aborted_store   # None: the aborted index is rebuilt from the log tail only
         self._stable_waiters: list[asyncio.Future] = []
+        self._max_timestamp: int | None = None   # the highest record timestamp stored; None: not known yet
 
     @property
     def log_start_offset(self) -> int:
@@ -159,6 +160,8 @@ class Partition:
                     stored = record_batch.with_offset_and_epoch(batch, base_offset, record_batch.NO_LEADER_EPOCH)
                     max_timestamp = header.max_timestamp
                 pending.append(self.log.append(stored, header.record_count, max_timestamp))
+                if self._max_timestamp is not None and max_timestamp > self._max_timestamp:
+                    self._max_timestamp = max_timestamp
                 if idempotent:
                     self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
                                           header.record_count, base_offset, header.max_timestamp)
@@ -173,7 +176,10 @@ class Partition:
             offset = self.log.next_offset
             batch = build_marker(marker, self._clock.now_ms())
             stored = record_batch.with_offset_and_epoch(batch, offset, record_batch.NO_LEADER_EPOCH)
-            await self.log.append(stored, 1, record_batch.read_header(batch).max_timestamp)
+            timestamp = record_batch.read_header(batch).max_timestamp
+            await self.log.append(stored, 1, timestamp)
+        if self._max_timestamp is not None and timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
         aborted = self._end_transaction(marker, offset)
         if aborted is not None and self._aborted_store is not None:
             try:
@@ -309,15 +315,48 @@ class Partition:
             entry = following[0] if following else None
         return None
 
+    async def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with the highest timestamp, or None when the
+        log holds no record (Kafka's ListOffsets MAX_TIMESTAMP, KIP-734)."""
+        if self._max_timestamp is None:
+            self._max_timestamp = await self._search_max_timestamp()
+        if self._max_timestamp is None:
+            return None
+        return await self.offset_for_timestamp(self._max_timestamp)
+
+    async def _search_max_timestamp(self) -> int | None:
+        """The highest stored timestamp: the largest T that some entry's timestamp reaches, found by
+        galloping then bisecting over T with the log's time lookup (about 45 lookups)."""
+        async def reached(timestamp_ms: int) -> bool:
+            with storage_errors():
+                return await self.log.find_by_timestamp(timestamp_ms) is not None
+        low = -1   # "no timestamp" sorts lowest
+        if not await reached(low):
+            return None
+        step = 1 << 40
+        high = max(low, self._clock.now_ms())
+        while await reached(high):          # producers may write timestamps in the future
+            low, high = high, high + step
+            step *= 2
+        while high - low > 1:               # reached(low) and not reached(high)
+            middle = (low + high) // 2
+            if await reached(middle):
+                low = middle
+            else:
+                high = middle
+        return low
+
     async def delete_records_before(self, offset: int) -> int:
         """Kafka DeleteRecords: -1 means the high watermark. Returns the new log start offset."""
         target = self.high_watermark if offset == -1 else offset
         if target < 0 or target > self.high_watermark:
             raise OffsetOutOfRange(f"offset {offset} is outside [0, {self.high_watermark}]")
+        self._max_timestamp = None   # the record holding it may go: look again when asked
         with storage_errors():
             return await self.log.delete_before(target)
 
     async def enforce_retention(self, now_ms: int) -> int:
+        self._max_timestamp = None   # the record holding it may go: look again when asked
         with storage_errors():
             return await self.log.trim(retention_policy(self.config), now_ms)
 
