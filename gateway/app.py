@@ -119,7 +119,8 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
                          group_max_size=config.group_max_size,
                          offsets_retention_minutes=config.offsets_retention_minutes,
                          offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
-                         transaction_cleanup_interval_ms=config.transaction_cleanup_interval_ms)
+                         transaction_cleanup_interval_ms=config.transaction_cleanup_interval_ms,
+                         given=config.given)
 
 
 class Gateway:

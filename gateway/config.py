@@ -87,6 +87,8 @@ class KafkaConfig:
     # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often transactions
     # past their timeout are looked for and aborted
     transaction_cleanup_interval_ms: int = 10_000
+    # The keys some source set (DescribeConfigs tells them from defaults); not part of the value.
+    given: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.auto_create_topics, bool):
@@ -254,7 +256,8 @@ def resolve_config(
         settings["log_level"] = settings["log_level"].lower()
 
     config = GatewayConfig(**settings, storage=_storage_config(storage_table, config_file),
-                           kafka=KafkaConfig(**kafka_settings), users=users)
+                           kafka=KafkaConfig(**kafka_settings, given=frozenset(kafka_settings)),
+                           users=users)
     # The READY line and the storage layer want one unambiguous directory, whatever the cwd later is.
     return dataclasses.replace(config, data_dir=Path(os.path.abspath(config.data_dir)))
 

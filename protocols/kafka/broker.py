@@ -40,6 +40,7 @@ class KafkaSettings:
     transaction_max_timeout_ms: int = 900_000      # Kafka's transaction.max.timeout.ms
     # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
     transaction_cleanup_interval_ms: int = 10_000
+    given: frozenset[str] = frozenset()   # the [kafka] settings the configuration set (the rest are defaults)
 
 PRODUCER_ID_COUNTER = "kafka-producer-id"   # one counter for idempotent and transactional producers
 
