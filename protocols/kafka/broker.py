@@ -13,6 +13,7 @@ from core.quotas import ClientQuotas
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.service import Core
 from core.transactions.coordinator import TransactionCoordinator, TransactionSettings
+from protocols.kafka.consumer_offsets import ConsumerOffsetsLog
 from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import Limits
 from protocols.kafka.sasl.scram import ScramServer
@@ -63,7 +64,8 @@ class KafkaBroker:
         # ACLs are stored always but enforced only with SASL on (protocols/kafka/authorization.py).
         self.authorizer = Authorizer(core.metadata, super_users=settings.super_users)
         self.quotas = ClientQuotas(core.metadata, core.clock)
-        self.groups = GroupCoordinator(core, group_settings(settings))
+        self.consumer_offsets = ConsumerOffsetsLog(core)   # the __consumer_offsets topic
+        self.groups = GroupCoordinator(core, group_settings(settings), observer=self.consumer_offsets)
         self.transactions = TransactionCoordinator(
             core, self.groups, lambda: core.metadata.next_id(PRODUCER_ID_COUNTER),
             TransactionSettings(max_timeout_ms=settings.transaction_max_timeout_ms,
@@ -80,6 +82,7 @@ class KafkaBroker:
         """Stop background work (group timers, transaction cleanup); stored state needs no saving."""
         self.groups.close()
         self.transactions.close()
+        self.consumer_offsets.close()
 
 
 @dataclass(slots=True)
