@@ -81,6 +81,8 @@ def _retrieve(future: asyncio.Future) -> None:
 
 
 def retention_policy(config: EffectiveConfig) -> RetentionPolicy:
+    if not config.deletes:   # compact only (no compaction runs) or no cleanup: nothing is removed, as in Kafka
+        return RetentionPolicy(-1, -1, config.segment_bytes, config.segment_ms)
     return RetentionPolicy(config.retention_ms, config.retention_bytes, config.segment_bytes, config.segment_ms)
 
 

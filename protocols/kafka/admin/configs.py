@@ -6,8 +6,9 @@ anything else falls back to the broker-level config of the same meaning, set for
 (DYNAMIC_BROKER_CONFIG) or cluster-wide (DYNAMIC_DEFAULT_BROKER_CONFIG) at run time
 (core/broker_configs.py), else Kafka's default (DEFAULT_CONFIG). The broker's own configs are the
 gateway's settings (STATIC_BROKER_CONFIG when the configuration sets them, else DEFAULT_CONFIG;
-read-only, as in Kafka, where none of them is dynamic) plus those broker-level topic defaults,
-which are dynamic: not read-only, changeable by AlterConfigs / IncrementalAlterConfigs.
+read-only, except the listeners, which Kafka reports as dynamic though they cannot be changed
+here) plus those broker-level topic defaults, which are dynamic: not read-only, changeable by
+AlterConfigs / IncrementalAlterConfigs.
 """
 
 from __future__ import annotations
@@ -176,6 +177,9 @@ class _BrokerConfig:
     doc: str
     setting: str | None = None   # the [kafka] setting it reflects: STATIC_BROKER_CONFIG when given
     always_set: bool = False     # what the gateway always configures (its id, listeners, data directory)
+    # Dynamic in Kafka (per broker), so not read-only as Kafka reports it, though the gateway
+    # cannot change it at run time (changing it is refused as for a static config).
+    dynamic_in_kafka: bool = False
 
 
 def _listener(settings: KafkaSettings) -> str:
@@ -191,9 +195,9 @@ _BROKER_CONFIGS = (
     _BrokerConfig("broker.id", ConfigType.INT, lambda s: str(s.node_id), "This broker's id.", always_set=True),
     _BrokerConfig("broker.rack", ConfigType.STRING, lambda s: s.rack, "This broker's rack, if any."),
     _BrokerConfig("listeners", ConfigType.STRING, _listener, "Where this broker listens for Kafka clients.",
-                  always_set=True),
+                  always_set=True, dynamic_in_kafka=True),
     _BrokerConfig("advertised.listeners", ConfigType.STRING, _listener, "What clients are told to connect to.",
-                  always_set=True),
+                  "advertised_host", dynamic_in_kafka=True),
     _BrokerConfig("log.dirs", ConfigType.STRING, lambda s: s.log_dir or None, "The gateway's data directory.",
                   always_set=True),
     _BrokerConfig("num.partitions", ConfigType.INT, _setting("default_partitions"),
@@ -242,7 +246,8 @@ def broker_config_entries(settings: KafkaSettings, levels: BrokerLevels) -> list
         given = config.always_set or config.setting in settings.given
         source = ConfigSource.STATIC_BROKER_CONFIG if given else ConfigSource.DEFAULT_CONFIG
         synonyms = (Synonym(config.name, value, source),) if value is not None else ()
-        entries.append(ConfigEntry(config.name, value, True, config.config_type, config.doc, synonyms))
+        entries.append(ConfigEntry(config.name, value, not config.dynamic_in_kafka, config.config_type, config.doc,
+                                   synonyms))
     named = {entry.name for entry in entries}
     for key in TOPIC_CONFIGS.values():
         if key.broker_synonym in named:
