@@ -22,7 +22,9 @@ kafka-python, group.min.session.timeout.ms=1000. How each suite is pointed at it
 - confluent-kafka: its bring-your-own-cluster mode (BROKERS), tests/integration, with the
   interpreter's installed confluent_kafka (the C extension is not built from the checkout); not
   the Schema Registry tests (no registry), share consumers (KIP-932, Kafka 4) nor the tests that
-  deploy their own SASL cluster with trivup.
+  deploy their own SASL cluster with trivup;
+- kombu (its Kafka transport, over confluent-kafka): t/integration/test_kafka.py with -E kafka, the
+  gateway on localhost:9092, where those tests look for Kafka.
 
 Prints each suite's score and every failure with its first message line; exits 1 if any failed.
 """
@@ -56,6 +58,7 @@ class Suite:
     args: list[str] = field(default_factory=list)
     partitions: int | None = None          # None: the suite's harness starts the gateway itself
     min_session_timeout_ms: int = 6000
+    port: int = 0                          # where the gateway listens (0: any free port)
 
 
 @dataclass
@@ -81,6 +84,9 @@ def suites(options: argparse.Namespace) -> list[Suite]:
                                  "test_consumer.py::TestConsumerIntegration::test_ssl_consume",
                                  "test_producer.py::TestKafkaProducerIntegration::test_producer_ssl",
                                  "test_helpers.py::test_create_ssl_context"))]))
+    if options.kombu:   # its tests name localhost:9092
+        chosen.append(Suite("kombu", options.kombu, ["t/integration/test_kafka.py"], {}, ["-E", "kafka"],
+                            partitions=1, port=9092))
     if options.confluent_kafka:
         chosen.append(Suite("confluent-kafka", options.confluent_kafka, ["tests/integration"], {},
                             ["--ignore=tests/integration/schema_registry", "-k", "not sasl_cluster and not share_"],
@@ -94,8 +100,8 @@ def run(suite: Suite, python: str, gateway_python: str, keyword: str | None, res
     env[PYTHON_ENV] = gateway_python
     gateway = None
     if suite.partitions is not None:
-        gateway = Gateway(partitions=suite.partitions, min_session_timeout_ms=suite.min_session_timeout_ms,
-                          python=gateway_python)
+        gateway = Gateway(port=suite.port, partitions=suite.partitions,
+                          min_session_timeout_ms=suite.min_session_timeout_ms, python=gateway_python)
         env.update(KAFKA_URI=f"PLAINTEXT://{gateway.bootstrap}", BROKERS=gateway.bootstrap)
     report = results / f"{suite.name}.xml"
     command = [python, "-m", "pytest", *suite.paths, *suite.args, "-p", "no:cacheprovider", "-q",
@@ -143,6 +149,7 @@ def main() -> int:
     parser.add_argument("--kafka-python", type=Path, help="kafka-python checkout")
     parser.add_argument("--aiokafka", type=Path, help="aiokafka checkout")
     parser.add_argument("--confluent-kafka", type=Path, help="confluent-kafka-python checkout")
+    parser.add_argument("--kombu", type=Path, help="kombu checkout (its Kafka transport; needs port 9092 free)")
     parser.add_argument("-k", dest="keyword", help="only the tests pytest -k selects")
     options = parser.parse_args()
     chosen = suites(options)
