@@ -99,6 +99,7 @@ class Partition:
         self._aborted_store = aborted_store   # None: the aborted index is rebuilt from the log tail only
         self._stable_waiters: list[asyncio.Future] = []
         self._max_timestamp: int | None = None   # the highest record timestamp stored; None: not known yet
+        self._watchers: list[asyncio.Future] = []   # readers waiting for the next durable append
 
     @property
     def log_start_offset(self) -> int:
@@ -143,6 +144,7 @@ class Partition:
                 raise InvalidRecord("a transactional batch needs a producer id")
             headers.append(header)
         pending: list[Awaitable[int]] = []
+        appended = None
         first_queued = self.log.next_offset
         with storage_errors():
             now_ms = self._clock.now_ms() if self.config.log_append_time else 0
@@ -161,7 +163,8 @@ class Partition:
                 else:
                     stored = record_batch.with_offset_and_epoch(batch, base_offset, record_batch.NO_LEADER_EPOCH)
                     max_timestamp = header.max_timestamp
-                pending.append(self.log.append(stored, header.record_count, max_timestamp))
+                appended = self.log.append(stored, header.record_count, max_timestamp)
+                pending.append(appended)
                 if self._max_timestamp is not None and max_timestamp > self._max_timestamp:
                     self._max_timestamp = max_timestamp
                 if idempotent:
@@ -169,6 +172,10 @@ class Partition:
                                           header.record_count, base_offset, header.max_timestamp)
                     if header.is_transactional:
                         self.producers.begin_transaction(header.producer_id, base_offset)
+        if appended is not None:
+            # Resolved once the log's high watermark covers the last batch (it moves first); a
+            # reader may start watching before then, so the callback is always there.
+            asyncio.ensure_future(appended).add_done_callback(self._wake_watchers)
         return self._first_offset(pending, first_queued)
 
     async def write_marker(self, marker: Marker) -> int:
@@ -183,6 +190,7 @@ class Partition:
         if self._max_timestamp is not None and timestamp > self._max_timestamp:
             self._max_timestamp = timestamp
         aborted = self._end_transaction(marker, offset)
+        self._wake_watchers()   # the high watermark and the last stable offset both moved
         if aborted is not None and self._aborted_store is not None:
             try:
                 with storage_errors():
@@ -201,7 +209,7 @@ class Partition:
         waiters, self._stable_waiters = self._stable_waiters, []
         for waiter in waiters:
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(True)
         return aborted
 
     async def _first_offset(self, pending: list[Awaitable[int]], first_queued: int) -> int:
@@ -284,6 +292,23 @@ class Partition:
         self.aborted.trim_before(self.log.log_start_offset)
         return CommittedRead(b"".join(entry.payload for entry in entries), self.log.high_watermark, stable,
                              self.log.log_start_offset, self.aborted.overlapping(offset, end) if entries else [])
+
+    def watch(self, waiter: asyncio.Future) -> None:
+        """Resolve `waiter` (if not done) at the next durable append or transaction marker: one
+        future can watch many partitions, without a task per partition (a Fetch's wait)."""
+        self._watchers.append(waiter)
+
+    def unwatch(self, waiter: asyncio.Future) -> None:
+        try:
+            self._watchers.remove(waiter)
+        except ValueError:
+            pass
+
+    def _wake_watchers(self, _appended: object = None) -> None:
+        watchers, self._watchers = self._watchers, []
+        for waiter in watchers:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def wait_for_data(self, offset: int, timeout_s: float, *, committed: bool = False) -> bool:
         """Wait until there is data at `offset` (for read_committed: below the last stable offset)."""

@@ -2,7 +2,8 @@
 
 Behaviour: reads whole batches from each partition's fetch offset (a fetch inside a batch returns
 that batch), stopping before the batch that would cross the partition or the response byte limit;
-only the response's first batch may exceed them (KIP-74, v3+; v0-2 have hard limits). Waits up to max_wait_ms for min_bytes, woken by appends.
+only the response's first batch may exceed them (KIP-74, v3+; v0-2 have hard limits). Waits up to max_wait_ms for min_bytes, woken by the next append to any partition asked for (one
+future watched by all of them); a partition the consumer has caught up with is not read at all.
 Out-of-range offsets get OFFSET_OUT_OF_RANGE with the log start offset. read_committed (v4+,
 isolation_level 1) reads only batches below the last stable offset (the first offset of the oldest
 open transaction, else the high watermark), waits for that offset to move, and lists the aborted
@@ -55,22 +56,37 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         if total >= request.min_bytes or remaining <= 0:
             break
         committed = _read_committed(request)
-        waits = [asyncio.ensure_future(p.wait_for_data(asked.fetch_offset, remaining, committed=committed))
-                 for _, asked, p in wanted
-                 if not isinstance(p, (Exception, ErrorCode))
-                 and (p.last_stable_offset if committed else p.high_watermark) <= asked.fetch_offset]
-        if not waits:
-            break
-        done, pending = await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in pending:
-            waiter.cancel()
-        if not done:
+        waiting = [p for _, asked, p in wanted
+                   if not isinstance(p, (Exception, ErrorCode))
+                   and (p.last_stable_offset if committed else p.high_watermark) <= asked.fetch_offset]
+        if not waiting or not await _next_append(waiting, remaining):
             break
     responses: dict[str, list] = {}
     for name, answer in answers:
         responses.setdefault(name, []).append(answer)
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0,
             "responses": [{"topic": name, "partitions": parts} for name, parts in responses.items()]}
+
+
+async def _next_append(partitions: list, timeout_s: float) -> bool:
+    """Wait for the next append to any of `partitions` (True), or the timeout (False): one future
+    watched by every partition and one timer, not a task per partition."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    timer = loop.call_later(timeout_s, _expire, waiter)
+    for partition in partitions:
+        partition.watch(waiter)
+    try:
+        return await waiter
+    finally:
+        timer.cancel()
+        for partition in partitions:
+            partition.unwatch(waiter)
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 async def _readable_topics(request: Msg, ctx: RequestContext) -> set[str] | None:
@@ -102,9 +118,11 @@ async def _read_all(request: Msg, wanted: list, soft_limits: bool) -> tuple[list
         if isinstance(partition, CoreError):
             answer["error_code"] = kafka_code(partition)
             continue
-        answer.update(high_watermark=partition.high_watermark, last_stable_offset=partition.last_stable_offset,
-                      log_start_offset=partition.log_start_offset,
-                      aborted_transactions=[] if request.isolation_level == 1 else None)
+        high_watermark, stable, start = partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
+        answer.update(high_watermark=high_watermark, last_stable_offset=stable, log_start_offset=start,
+                      aborted_transactions=[] if committed else None)
+        if asked.fetch_offset == (stable if committed else high_watermark) and asked.fetch_offset >= start:
+            continue   # caught up: nothing to read (every fetch of a waiting consumer)
         limit = min(asked.partition_max_bytes, budget - total)
         min_one = total == 0 and soft_limits
         if limit <= 0 and not min_one:
