@@ -209,7 +209,7 @@ class Partition:
         waiters, self._stable_waiters = self._stable_waiters, []
         for waiter in waiters:
             if not waiter.done():
-                waiter.set_result(True)
+                waiter.set_result(None)
         return aborted
 
     async def _first_offset(self, pending: list[Awaitable[int]], first_queued: int) -> int:
@@ -308,7 +308,7 @@ class Partition:
         watchers, self._watchers = self._watchers, []
         for waiter in watchers:
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(True)
 
     async def wait_for_data(self, offset: int, timeout_s: float, *, committed: bool = False) -> bool:
         """Wait until there is data at `offset` (for read_committed: below the last stable offset)."""

@@ -1,12 +1,15 @@
 """Fetch byte limits as Kafka applies them, against a real `gateway serve`: a partition's answer and
 the whole response stop before the batch that would cross partition_max_bytes / max_bytes; only
 the response's first batch may exceed them (KIP-74). Checked byte-exactly over a raw socket, and
-through aiokafka, whose getmany hands out what one fetch returned."""
+through aiokafka, whose getmany hands out what one fetch returned. Also: a waiting fetch is
+answered with what woke it."""
 
 from __future__ import annotations
 
 import asyncio
 import struct
+import threading
+import time
 import uuid
 
 import pytest
@@ -114,3 +117,30 @@ def test_aiokafka_getmany_hands_out_what_fits_in_max_partition_fetch_bytes(gatew
             await consumer.stop()
 
     assert asyncio.run(first_handout()) == 2
+
+
+def test_a_waiting_fetch_answers_with_the_record_that_woke_it(gateway_process, topic):
+    """A fetch at the end of both partitions waits (max_wait_ms) and is answered, in that one
+    response, with the batch appended to either partition meanwhile."""
+    ends = {p: BATCHES for p in (0, 1)}
+    request = {"replica_id": -1, "max_wait_ms": 20_000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+               "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+               "topics": [{"topic": topic, "partitions": [
+                   {"partition": p, "fetch_offset": ends[p], "log_start_offset": -1, "partition_max_bytes": 1 << 20}
+                   for p in (0, 1)]}]}
+
+    def produce_later() -> None:
+        time.sleep(0.5)   # let the fetch start waiting first
+        producer = KafkaProducer(bootstrap_servers=bootstrap(gateway_process), linger_ms=0)
+        producer.send(topic, b"wake", partition=1)
+        producer.flush()
+        producer.close()
+
+    writer = threading.Thread(target=produce_later)
+    started = time.monotonic()
+    writer.start()
+    response = raw_request(gateway_process.kafka, FETCH, 11, request)
+    writer.join()
+    assert time.monotonic() - started < 15, "the fetch waited for its whole max_wait_ms"
+    records = {part.partition_index: bytes(part.records or b"") for part in response.responses[0].partitions}
+    assert records[0] == b"" and len(batch_sizes(records[1])) == 1 and b"wake" in records[1]
