@@ -5,11 +5,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Extra arguments for `make run`, e.g. make run ARGS="--kafka-port 0 --log-level debug"
 ARGS ?=
+# How long `make soak` runs its faults
+SOAK_MINUTES ?= 10
 
 # Debian packages the tests need beyond Python itself (kcat: a librdkafka client for the Kafka
 # compatibility tests; rabbitmq-server: the reference the AMQP tests compare against, started as a
-# private node by the tests and the AMQP benchmark). Installed only when missing.
-SYSTEM_PACKAGES := kcat rabbitmq-server
+# private node by the tests and the AMQP benchmark; zookeeper: the cluster's metadata store, its jars
+# run as a private server by the tests and `gateway cluster up`; fuse3, fiu-utils, iproute2 and
+# iptables: the power-loss, failed-fsync and partition faults of compat_tests/faults). Installed only
+# when missing.
+SYSTEM_PACKAGES := kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.
@@ -17,7 +22,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test bench bench-kafka bench-amqp system-packages java
+.PHONY: run test soak soak-cluster bench bench-kafka bench-amqp bench-replicated upstream-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +41,16 @@ run: $(RUN_STAMP)
 test: $(TEST_STAMP) system-packages java
 	$(BIN)/pytest -q
 
+# The fault soak (compat_tests/faults/soak.py): one gateway under Kafka and AMQP load with a random
+# fault every few seconds for SOAK_MINUTES; prints the totals and fails on any lost or inconsistent write.
+soak: $(TEST_STAMP) system-packages
+	$(BIN)/python -m compat_tests.faults.soak --minutes $(SOAK_MINUTES) $(ARGS)
+
+# The same for replicated storage (compat_tests/faults/cluster_soak.py): ZooKeeper, 4 bookies and a
+# gateway, with bookies and the gateway killed and paused at random.
+soak-cluster: $(TEST_STAMP) system-packages
+	$(BIN)/python -m compat_tests.faults.cluster_soak --minutes $(SOAK_MINUTES) $(ARGS)
+
 bench: $(RUN_STAMP)
 	$(BIN)/python -m bench.run
 
@@ -51,6 +66,17 @@ bench-kafka: $(BENCH_STAMP)
 bench-amqp: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.amqp $(ARGS)
 
+# Replicated storage (3 bookies, E3/Qw3/Qa2 and E3/Qw2/Qa2) against the embedded default, one run.
+bench-replicated: $(BENCH_STAMP) system-packages
+	$(BIN)/python -m bench.replicated $(ARGS)
+
+# The AMQP client libraries' own suites against the gateway and a private RabbitMQ node, e.g.
+# make upstream-amqp ARGS="--pika ~/src/pika --aio-pika ~/src/aio-pika --aiormq ~/src/aiormq --kombu ~/src/kombu --site ~/src/upstream-site"
+# (checkouts of the releases named in docs/AMQP.md; nothing is downloaded here).
+upstream-amqp: $(TEST_STAMP) system-packages
+	$(BIN)/pip install -e '.[upstream]'
+	$(BIN)/python -m compat_tests.upstream.run_amqp_suites $(ARGS)
+
 # Spark (pipelines/ and its tests) needs a Java runtime: Debian's JRE 17, only when none is on PATH.
 java:
 	@if ! command -v java >/dev/null 2>&1; then \
@@ -62,6 +88,7 @@ java:
 # apt-get only when a listed package is missing; sudo only when not already root.
 # A freshly installed rabbitmq-server's own service is stopped: it would hold port 5672, the
 # gateway's default AMQP port (tests and benchmarks start private nodes on ports of their own).
+# Debian's zookeeper package starts no service (it ships no init script or unit), so nothing to stop.
 system-packages:
 	@missing=""; \
 	for package in $(SYSTEM_PACKAGES); do \

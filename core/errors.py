@@ -64,6 +64,10 @@ class StorageUnavailable(CoreError):
     retriable = True
 
 
+class NotEnoughReplicas(StorageUnavailable):
+    """Fewer bookies accept writes than the ack quorum needs: nothing is acknowledged until they return."""
+
+
 class OutOfOrderSequence(CoreError):
     """An idempotent producer's batch does not follow its previous one."""
 

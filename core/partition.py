@@ -24,15 +24,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from core.clock import Clock
-from core.errors import (CoreError, CorruptRecord, InvalidRecord, NotOwner, OffsetOutOfRange, RecordTooLarge,
-                         StorageUnavailable)
+from core.errors import (CoreError, CorruptRecord, InvalidRecord, NotEnoughReplicas, NotOwner, OffsetOutOfRange,
+                         RecordTooLarge, StorageUnavailable)
 from core.producer_state import ProducerStates
 from core.records import batch as record_batch
 from core.records.decoder import decode_batch
 from core.topic_config import EffectiveConfig
 from core.transactions.aborted_index import AbortedIndex, AbortedIndexStore, AbortedTxn
 from core.transactions.markers import Marker, build_marker, read_marker
-from storage.api import LedgerFenced, LogClosed, ManagedLog, PositionOutOfRange, RetentionPolicy, StorageError
+from storage.api import (LedgerFenced, LogClosed, ManagedLog, NotEnoughBookies, PositionOutOfRange, RetentionPolicy,
+                         StorageError)
 
 MAX_DECODE_BYTES = 64 << 20
 
@@ -67,8 +68,13 @@ def storage_errors() -> Iterator[None]:
         raise NotOwner(str(exc)) from exc
     except PositionOutOfRange as exc:
         raise OffsetOutOfRange(str(exc)) from exc
+    except NotEnoughBookies as exc:
+        raise NotEnoughReplicas(str(exc)) from exc
     except StorageError as exc:
         raise StorageUnavailable(str(exc)) from exc
+
+
+RELEARN_RETRY_S = 0.5
 
 
 async def _resolved(value: int) -> int:
@@ -100,6 +106,9 @@ class Partition:
         self._stable_waiters: list[asyncio.Future] = []
         self._max_timestamp: int | None = None   # the highest record timestamp stored; None: not known yet
         self._watchers: list[asyncio.Future] = []   # readers waiting for the next durable append
+        # After a storage failure the outcome of the failed appends is unknown: the producer state is
+        # learned again from the log once it is repaired, and appends wait for that.
+        self._relearning: asyncio.Task | None = None
 
     @property
     def log_start_offset(self) -> int:
@@ -126,6 +135,8 @@ class Partition:
 
         All batches are validated before any is queued, so a bad batch stores nothing.
         """
+        if self._relearning is not None:
+            raise StorageUnavailable(f"{self.topic}-{self.index} is recovering from a storage failure")
         try:
             batches = record_batch.split_batches(records)
         except record_batch.CorruptBatch as exc:
@@ -220,15 +231,44 @@ class Partition:
                 first = await pending[0]
                 for later in pending[1:]:
                     await later
-        except CoreError:
+        except CoreError as exc:
             for later in pending:   # what was not awaited: no "never awaited/retrieved" warnings
                 if asyncio.iscoroutine(later):
                     later.close()
                 elif asyncio.isfuture(later):
                     later.add_done_callback(_retrieve)
-            self.producers.forget_from(first_queued)   # nothing from here on was stored
+            if isinstance(exc, StorageUnavailable):
+                # Some of these batches may be stored after all (a failed ledger keeps what reached
+                # its bookies): a retry must find them, or an idempotent producer's retry is stored twice.
+                self._relearn_producers()
+            else:
+                self.producers.forget_from(first_queued)   # nothing from here on was stored
             raise
         return first
+
+    def _relearn_producers(self) -> None:
+        if self._relearning is None:
+            self._relearning = asyncio.ensure_future(self._relearn())
+            self._max_timestamp = None   # failed appends may have raised it: look again when asked
+
+    async def _relearn(self) -> None:
+        try:
+            while True:
+                try:
+                    with storage_errors():
+                        await self.log.wait_repaired()
+                    self.producers = ProducerStates()
+                    self.aborted = AbortedIndex()
+                    await self.load_producer_states()
+                    return
+                except StorageUnavailable as exc:
+                    logger.warning("%s-%d: relearning producer state after a storage failure: %s",
+                                   self.topic, self.index, exc)
+                    await asyncio.sleep(RELEARN_RETRY_S)
+                except NotOwner:
+                    return
+        finally:
+            self._relearning = None
 
     async def load_producer_states(self, max_scan_bytes: int = 64 << 20) -> None:
         """Rebuild the idempotent producers' state, the open transactions and the aborted index from the

@@ -1,5 +1,5 @@
 """The core as one object: the registry, open partitions, cursors, delayed messages and the retention
-sweep.
+sweep (time and size, and what every subscription consumed where a topic asks for it: core/retention.py).
 
 Partitions open lazily on first use and close again after being idle (or when too many are open),
 so the number of topics does not bound memory; reopening an idle partition costs one metadata read.
@@ -21,6 +21,7 @@ from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
 from core.transactions.aborted_index import AbortedIndexStore
 from core.registry import Registry, TopicInfo
+from core.retention import delete_consumed
 from core.topic_config import EffectiveConfig
 from storage.api import ManagedLogFactory, MetadataStore
 
@@ -177,8 +178,16 @@ class Core:
         for key, partition in list(self._partitions.items()):
             try:
                 await partition.enforce_retention(now_ms)
+                await delete_consumed(self.metadata, self.clock, key[0], partition)
             except Exception as exc:
                 log.warning("retention of %s-%d failed: %s", key[0], key[1], exc)
+
+    async def delete_consumed(self, name: TopicName, index: int) -> None:
+        """Now rather than at the next sweep: with retention.consumed, drop what every
+        subscription of the partition consumed (core/retention.py)."""
+        partition = await self.partition(name, index)
+        with storage_errors():
+            await delete_consumed(self.metadata, self.clock, name, partition)
 
     async def close_idle(self, idle_s: float) -> None:
         deadline = time.monotonic() - idle_s

@@ -66,6 +66,9 @@ _KEYS = (
                   "so without delete nothing is removed"),
     ConfigKey("retention.ms", "604800000", _long(-1), "log.retention.ms"),
     ConfigKey("retention.bytes", "-1", _long(-1), "log.retention.bytes"),
+    ConfigKey("retention.consumed", "false", _boolean, "log.retention.consumed",
+              doc="true: records below every subscription's committed position (Kafka groups and AMQP "
+                  "queues alike) are deleted too, by whole ledgers (core/retention.py)"),
     ConfigKey("max.message.bytes", "1048588", _long(0), "message.max.bytes"),
     ConfigKey("segment.bytes", "134217728", _long(1 << 20), "log.segment.bytes",
               doc="a partition's ledger is rolled past this size"),
@@ -126,6 +129,7 @@ class EffectiveConfig:
     segment_ms: int
     log_append_time: bool
     deletes: bool = True     # cleanup.policy includes "delete": retention by time and size applies
+    retention_consumed: bool = False     # also delete what every subscription consumed
 
     @classmethod
     def of(cls, explicit: Mapping[str, str], broker_defaults: Mapping[str, str] | None = None) -> "EffectiveConfig":
@@ -138,4 +142,5 @@ class EffectiveConfig:
         return cls(int(get("retention.ms")), int(get("retention.bytes")), int(get("max.message.bytes")),
                    int(get("segment.bytes")), int(get("segment.ms")),
                    get("message.timestamp.type") == "LogAppendTime",
-                   "delete" in (policy.strip() for policy in get("cleanup.policy").split(",")))
+                   deletes="delete" in (policy.strip() for policy in get("cleanup.policy").split(",")),
+                   retention_consumed=get("retention.consumed") == "true")

@@ -29,7 +29,9 @@ from protocols.amqp import server as amqp_server
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
 from protocols.kafka.machine.connection import Limits
+from storage.config import REPLICATED
 from storage.embedded import EmbeddedStorage
+from storage.replicated import ReplicatedStorage
 
 log = logging.getLogger("gateway")
 
@@ -131,7 +133,7 @@ class Gateway:
         self.metrics = GatewayMetrics(self.version)
         self._stdout = stdout if stdout is not None else sys.stdout
         self._stop_requested = asyncio.Event()
-        self._storage: EmbeddedStorage | None = None
+        self._storage: EmbeddedStorage | ReplicatedStorage | None = None
         self._core: Core | None = None
         self._unserved_sockets: dict[str, socket.socket] = {}  # bound, not yet owned by a server
         self._servers: list[_Server] = []
@@ -174,7 +176,12 @@ class Gateway:
         self._check_stop()
 
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self._storage = await EmbeddedStorage.open(config.data_dir, config.storage)
+        if config.storage.mode == REPLICATED:
+            self._storage = await ReplicatedStorage.open(config.storage)
+            if self._storage.auditor is not None:
+                self.metrics.track_auditor(self._storage.auditor.stats)
+        else:
+            self._storage = await EmbeddedStorage.open(config.data_dir, config.storage)
         self._check_stop()
 
         self._core = Core(self._storage.metadata, self._storage.logs)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gateway.config import ConfigError, resolve_config
+from gateway.config import ConfigError, resolve_config, resolve_storage_config
 
 # Usage errors exit with 2 (as click does); start-up and shutdown failures with 1.
 EXIT_CONFIG_ERROR = 2
@@ -128,6 +128,75 @@ def serve(
 
     configure_logging(gateway_config.log_level)
     raise typer.Exit(app.run(gateway_config))
+
+
+@cli.command()
+def bookie(
+    config: Annotated[Path | None, typer.Option("--config", help="TOML config file; its [storage] table holds "
+                                                "the cluster's shared secret.", dir_okay=False)] = None,
+    data_dir: Annotated[Path, typer.Option(help="The bookie's data directory.")] = Path("./bookie-data"),
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port; 0 picks a free one (then --id is needed).")] = 3181,
+    metadata: Annotated[str | None, typer.Option(help="zk://host:port/root of the cluster's ZooKeeper.",
+                                                 show_default="[storage] metadata")] = None,
+    rack: Annotated[str, typer.Option(help="Rack (or zone) of this bookie, for placement.")] = "/default-rack",
+    bookie_id: Annotated[str | None, typer.Option("--id", help="Bookie id for a new data directory.",
+                                                  show_default="bookie-HOST-PORT")] = None,
+    advertised_address: Annotated[str | None, typer.Option(help="host:port clients are told to connect to.",
+                                                           show_default="the listen address")] = None,
+    log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
+) -> None:
+    """Serve one bookie of replicated storage until SIGTERM or SIGINT.
+
+    The shared secret comes from the --config file ([storage] secret) or GATEWAY_STORAGE_SECRET, never
+    from a flag. Once serving, prints one line `BOOKIE READY {json}` on stdout.
+    """
+    try:
+        storage = resolve_storage_config(config, metadata=metadata)
+    except ConfigError as exc:
+        typer.echo(f"gateway: configuration error: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG_ERROR) from None
+    if not storage.metadata.startswith("zk://"):
+        typer.echo("gateway: configuration error: a bookie needs --metadata zk://host:port/root", err=True)
+        raise typer.Exit(EXIT_CONFIG_ERROR)
+
+    from gateway import bookie_node
+    from gateway.logging import configure_logging
+
+    configure_logging(log_level.lower())
+    raise typer.Exit(bookie_node.run(bookie_node.BookieSettings(
+        data_dir=Path(data_dir).absolute(), host=host, port=port, metadata=storage.metadata, secret=storage.secret,
+        rack=rack, bookie_id=bookie_id, advertised=advertised_address, storage=storage)))
+
+
+cluster_cli = typer.Typer(help="A local replicated cluster, for development and tests.", no_args_is_help=True)
+cli.add_typer(cluster_cli, name="cluster")
+
+
+@cluster_cli.command("up")
+def cluster_up(
+    data_dir: Annotated[Path, typer.Option(help="Directory for every process's data.")] = Path("./cluster-data"),
+    bookies: Annotated[int, typer.Option(help="Bookie processes.")] = 3,
+    brokers: Annotated[int, typer.Option(help="Gateway processes.")] = 1,
+    ensemble: Annotated[int, typer.Option("--ensemble", help="E: bookies each ledger is striped over.")] = 3,
+    write_quorum: Annotated[int, typer.Option(help="Qw: copies of each entry.")] = 3,
+    ack_quorum: Annotated[int, typer.Option(help="Qa: copies fsynced before an acknowledgement.")] = 2,
+    racks: Annotated[int, typer.Option(help="Spread the bookies over this many racks.")] = 1,
+    log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
+) -> None:
+    """Start ZooKeeper, N bookies and M gateways on this machine (free ports), print one line
+    `CLUSTER READY {json}`, and stop them all on SIGTERM or Ctrl-C."""
+    from gateway.cluster.launcher import ClusterSpec, run_cluster
+    from gateway.logging import configure_logging
+
+    configure_logging(log_level.lower())
+    try:
+        spec = ClusterSpec(data_dir=Path(data_dir).absolute(), bookies=bookies, brokers=brokers, ensemble=ensemble,
+                           write_quorum=write_quorum, ack_quorum=ack_quorum, racks=racks, log_level=log_level)
+    except ValueError as exc:
+        typer.echo(f"gateway: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG_ERROR) from None
+    raise typer.Exit(run_cluster(spec))
 
 
 def main() -> None:

@@ -238,6 +238,7 @@ def resolve_config(
         kafka_settings.update(kafka_table)
     settings.update(_settings_from_env(env))
     kafka_settings.update(_kafka_settings_from_env(env))
+    storage_table = {**storage_table, **_storage_settings_from_env(env)}
     for name, value in (flags or {}).items():
         if value is None:
             continue
@@ -373,6 +374,31 @@ def _settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
         else:
             settings[name] = raw
     return settings
+
+
+# [storage] keys that may also come from the environment (a container's way to point at its cluster).
+STORAGE_ENV_VARS = {
+    "mode": "GATEWAY_STORAGE_MODE",
+    "metadata": "GATEWAY_STORAGE_METADATA",
+    "secret": "GATEWAY_STORAGE_SECRET",
+}
+
+
+def _storage_settings_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {name: env[var].strip() for name, var in STORAGE_ENV_VARS.items() if env.get(var, "").strip()}
+
+
+def resolve_storage_config(config_file: Path | None, env: Mapping[str, str] | None = None,
+                           **overrides: Any) -> StorageConfig:
+    """The [storage] settings alone (for `gateway bookie`): TOML < environment < `overrides`."""
+    env = os.environ if env is None else env
+    table: dict[str, Any] = {}
+    if config_file is not None:
+        table.update(_read_toml(config_file)[1])
+    table.update(_storage_settings_from_env(env))
+    table.update({name: value for name, value in overrides.items() if value is not None})
+    table.pop("mode", None)   # a bookie serves replicated storage whatever the gateways' mode says
+    return _storage_config(table, config_file)
 
 
 def _storage_config(table: Mapping[str, Any], source: Path | None) -> StorageConfig:

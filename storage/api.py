@@ -9,6 +9,7 @@ implementations are wired in by `gateway/`.
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -44,6 +45,11 @@ class CorruptEntry(StorageError):
 
 class NotEnoughBookies(StorageError):
     """Fewer bookies are writable than the ensemble needs."""
+
+
+class BookieUnavailable(StorageError):
+    """A remote bookie could not be reached or did not answer in time. Ambiguous for an add (it may
+    have stored the entry), so the writer replaces the bookie rather than assuming either way."""
 
 
 class BookieReadOnly(StorageError):
@@ -87,17 +93,39 @@ WatchCallback = Callable[[str], None]
 """Called with the changed path, on the event loop, after a put/create/delete of that path."""
 
 
+class SessionState(enum.Enum):
+    """The metadata store's session, as ZooKeeper has one (an embedded store's lasts until close)."""
+
+    CONNECTED = "connected"
+    """Connected, to the same session as before or (after LOST) to a new one."""
+    SUSPENDED = "suspended"
+    """Connection lost; the session may still live or may expire meanwhile. Nothing an ephemeral node
+    or a watch guards may be acted on until CONNECTED (nothing lost) or LOST."""
+    LOST = "lost"
+    """The session expired: every ephemeral node it created is gone, every watch was dropped."""
+
+
+SessionCallback = Callable[[SessionState], None]
+"""Called with the new state, on the event loop."""
+
+
 class MetadataStore(Protocol):
     """A hierarchical key-value store with versions, as ZooKeeper and BookKeeper's `Versioned<T>` have.
 
     Paths look like "/a/b/c". Every write is durable when it returns. Versions start at 0 on create
     and grow by one per put.
+
+    Sessions: ephemeral nodes live as long as the store's session. After a reconnection, every
+    registered watch fires once, because changes made while disconnected may have been missed:
+    watchers re-read instead of trusting what they saw before. Ephemeral nodes lost with a session
+    are never recreated by the store; their owner decides (on LOST it no longer owns anything).
     """
 
     async def get(self, path: str) -> Versioned | None: ...
 
-    async def create(self, path: str, value: bytes) -> int:
-        """Create `path`; raises NodeExists. Returns the version (0)."""
+    async def create(self, path: str, value: bytes, *, ephemeral: bool = False) -> int:
+        """Create `path`; raises NodeExists. Returns the version (0). An ephemeral node is deleted
+        when this store's session ends (close, expiry, or the process dies)."""
 
     async def put(self, path: str, value: bytes, expected_version: int | None = None) -> int:
         """Write `path`. With expected_version, a compare-and-set: BadVersion if it differs, NoNode
@@ -115,6 +143,13 @@ class MetadataStore(Protocol):
     def watch(self, path: str, callback: WatchCallback) -> Callable[[], None]:
         """Call `callback` whenever `path` changes; returns a function that cancels the watch."""
 
+    def on_session_event(self, callback: SessionCallback) -> Callable[[], None]:
+        """Call `callback` on every change of the session state; returns a function that cancels it."""
+
+    @property
+    def session_id(self) -> int | None:
+        """The current session's id; None where there are no sessions (embedded)."""
+
     async def close(self) -> None: ...
 
 
@@ -131,8 +166,10 @@ class EntryStore(Protocol):
         LastAddConfirmed, piggybacked. Raises LedgerFenced once the ledger is fenced, unless
         `recovery` (a recovering reader rewriting the tail). Idempotent for the same entry."""
 
-    async def read(self, ledger_id: int, entry_id: int) -> bytes:
-        """One entry (NoSuchEntry, CorruptEntry)."""
+    async def read(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> bytes:
+        """One entry (NoSuchEntry, CorruptEntry). With `fence`, the ledger is fenced first: recovery
+        reads are themselves fencing, so a bookie that missed the fence request cannot go on
+        accepting the old writer's adds after serving the recovery."""
 
     async def read_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int) -> list[bytes]:
         """Entries first..last in order, stopping early once `max_bytes` is reached (at least one)."""
@@ -141,6 +178,9 @@ class EntryStore(Protocol):
         """Fence the ledger durably; idempotent, never undone. Returns the last entry id stored (-1)."""
 
     async def last_add_confirmed(self, ledger_id: int) -> int: ...
+
+    async def wait_lac(self, ledger_id: int, after: int, timeout_s: float) -> int:
+        """Long poll: the LastAddConfirmed once it is above `after`, or as it is after the timeout."""
 
     async def delete_ledger(self, ledger_id: int) -> None:
         """Forget the ledger; its space is reclaimed by garbage collection. Idempotent."""
@@ -246,6 +286,11 @@ class ManagedLog(Protocol):
 
     async def wait_for_append(self, offset: int, timeout_s: float) -> bool:
         """Wait until high_watermark > offset or the timeout passes; True if data arrived."""
+
+    async def wait_repaired(self) -> None:
+        """After an append failed for a storage reason its outcome is unknown (the entry may be stored
+        or not); the log then recovers its ledger. This returns once that is done, so the log's
+        content is known again; at once when nothing is under repair. LogClosed if the log closed."""
 
     async def trim(self, policy: RetentionPolicy, now_ms: int) -> int:
         """Drop whole ledgers past retention; returns the new log start offset."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+EMBEDDED = "embedded"
+REPLICATED = "replicated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,9 +16,50 @@ class StorageConfig:
     index_sync_interval_s: float = 5.0          # how often the entry index is checkpointed to disk
     ledger_roll_bytes: int = 128 << 20          # managed log: close the current ledger past this size
     ledger_roll_ms: int = 4 * 3600 * 1000       # ... or past this age
+    # Replicated mode: bookie servers and a ZooKeeper metadata store instead of the embedded bookie.
+    mode: str = EMBEDDED                        # "embedded" or "replicated"
+    metadata: str = ""                          # zk://host:port[,host:port]/root (replicated)
+    secret: str = ""                            # shared secret of bookies and gateways (config file only)
+    ensemble_size: int = 1                      # E: bookies a ledger is striped over
+    write_quorum: int = 1                       # Qw: copies of each entry
+    ack_quorum: int = 1                         # Qa: copies fsynced before an add is acknowledged
+    min_racks_per_write_quorum: int = 1         # > 1: acks must span that many racks
+    namespace_quorums: dict = field(default_factory=dict)   # {"tenant/namespace": [E, Qw, Qa]}
+    bookie_timeout_ms: float = 5000.0           # a bookie request unanswered this long fails (ensemble change)
+    speculative_read_ms: float = 100.0          # ask the next replica when a read takes longer
+    zookeeper_session_timeout_ms: float = 10000.0
+    # Auto-recovery (storage/ledger/auditor.py): one gateway's auditor re-replicates lost bookies' data.
+    auditor: bool = True                        # take part in the auditor election (replicated mode)
+    lost_bookie_grace_ms: float = 30000.0       # a bookie unregistered this long is lost and re-replicated
+    audit_interval_ms: float = 5000.0           # how often the active auditor checks the ledgers
+    rereplication_bytes_per_s: int = 32 << 20   # copy throttle of the active auditor (0: unlimited)
 
     def __post_init__(self) -> None:
         if self.journal_max_wait_ms < 0 or self.journal_max_bytes <= 0:
             raise ValueError("journal group-commit bounds must be positive")
         if self.journal_segment_bytes < 1 << 20:
             raise ValueError("journal_segment_bytes must be at least 1 MiB")
+        if self.mode not in (EMBEDDED, REPLICATED):
+            raise ValueError(f"mode must be {EMBEDDED!r} or {REPLICATED!r}, got {self.mode!r}")
+        for quorum in (self.quorum, *self.namespace_quorums.values()):
+            if len(quorum) != 3 or not all(isinstance(q, int) for q in quorum) \
+                    or not quorum[0] >= quorum[1] >= quorum[2] >= 1:
+                raise ValueError(f"quorum {list(quorum)} must be [E, Qw, Qa] with E >= Qw >= Qa >= 1")
+        if self.lost_bookie_grace_ms < 0 or self.audit_interval_ms <= 0 or self.rereplication_bytes_per_s < 0:
+            raise ValueError("auditor settings must be positive (rereplication_bytes_per_s 0: unlimited)")
+        if self.mode == REPLICATED:
+            if not self.metadata.startswith("zk://"):
+                raise ValueError("replicated storage needs metadata = \"zk://host:port/root\"")
+            if not self.secret:
+                raise ValueError("replicated storage needs a shared secret (secret = \"...\" in the config file)")
+
+    @property
+    def quorum(self) -> tuple[int, int, int]:
+        return (self.ensemble_size, self.write_quorum, self.ack_quorum)
+
+    def quorum_for(self, log_name: str) -> tuple[int, int, int] | None:
+        """A log's own quorum sizes when its namespace ("tenant/namespace/...") has some."""
+        tenant, _, rest = log_name.partition("/")
+        namespace = rest.partition("/")[0]
+        quorum = self.namespace_quorums.get(f"{tenant}/{namespace}")
+        return None if quorum is None else tuple(quorum)

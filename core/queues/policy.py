@@ -1,8 +1,10 @@
-"""The queue arguments the core acts on (TTL, expiry, dead-lettering, length and delivery limits),
-validated and checked for equivalence as RabbitMQ does.
+"""A queue's arguments, parsed once: what the core acts on, validated and checked for equivalence
+as RabbitMQ does.
 
-`QueuePolicy.of(name, arguments, ...)` raises InvalidArgument with RabbitMQ's text for a bad value
-("invalid arg 'x-message-ttl' for queue 'q': {value_negative,-1}"); the protocol adds the vhost.
+`QueuePolicy.of(name, arguments, ...)` is the one parse (a declare, a queue loaded after a restart);
+it raises InvalidArgument with RabbitMQ's text for a bad value ("invalid arg 'x-message-ttl' for
+queue 'q': {value_negative,-1}"); the protocol adds the vhost. `check_equivalent(...)` is the one
+comparison of a redeclare with the queue as it is.
 
     x-message-ttl            int >= 0 (ms)     messages older than this expire
     x-expires                int > 0 (ms)      the queue is deleted after being unused this long
@@ -14,6 +16,13 @@ validated and checked for equivalence as RabbitMQ does.
     x-queue-type             classic | quorum  quorum: durable only, never exclusive or auto-delete
     x-delivery-limit         int (quorum only) deliveries before a returned message is dead-lettered;
                                                20 when absent (RabbitMQ 4), < 0 unlimited
+    x-max-priority           int 0..255        (classic only) a priority queue (core/queues/priority.py)
+    x-single-active-consumer bool              only the earliest registered consumer still there
+                                               receives; the others wait in order
+    x-queue-mode             default | lazy    accepted (every queue is on disk), compared on redeclare
+
+Refused as not implemented (never silently ignored): UNSUPPORTED_ARGUMENTS. Other arguments are
+kept and ignored, as RabbitMQ does.
 """
 
 from __future__ import annotations
@@ -41,15 +50,25 @@ MAX_LENGTH_BYTES = "x-max-length-bytes"
 OVERFLOW = "x-overflow"
 QUEUE_TYPE = "x-queue-type"
 DELIVERY_LIMIT = "x-delivery-limit"
+MAX_PRIORITY = "x-max-priority"
+SINGLE_ACTIVE = "x-single-active-consumer"
+QUEUE_MODE = "x-queue-mode"
+MAX_SUPPORTED_PRIORITY = 255       # RabbitMQ's limit
+QUEUE_MODES = ("default", "lazy")
+UNSUPPORTED_ARGUMENTS = frozenset({
+    "x-max-age", "x-stream-max-segment-size-bytes", "x-queue-leader-locator", "x-queue-master-locator",
+})
 
 # Arguments a queue of each type takes, and whose value must match on a redeclare (RabbitMQ checks
 # a queue type's own arguments for equivalence).
 _COMMON = (EXPIRES, MESSAGE_TTL, DEAD_LETTER_EXCHANGE, DEAD_LETTER_ROUTING_KEY, MAX_LENGTH, MAX_LENGTH_BYTES,
            OVERFLOW, QUEUE_TYPE)
-EQUIVALENT_ARGUMENTS = {CLASSIC: _COMMON + ("x-queue-mode",), QUORUM: _COMMON + (DELIVERY_LIMIT,)}
+EQUIVALENT_ARGUMENTS = {CLASSIC: _COMMON + (QUEUE_MODE,), QUORUM: _COMMON + (DELIVERY_LIMIT,)}
+# ... and those compared whatever the type.
+_ALWAYS_EQUIVALENT = (QUEUE_MODE, MAX_PRIORITY, SINGLE_ACTIVE)
 # Arguments only one queue type takes (as RabbitMQ 3.10+: a classic queue refuses x-delivery-limit,
 # a quorum queue x-max-priority).
-_TYPE_ONLY = {DELIVERY_LIMIT: QUORUM, "x-max-priority": CLASSIC}
+_TYPE_ONLY = {DELIVERY_LIMIT: QUORUM, MAX_PRIORITY: CLASSIC}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +82,8 @@ class QueuePolicy:
     max_length_bytes: int | None = None
     overflow: str = DROP_HEAD
     delivery_limit: int | None = None           # None: unlimited
+    max_priority: int = 0                       # 0: not a priority queue
+    single_active: bool = False
 
     @property
     def limits_length(self) -> bool:
@@ -100,14 +121,38 @@ class QueuePolicy:
         delivery_limit = _integer(name, arguments, DELIVERY_LIMIT, minimum=None)
         if queue_type == QUORUM and delivery_limit is None:
             delivery_limit = DEFAULT_QUORUM_DELIVERY_LIMIT
-        return cls(queue_type=queue_type,
-                   message_ttl_ms=_integer(name, arguments, MESSAGE_TTL, minimum=0),
-                   expires_ms=_integer(name, arguments, EXPIRES, minimum=1),
+        message_ttl_ms = _integer(name, arguments, MESSAGE_TTL, minimum=0)
+        expires_ms = _integer(name, arguments, EXPIRES, minimum=1)
+        max_length = _integer(name, arguments, MAX_LENGTH, minimum=0)
+        max_length_bytes = _integer(name, arguments, MAX_LENGTH_BYTES, minimum=0)
+        for arg in arguments:
+            if arg in UNSUPPORTED_ARGUMENTS:
+                raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}': not supported by this gateway yet")
+        priority = _max_priority(name, arguments)
+        single = _single_active(name, arguments)
+        if arguments.get(QUEUE_MODE) not in (None, *QUEUE_MODES):
+            raise InvalidArgument(f"invalid arg '{QUEUE_MODE}' for queue '{name}': {arguments[QUEUE_MODE]!r}")
+        return cls(queue_type=queue_type, message_ttl_ms=message_ttl_ms, expires_ms=expires_ms,
                    dead_letter_exchange=dlx, dead_letter_routing_key=dlrk,
-                   max_length=_integer(name, arguments, MAX_LENGTH, minimum=0),
-                   max_length_bytes=_integer(name, arguments, MAX_LENGTH_BYTES, minimum=0),
-                   overflow=overflow,
-                   delivery_limit=delivery_limit if delivery_limit is not None and delivery_limit >= 0 else None)
+                   max_length=max_length, max_length_bytes=max_length_bytes, overflow=overflow,
+                   delivery_limit=delivery_limit if delivery_limit is not None and delivery_limit >= 0 else None,
+                   max_priority=priority, single_active=single)
+
+
+def check_equivalent(name: str, current: tuple[bool, bool, Mapping[str, Any]],
+                     received: tuple[bool, bool, Mapping[str, Any]]) -> None:
+    """InequivalentDeclaration when a redeclare, (durable, auto_delete, arguments), differs from the
+    queue as it is in what RabbitMQ compares (the other arguments may differ)."""
+    for flag, now, wanted in zip(("durable", "auto_delete"), current, received):
+        if now != wanted:
+            raise _inequivalent(name, flag, _shown(wanted), _shown(now))
+    current_arguments, received_arguments = current[2], received[2]
+    for arg in _ALWAYS_EQUIVALENT:
+        old, new = current_arguments.get(arg), received_arguments.get(arg)
+        if old != new:
+            raise _inequivalent(name, arg, _shown(new) if new is not None else "none",
+                                _shown(old) if old is not None else "none")
+    check_equivalence(name, current_arguments, received_arguments)
 
 
 def check_equivalence(name: str, current: Mapping[str, Any], received: Mapping[str, Any]) -> None:
@@ -171,8 +216,35 @@ def _integer(name: str, arguments: Mapping[str, Any], arg: str, *, minimum: int 
     return value
 
 
+def _max_priority(name: str, arguments: Mapping[str, Any]) -> int:
+    value = arguments.get(MAX_PRIORITY)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(name, MAX_PRIORITY, f'"expected integer, got {field_type(value)}"')
+    if value < 0:
+        raise _invalid(name, MAX_PRIORITY, f"{{value_negative,{int(value)}}}")
+    if value > MAX_SUPPORTED_PRIORITY:
+        raise _invalid(name, MAX_PRIORITY, f"{{max_value_exceeded,{int(value)}}}")
+    return int(value)
+
+
+def _single_active(name: str, arguments: Mapping[str, Any]) -> bool:
+    value = arguments.get(SINGLE_ACTIVE)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _invalid(name, SINGLE_ACTIVE, f"{{unacceptable_type,{field_type(value)}}}")
+    return value
+
+
 def _invalid(name: str, arg: str, reason: str) -> InvalidArgument:
     return InvalidArgument(f"invalid arg '{arg}' for queue '{name}': {reason}")
+
+
+def _inequivalent(name: str, arg: str, received: str, current: str) -> InequivalentDeclaration:
+    return InequivalentDeclaration(f"inequivalent arg '{arg}' for queue '{name}': received '{received}' but "
+                                   f"current is '{current}'")
 
 
 def _shown(value: Any) -> str:

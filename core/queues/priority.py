@@ -20,44 +20,22 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from core.errors import InvalidArgument
 from core.queues.attributes import PRIORITY, header_int
 from core.queues.log_records import data_records
-from core.queues.policy import field_type
 
 if TYPE_CHECKING:
     from core.partition import Partition
     from core.queues.subscription import QueuedMessage
 
-MAX_PRIORITY_ARGUMENT = "x-max-priority"
-MAX_SUPPORTED_PRIORITY = 255       # RabbitMQ's limit
 INDEX_LIMIT = 4_000_000            # ready messages indexed at most (32 MB of offsets)
 BODY_MESSAGES = 512                # bodies kept in memory, as the plain read-ahead
 BODY_BYTES = 8 << 20
 LOAD_BYTES = 1 << 20               # per load of missing bodies
 NEAR_HEADS = 256                   # per lane, the offsets a load fills if it meets them
 _COMPACT_AT = 4096
-
-
-def max_priority(queue: str, arguments: Mapping[str, Any]) -> int:
-    """The queue's maximum priority (0: not a priority queue); InvalidArgument as RabbitMQ words it."""
-    value = arguments.get(MAX_PRIORITY_ARGUMENT)
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _invalid(queue, f'"expected integer, got {field_type(value)}"')
-    if value < 0:
-        raise _invalid(queue, f"{{value_negative,{int(value)}}}")
-    if value > MAX_SUPPORTED_PRIORITY:
-        raise _invalid(queue, f"{{max_value_exceeded,{int(value)}}}")
-    return int(value)
-
-
-def _invalid(queue: str, reason: str) -> InvalidArgument:
-    return InvalidArgument(f"invalid arg '{MAX_PRIORITY_ARGUMENT}' for queue '{queue}': {reason}")
 
 
 class _Lane:
@@ -91,7 +69,8 @@ class _Lane:
 
 
 class PriorityReadAhead:
-    """The read-ahead of a priority queue. Owned by its subscription (and the event loop)."""
+    """The read-ahead of a priority queue, a backlog (core/queues/backlog.py). Owned by its
+    subscription (and the event loop)."""
 
     def __init__(self, max_priority: int, *, index_limit: int | None = None, body_messages: int | None = None,
                  body_bytes: int | None = None) -> None:
@@ -131,6 +110,16 @@ class PriorityReadAhead:
         self._indexed(level)
         if len(self._bodies) < self._body_messages and self._body_bytes < self._body_limit:
             self._keep(message)
+
+    strict = True           # a higher priority may still be unread: see holds_back
+
+    def extend(self, messages) -> None:
+        for message in messages:
+            self.append(message)
+
+    def holds_back(self, read_offset: int, high_watermark: int) -> bool:
+        """Not all stored messages are indexed yet: a higher one may be unread (strict order)."""
+        return read_offset < high_watermark and not self.full
 
     def put_back(self, message: QueuedMessage) -> None:
         """A message handed out before and requeued: back to its place in its lane."""
@@ -173,6 +162,9 @@ class PriorityReadAhead:
             if message is None:
                 self.missing = offset
             return message
+
+    def take(self) -> None:
+        self.pop_first()
 
     def pop_first(self) -> QueuedMessage | None:
         lane = self._top_lane()

@@ -4,7 +4,9 @@ Publishes made while the event loop runs other work (one read from a socket ofte
 and many connections publish at once) wait in a list; a flush task takes them as one RecordBatch v2
 (up to MAX_BATCH_BYTES; a single larger message gets a batch of its own) and appends it. Every
 publish of a batch gets the same future, which resolves once the batch is durable, so a publisher
-confirm is never sent for a message that is not stored.
+confirm is never sent for a message that is not stored. The queue's consumers are handed the
+batch's messages before that future resolves: a delivery goes out before the confirm of the same
+message, as RabbitMQ writes them. Batches of one queue are durable in the order they were made.
 
 Back-pressure: `backlog_bytes` counts what is queued or appended but not yet durable; callers wait
 on `wait_writable()` past MAX_BACKLOG_BYTES.
@@ -34,12 +36,15 @@ def _retrieve(future: asyncio.Future) -> None:
 
 class BatchPublisher:
     """Owned by the event loop. `partition` returns the queue's partition (reopened if the core
-    closed it while idle)."""
+    closed it while idle). Once a batch is durable, `deliver_first` is called; if it returns a
+    future, the batch's future resolves (and `on_durable` is called) only once that one is done."""
 
     def __init__(self, partition: Callable[[], Awaitable[Partition]], *, on_durable: Callable[[], None] | None = None,
+                 deliver_first: Callable[[], asyncio.Future | None] | None = None,
                  max_batch_bytes: int = MAX_BATCH_BYTES) -> None:
         self._partition = partition
         self._on_durable = on_durable
+        self._deliver_first = deliver_first
         self._max_batch_bytes = max_batch_bytes
         self._records: list[Record] = []
         self._pending_bytes = 0
@@ -138,6 +143,13 @@ class BatchPublisher:
             self._fail(future, size, exc)
             return
         self._add_backlog(-size)
+        handed_out = self._deliver_first() if self._deliver_first is not None else None
+        if handed_out is None:
+            self._durable(future)
+        else:     # confirms after the deliveries of the batch, as RabbitMQ writes them
+            handed_out.add_done_callback(lambda _: self._durable(future))
+
+    def _durable(self, future: asyncio.Future) -> None:
         if not future.done():
             future.set_result(None)
         if self._on_durable is not None:

@@ -27,21 +27,21 @@ from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import ExpirySweeper, UnusedQueueTimer
 from core.queues.limits import LengthLimit
 from core.queues.policy import QueuePolicy
-from core.queues.priority import max_priority
 from core.queues.publisher import BatchPublisher
 from core.queues.restart import drop_transient
-from core.queues.single_active import single_active
 from core.queues.subscription import Consumer, QueuedMessage, SharedSubscription
 from core.records.builder import Record
 
 CURSOR_NAME = "queue"
 
-# The topic settings of a queue's topic: messages stay until acknowledged (acknowledged ledgers are
-# dropped by the subscription), messages up to the AMQP maximum fit, and ledgers roll small enough
-# that acknowledged data is reclaimed soon.
+# The settings of a topic created for a queue: messages stay until consumed, by the queue and by
+# any other subscription (a Kafka group) of the topic (core/retention.py), messages up to the AMQP
+# maximum fit, and ledgers roll small enough that consumed data is reclaimed soon. A queue over a
+# topic that existed before (a Kafka one) keeps that topic's settings: its acks delete nothing.
 QUEUE_TOPIC_CONFIGS = {
     "retention.ms": "-1",
     "retention.bytes": "-1",
+    "retention.consumed": "true",
     "max.message.bytes": str(256 << 20),
     "segment.bytes": str(64 << 20),
 }
@@ -73,13 +73,14 @@ class Queue:
     publishing needs no open."""
 
     def __init__(self, core, info: QueueInfo, topic: TopicName, clock: Clock, *, owner: Hashable | None = None,
-                 restored: bool = False) -> None:
+                 restored: bool = False, policy: QueuePolicy | None = None) -> None:
         self._core = core
         self.info = info
         self.topic = topic
         self.owner = owner                    # the exclusive owner, if exclusive
         self._clock = clock
-        self.publisher = BatchPublisher(self.partition, on_durable=self._on_durable)
+        self.publisher = BatchPublisher(self.partition, on_durable=self._on_durable,
+                                        deliver_first=self._deliver_durable)
         self.subscription: SharedSubscription | None = None
         self._opening: asyncio.Future | None = None
         self.had_consumers = False            # auto-delete applies only once someone consumed
@@ -90,8 +91,8 @@ class Queue:
         self._earlier_end: int | None = None
         # TTL, dead-lettering and limits (core/queues/policy.py); dead_letters and unused_timer are
         # set by the namespace, which routes the dead messages and deletes an expired queue.
-        self.policy = QueuePolicy.of(info.name, info.arguments, durable=info.durable, exclusive=info.exclusive,
-                                     auto_delete=info.auto_delete)
+        self.policy = policy or QueuePolicy.of(info.name, info.arguments, durable=info.durable,
+                                               exclusive=info.exclusive, auto_delete=info.auto_delete)
         self.length_limit = LengthLimit(self) if self.policy.limits_length else None
         self.dead_letters: DeadLetterer | None = None
         self.unused_timer: UnusedQueueTimer | None = None
@@ -134,24 +135,19 @@ class Queue:
         if self._earlier_end:
             await drop_transient(partition, cursor, self._earlier_end)
             await cursor.flush()
-        arguments = self.info.arguments
-        subscription = SharedSubscription(self.partition, cursor, self._clock, name=self.info.name,
-                                          max_priority=max_priority(self.name, arguments),
-                                          single_active=single_active(self.name, arguments),
-                                          redelivered_below=cursor.delivered_offset)
-        subscription.note_high_watermark(partition.high_watermark)
-        self._apply_policy(subscription)
-        self.subscription = subscription
-        return subscription
-
-    def _apply_policy(self, subscription: SharedSubscription) -> None:
         policy = self.policy
-        subscription.message_ttl_ms = policy.message_ttl_ms
-        subscription.delivery_limit = policy.delivery_limit
-        if policy.dead_letter_exchange is not None and self.dead_letters is not None:
-            subscription.dead_letter = self.dead_letters.send
+        dead_letters = self.dead_letters if policy.dead_letter_exchange is not None else None
+        dead_letter = dead_letters.send if dead_letters is not None else None
+        subscription = SharedSubscription(
+            self.partition, cursor, self._clock, name=self.info.name, max_priority=policy.max_priority,
+            single_active=policy.single_active, redelivered_below=cursor.delivered_offset,
+            message_ttl_ms=policy.message_ttl_ms, delivery_limit=policy.delivery_limit, dead_letter=dead_letter,
+            delete_consumed=lambda: self._core.delete_consumed(self.topic, 0))
+        subscription.note_high_watermark(partition.high_watermark)
         if policy.message_ttl_ms is not None or policy.dead_letter_exchange is not None or self._sweep_wanted:
             self._sweeper = ExpirySweeper(subscription, self._clock, self.name)
+        self.subscription = subscription
+        return subscription
 
     def expect_expiring(self) -> None:
         """Messages with their own expiry are published here: keep removing expired heads even
@@ -171,6 +167,16 @@ class Queue:
         if self.length_limit is not None:
             return self.length_limit.publish(record)
         return self.publisher.publish(record)
+
+    def _deliver_durable(self) -> asyncio.Future | None:
+        """A batch is durable: a future done once its messages were handed to the consumers with
+        room (None: no consumers)."""
+        subscription, partition = self.subscription, self._last_partition
+        if subscription is None or partition is None:
+            return None
+        end = partition.high_watermark
+        subscription.note_high_watermark(end)
+        return subscription.read_up_to(end)
 
     def _on_durable(self) -> None:
         subscription = self.subscription

@@ -26,11 +26,9 @@ from core.queues.exchange import Binding, DestinationKind, Exchange, ExchangeTyp
 from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import UnusedQueueTimer
 from core.queues.naming import queue_topic
-from core.queues.policy import QueuePolicy, check_equivalence
-from core.queues.priority import max_priority
+from core.queues.policy import QueuePolicy, check_equivalent
 from core.queues.queue import CURSOR_NAME, QUEUE_TOPIC_CONFIGS, Queue, QueueInfo
 from core.queues.routing import DEFAULT_EXCHANGE, HeadersFunction, PropertiesFunction, RoutingTable, no_properties
-from core.queues.single_active import single_active
 from core.queues.store import NamespaceStore
 from core.records.builder import Record
 
@@ -45,15 +43,6 @@ PREDECLARED_EXCHANGES = (
     Exchange("amq.match", ExchangeType.HEADERS),
 )
 _PREDECLARED = frozenset(exchange.name for exchange in PREDECLARED_EXCHANGES)
-
-# Queue arguments the core does not implement yet: refused, since accepting them would promise
-# behaviour that does not happen. Arguments it does not know at all are kept and ignored.
-UNSUPPORTED_QUEUE_ARGUMENTS = frozenset({
-    "x-max-age", "x-stream-max-segment-size-bytes", "x-queue-leader-locator", "x-queue-master-locator",
-})
-SUPPORTED_QUEUE_TYPES = ("classic", "quorum")
-# Arguments whose value must match on a redeclare (the rest may differ, as in RabbitMQ).
-_EQUIVALENT_QUEUE_ARGUMENTS = ("x-queue-mode", "x-max-priority", "x-single-active-consumer")
 
 
 class QueueNamespace:
@@ -166,8 +155,15 @@ class QueueNamespace:
             self.routing.add_binding(binding)
 
     async def unbind(self, binding: Binding, *, owner: Hashable | None = None) -> None:
+        """Removing a binding whose queue, exchanges or itself is not there is no error (RabbitMQ
+        3.10 answers unbind-ok): only the default exchange and another owner's exclusive queue are."""
+        _not_default(binding.source)
         async with self._lock:
-            self._check_binding_ends(binding, owner)
+            if binding.kind is DestinationKind.QUEUE:
+                if binding.destination in self.queues:
+                    self.queue(binding.destination, owner)
+            else:
+                _not_default(binding.destination)
             if not self.routing.remove_binding(binding):
                 return
             await self._store.delete_binding(binding)
@@ -208,19 +204,19 @@ class QueueNamespace:
                 self.queue(name, owner)     # exclusive to someone else: RESOURCE_LOCKED
                 if existing.info.exclusive != exclusive:    # RabbitMQ's strict exclusive-access check
                     raise ResourceLocked(_locked_text(name))
-                _check_queue_equivalence(existing.info, durable, auto_delete, arguments)
-                check_equivalence(name, existing.info.arguments, arguments)
+                info = existing.info
+                check_equivalent(name, (info.durable, info.auto_delete, info.arguments),
+                                 (durable, auto_delete, arguments))
                 existing.touch()
                 return existing
             if name.startswith(RESERVED_PREFIX) and not server_named:
                 raise ReservedName(f"queue name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'")
-            QueuePolicy.of(name, arguments, durable=durable, exclusive=exclusive, auto_delete=auto_delete)
-            _check_queue_arguments(name, arguments)
+            policy = QueuePolicy.of(name, arguments, durable=durable, exclusive=exclusive, auto_delete=auto_delete)
             info = QueueInfo(name, queue_topic(name), durable, exclusive, auto_delete, arguments)
             created = await self._create_topic(info)
             info = replace(info, owns_topic=created)
             queue = self._attach(Queue(self._core, info, self._topic(info), self._core.clock,
-                                       owner=owner if exclusive else None))
+                                       owner=owner if exclusive else None, policy=policy))
             await self._store.put_queue(info)
             self.queues[name] = queue
             return queue
@@ -374,13 +370,14 @@ class QueueNamespace:
 
 
 class QueueService:
-    def __init__(self, core) -> None:
+    """`message_facts`: how a protocol reads the headers and properties of a stored message, for
+    routing a held message when it is due (the core never decodes a protocol's properties itself)."""
+
+    def __init__(self, core, *, message_facts: "MessageFacts | None" = None) -> None:
         self._core = core
         self._namespaces: dict[tuple[str, str], QueueNamespace] = {}
         self._loading: dict[tuple[str, str], asyncio.Future] = {}
-        # How a protocol reads the headers and properties of a stored message, for routing a held
-        # message when it is due (the core never decodes a protocol's properties itself).
-        self.message_facts: MessageFacts = _no_facts
+        self.message_facts: MessageFacts = message_facts or _no_facts
         core.delayed.register(HELD_TARGET, self._release)
 
     async def _release(self, tenant: str, namespace: str, exchange: str, record: Record) -> list[asyncio.Future]:
@@ -455,28 +452,3 @@ def _check_exchange_equivalence(existing: Exchange, wanted: Exchange) -> None:
 def _locked_text(name: str) -> str:
     return (f"cannot obtain exclusive access to locked queue '{name}'. It could be originally declared on another "
             "connection or the exclusive property value does not match that of the original declaration.")
-
-
-def _check_queue_equivalence(info: QueueInfo, durable: bool, auto_delete: bool, arguments: Mapping[str, Any]) -> None:
-    for arg, received, current in (("durable", durable, info.durable), ("auto_delete", auto_delete, info.auto_delete)):
-        if received != current:
-            raise _inequivalent(arg, "queue", info.name, received, current)
-    for arg in _EQUIVALENT_QUEUE_ARGUMENTS:
-        received, current = arguments.get(arg), info.arguments.get(arg)
-        if received != current and not (arg == "x-queue-type" and {received, current} <= {None, "classic"}):
-            raise _inequivalent(arg, "queue", info.name, received if received is not None else "none",
-                                current if current is not None else "none")
-
-
-def _check_queue_arguments(name: str, arguments: Mapping[str, Any]) -> None:
-    for arg in arguments:
-        if arg in UNSUPPORTED_QUEUE_ARGUMENTS:
-            raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}': not supported by this gateway yet")
-    max_priority(name, arguments)
-    single_active(name, arguments)
-    queue_type = arguments.get("x-queue-type")
-    if queue_type is not None and queue_type not in SUPPORTED_QUEUE_TYPES:
-        raise InvalidArgument(f"invalid arg 'x-queue-type' for queue '{name}': queue type '{queue_type}' is not "
-                              f"supported by this gateway yet (only {', '.join(SUPPORTED_QUEUE_TYPES)})")
-    if arguments.get("x-queue-mode") not in (None, "default", "lazy"):
-        raise InvalidArgument(f"invalid arg 'x-queue-mode' for queue '{name}': {arguments['x-queue-mode']!r}")

@@ -2,14 +2,17 @@
 
 This is an AMQP queue's delivery side, in the core's words:
 
-- Messages are read from the log ahead of the consumers (a bounded read-ahead buffer) starting at
-  the cursor's committed offset, skipping what the cursor records as acknowledged.
-- Each message goes to one consumer with room, round robin; with consumers of several priorities,
-  to the highest-priority one with room (round robin among equals). A consumer's room is its prefetch (the
-  unacknowledged deliveries it may hold; 0 is unlimited) and whatever else it says through
-  `can_deliver` (a paused channel, a full output buffer). Auto-ack consumers acknowledge on delivery.
+- Messages are read from the log ahead of the consumers into a backlog (core/queues/backlog.py:
+  log order, or priority lanes for a priority queue, core/queues/priority.py) starting at the
+  cursor's committed offset, skipping what the cursor records as acknowledged.
+- Each message goes to the consumer a ConsumerPicker names (core/queues/picker.py: round robin,
+  consumer priorities, single active consumer) among those with room. A consumer's room is its
+  prefetch (the unacknowledged deliveries it may hold; 0 is unlimited) and whatever else it says
+  through `can_deliver` (a paused channel, a full output buffer). Auto-ack consumers acknowledge
+  on delivery.
 - Acknowledging moves the cursor (committed offset plus individually acknowledged ranges); the
   cursor is persisted in the background, one write at a time however many acks arrive meanwhile.
+  Acks delete nothing: records go by the topic's retention (core/retention.py).
 - A rejected message with requeue, and every unacknowledged message of a consumer that goes away,
   is handed out again before anything newer, in offset order, marked as redelivered. Rejected
   without requeue, it is dead: dead-lettered through the queue's dead-letter exchange
@@ -17,8 +20,11 @@ This is an AMQP queue's delivery side, in the core's words:
   expired messages met at the head (core/queues/expiry.py) and, on queues with a delivery limit,
   messages returned after more deliveries than the limit.
 - `get` takes one message without a consumer (AMQP's basic.get), held by any owner object.
-- A priority queue reads ahead through a PriorityReadAhead (core/queues/priority.py); a single
-  active consumer queue hands out only to its first consumer (core/queues/single_active.py).
+- Single active consumer: when the active one goes, the next one is active at once; what the old
+  one held is requeued when its channel lets go of it and handed to the new one first, in log
+  order. Every consumer counts in the consumer count, waiting or not.
+- The queue's policy (TTL, delivery limit, dead-lettering, priorities, single active consumer)
+  comes in through the constructor.
 - Messages below `redelivered_below` (handed out by an earlier process and never acknowledged)
   go out marked redelivered; every hand-out is noted in the cursor, persisted with its next flush.
 
@@ -29,9 +35,7 @@ consumers, which only buffer output.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Protocol
@@ -41,17 +45,17 @@ from core.cursor import Cursor
 from core.errors import CoreError, ExclusiveUse
 from core.partition import Partition
 from core.queues.dead_letter import DELIVERY_LIMIT, EXPIRED, REJECTED
+from core.queues.backlog import FifoBacklog
 from core.queues.expiry import deadline
-from core.queues.priority import PriorityReadAhead
 from core.queues.log_records import data_records
+from core.queues.picker import ConsumerPicker
+from core.queues.priority import PriorityReadAhead
 
 log = logging.getLogger("gateway.core")
 
-READ_AHEAD_MESSAGES = 512        # read more while fewer than this wait in memory
-READ_AHEAD_BYTES = 8 << 20       # ... and while their bodies take less than this
 READ_BYTES = 1 << 20             # per log read (at least one whole batch)
 DATA_WAIT_S = 1.0                # re-check for consumers this often while waiting for new data
-TRIM_INTERVAL_MS = 10_000        # drop acknowledged ledgers at most this often
+TRIM_INTERVAL_MS = 10_000        # ask the core to drop consumed ledgers at most this often
 UNCHECKED = -1                   # QueuedMessage.expires_at not computed yet
 _DEAD_LETTERING = object()       # the holder of messages on their way to a dead-letter exchange
 
@@ -89,17 +93,17 @@ class Consumer(Protocol):
 class SharedSubscription:
     def __init__(self, partition: Callable[[], Awaitable[Partition]], cursor: Cursor, clock: Clock, *,
                  name: str = "", max_priority: int = 0, single_active: bool = False,
-                 redelivered_below: int = 0) -> None:
+                 redelivered_below: int = 0, message_ttl_ms: int | None = None, delivery_limit: int | None = None,
+                 dead_letter: Callable[..., None] | None = None,
+                 delete_consumed: Callable[[], Awaitable[None]] | None = None) -> None:
         self._partition = partition
         self.cursor = cursor
         self._clock = clock
         self._name = name
-        self.consumers: list[Consumer] = []
+        self._picker = ConsumerPicker(single_active=single_active)
         self.exclusive_consumer: Consumer | None = None
-        self._turn = 0                                   # round-robin position in consumers
-        self._buffer: deque[QueuedMessage] = deque()     # read ahead, not yet handed out, offset order
-        self._buffer_bytes = 0
-        self._requeued: list[tuple[int, QueuedMessage]] = []   # heap: handed out again first
+        # what waits to be handed out, in the order it goes (core/queues/backlog.py)
+        self._backlog = PriorityReadAhead(max_priority) if max_priority else FifoBacklog()
         self._unacked: dict[int, tuple[QueuedMessage, Hashable]] = {}
         self._held: dict[Hashable, set[int]] = {}        # owner -> offsets it has not acknowledged
         self._read_offset = cursor.committed_offset
@@ -109,22 +113,24 @@ class SharedSubscription:
         self._feeder: asyncio.Task | None = None
         self._flusher: asyncio.Task | None = None
         self._cursor_dirty = False
+        self._delete_consumed = delete_consumed
         self._last_trim_ms = 0
+        self._trim_later: asyncio.Task | None = None
         self._dispatching = False
         self._dispatch_again = False
         self._closed = False
-        self._priorities = PriorityReadAhead(max_priority) if max_priority else None
-        self._single_active = single_active
-        self._consumer_priorities = False                # consumers of more than one priority
-        self._priority_turns: dict[int, int] = {}        # round-robin position within each priority
         self._redelivered_below = redelivered_below
         self._flush_waiters: list[asyncio.Future] = []
-        # Set by the queue from its arguments (core/queues/policy.py):
-        self.message_ttl_ms: int | None = None
-        self.delivery_limit: int | None = None      # a message handed out more often than this dies
-        self.dead_letter: Callable[..., None] | None = None   # DeadLetterer.send; None: dead ones are dropped
+        self._read_waiters: list[tuple[int, asyncio.Future]] = []   # (end offset, done once read and handed out)
+        self.message_ttl_ms = message_ttl_ms
+        self.delivery_limit = delivery_limit      # a message handed out more often than this dies
+        self.dead_letter = dead_letter            # DeadLetterer.send; None: dead ones are dropped
         self._dying: dict[str, list[QueuedMessage]] = {}
         self._fresh_from: int | None = None    # offsets from here were just read: deliverable even if expired
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return self._picker.consumers
 
     # --- counts ---------------------------------------------------------------------------------
 
@@ -150,14 +156,7 @@ class SharedSubscription:
 
     def add_consumer(self, consumer: Consumer, *, exclusive: bool = False) -> None:
         self.check_consumer(exclusive=exclusive)
-        priority = _priority(consumer)
-        index = len(self.consumers)
-        if not self._single_active:     # highest priority first; the active one of SAC is the first registered
-            index = next((i for i, other in enumerate(self.consumers) if _priority(other) < priority), index)
-        self.consumers.insert(index, consumer)
-        if index < self._turn:
-            self._turn += 1
-        self._note_priorities()
+        self._picker.add(consumer)
         if exclusive:
             self.exclusive_consumer = consumer
         self._start_feeding()
@@ -172,12 +171,7 @@ class SharedSubscription:
         """The consumer is gone: what it held is handed out again, or, with `holder`, stays
         unacknowledged in the holder's name (AMQP: a cancelled consumer's deliveries belong to its
         channel until acknowledged or the channel closes)."""
-        if consumer in self.consumers:
-            index = self.consumers.index(consumer)
-            del self.consumers[index]
-            if index < self._turn:
-                self._turn -= 1
-            self._note_priorities()
+        self._picker.remove(consumer)
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
         if holder is None:
@@ -199,7 +193,7 @@ class SharedSubscription:
             if self._over_delivery_limit(message):
                 self.dead([message], DELIVERY_LIMIT)
             else:
-                heapq.heappush(self._requeued, (offset, message))
+                self._backlog.put_back(message)
         self.dispatch()
 
     # --- acknowledgements -----------------------------------------------------------------------
@@ -221,7 +215,7 @@ class SharedSubscription:
             elif self._over_delivery_limit(entry[0]):
                 self.dead([entry[0]], DELIVERY_LIMIT)
             else:
-                heapq.heappush(self._requeued, (offset, entry[0]))
+                self._backlog.put_back(entry[0])
         if not requeue:
             self._cursor_changed()
         self.dispatch()
@@ -247,8 +241,7 @@ class SharedSubscription:
             start = max(start, offset + 1)
         if start < self._high_watermark:
             self.cursor.ack(start, self._high_watermark)
-        self._clear_buffer()
-        self._requeued.clear()
+        self._backlog.clear()
         self._read_offset = max(self._read_offset, self._high_watermark)
         self._cursor_changed()
         return count
@@ -272,58 +265,16 @@ class SharedSubscription:
         if self._wants_data():
             self._wake.set()
 
-    def _note_priorities(self) -> None:
-        self._consumer_priorities = len({_priority(consumer) for consumer in self.consumers}) > 1
-
     def _dispatch_round(self) -> None:
-        if self._consumer_priorities and not self._single_active:
-            self._dispatch_by_priority()
-            return
-        consumers = self.consumers[:1] if self._single_active else self.consumers
-        idle = 0
-        while consumers and idle < len(consumers):
-            message = self._peek()
-            if message is None:
-                return
-            self._turn %= len(consumers)
-            consumer = consumers[self._turn]
-            self._turn += 1
-            if not self._has_room(consumer):
-                idle += 1
-                continue
-            idle = 0
-            self._take()
-            self._hand_out(message, consumer, consumer.auto_ack)
-            consumer.deliver(message)
-            message.deliveries += 1
-
-    def _dispatch_by_priority(self) -> None:
-        """Consumers of a higher priority get messages while they have room; those of one priority
-        take turns (RabbitMQ's consumer priorities)."""
+        pick, has_room = self._picker.pick, self._has_room
         while (message := self._peek()) is not None:
-            consumer = self._next_with_room()
+            consumer = pick(has_room)
             if consumer is None:
                 return
-            self._take()
+            self._backlog.take()
             self._hand_out(message, consumer, consumer.auto_ack)
             consumer.deliver(message)
             message.deliveries += 1
-
-    def _next_with_room(self) -> Consumer | None:
-        consumers, start = self.consumers, 0     # sorted by priority, highest first
-        while start < len(consumers):
-            priority = _priority(consumers[start])
-            end = start
-            while end < len(consumers) and _priority(consumers[end]) == priority:
-                end += 1
-            size, turn = end - start, self._priority_turns.get(priority, 0)
-            for step in range(size):
-                consumer = consumers[start + (turn + step) % size]
-                if self._has_room(consumer):
-                    self._priority_turns[priority] = (turn + step + 1) % size
-                    return consumer
-            start = end
-        return None
 
     def _has_room(self, consumer: Consumer) -> bool:
         if consumer.prefetch and len(self._held.get(consumer, ())) >= consumer.prefetch:
@@ -342,52 +293,18 @@ class SharedSubscription:
                                                            self.message_ttl_ms)
             if expires_at is None or not self._expired(message, expires_at):
                 return message
-            self._take()
+            self._backlog.take()
             self.dead([message], EXPIRED)
 
     def _peek_head(self) -> QueuedMessage | None:
-        if self._priorities is not None:
-            return self._peek_by_priority()
-        requeued, buffer, cursor = self._requeued, self._buffer, self.cursor
-        while requeued:
-            message = requeued[0][1]
-            if not cursor.is_acked(message.offset):
-                return message
-            heapq.heappop(requeued)
-        while buffer:
-            message = buffer[0]
-            if not cursor.is_acked(message.offset) and message.offset not in self._unacked:
-                return message
-            self._pop_buffer()
-        return None
+        backlog = self._backlog
+        if backlog.strict and backlog.holds_back(self._read_offset, self._high_watermark):
+            return None
+        return backlog.peek(self._settled)
 
-    def _peek_by_priority(self) -> QueuedMessage | None:
-        priorities = self._priorities
-        while self._requeued:     # requeued messages go back to their place in their priority lane
-            priorities.put_back(heapq.heappop(self._requeued)[1])
-        if self._read_offset < self._high_watermark and not priorities.full:
-            return None           # not all stored messages indexed yet: a higher one may be unread
-        cursor, unacked = self.cursor, self._unacked
-        return priorities.peek(lambda offset: cursor.is_acked(offset) or offset in unacked)
-
-    def _take(self) -> None:
-        if self._requeued:
-            heapq.heappop(self._requeued)
-        else:
-            self._pop_buffer()
-
-    def _pop_buffer(self) -> None:
-        if self._priorities is not None:
-            self._priorities.pop_first()
-            return
-        message = self._buffer.popleft()
-        self._buffer_bytes -= len(message.value or b"")
-
-    def _clear_buffer(self) -> None:
-        if self._priorities is not None:
-            self._priorities.clear()
-        self._buffer.clear()
-        self._buffer_bytes = 0
+    def _settled(self, offset: int) -> bool:
+        """Handed out and not yet settled, or acknowledged: not to be handed out (again)."""
+        return offset in self._unacked or self.cursor.is_acked(offset)
 
     def _hand_out(self, message: QueuedMessage, owner: Hashable, auto_ack: bool) -> None:
         if auto_ack:
@@ -405,7 +322,7 @@ class SharedSubscription:
         if message is None:
             await self._read_more()
             message = self._peek()
-            while message is None and self._priorities is not None and self._can_read_more():
+            while message is None and self._can_read_more():
                 read_before = self._read_offset
                 await self._read_more()
                 message = self._peek()
@@ -413,7 +330,7 @@ class SharedSubscription:
                     break       # no progress possible now
             if message is None:
                 return None
-        self._take()
+        self._backlog.take()
         self._hand_out(message, owner, auto_ack)
         redelivered_copy = QueuedMessage(message.offset, message.timestamp_ms, message.key, message.value,
                                          message.headers, message.deliveries)
@@ -469,7 +386,7 @@ class SharedSubscription:
                 if self._read_offset == before and self._peek() is None:
                     break
                 continue
-            self._take()
+            self._backlog.take()
             taken.append(message)
         return taken
 
@@ -489,20 +406,42 @@ class SharedSubscription:
     # --- reading the log ------------------------------------------------------------------------
 
     def _can_read_more(self) -> bool:
-        """A priority queue: a body to load, or the log not indexed to its end yet."""
-        priorities = self._priorities
-        return priorities.missing is not None or (self._read_offset < self._high_watermark and not priorities.full)
+        """A body to load, or the log not read far enough for anything to go out."""
+        backlog = self._backlog
+        return backlog.missing is not None or backlog.holds_back(self._read_offset, self._high_watermark)
 
     def _wants_data(self) -> bool:
-        if self._priorities is not None:
-            return bool(self.consumers) and not self._closed and self._priorities.wants_data()
-        return (bool(self.consumers) and len(self._buffer) < READ_AHEAD_MESSAGES
-                and self._buffer_bytes < READ_AHEAD_BYTES and not self._closed)
+        return bool(self._picker.consumers) and not self._closed and self._backlog.wants_data()
 
     def _start_feeding(self) -> None:
         if self._feeder is None and not self._closed:
             self._feeder = asyncio.create_task(self._feed(), name=f"queue-feed {self._name}")
         self._wake.set()
+
+    def read_up_to(self, end: int) -> asyncio.Future | None:
+        """A future done once the messages below `end` were read and handed to the consumers with
+        room, or once they cannot be now (no room, nothing more to read); None when nobody consumes."""
+        if self._feeder is None or self._closed or not self.consumers:
+            return None
+        waiter = asyncio.get_running_loop().create_future()
+        self._read_waiters.append((end, waiter))
+        self._wake.set()
+        return waiter
+
+    def _read_done(self, everything: bool = False) -> None:
+        """Resolve the read waiters up to the read offset (all of them with `everything`)."""
+        waiters = self._read_waiters
+        if not waiters:
+            return
+        if everything:
+            self._read_waiters = []
+        else:
+            read = self._read_offset
+            self._read_waiters = [(end, waiter) for end, waiter in waiters if end > read]
+            waiters = [(end, waiter) for end, waiter in waiters if end <= read]
+        for _, waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def wake(self) -> None:
         """New data may be there, or a consumer has room again."""
@@ -511,8 +450,15 @@ class SharedSubscription:
         self.dispatch()
 
     async def _feed(self) -> None:
+        try:
+            await self._feed_loop()
+        finally:
+            self._read_done(everything=True)
+
+    async def _feed_loop(self) -> None:
         while not self._closed:
             if not self._wants_data():
+                self._read_done(everything=True)    # no room: what is read waits for it
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -520,6 +466,7 @@ class SharedSubscription:
                 partition = await self._partition()
                 self.note_high_watermark(partition.high_watermark)
                 if self._read_offset >= partition.last_stable_offset and not self._body_missing():
+                    self._read_done(everything=True)    # all there is (below an open transaction) is out
                     self._wake.clear()
                     await _first_of(partition.wait_for_data(self._read_offset, DATA_WAIT_S, committed=True),
                                     self._wake.wait())
@@ -531,15 +478,17 @@ class SharedSubscription:
             except Exception as exc:
                 self._fresh_from = None
                 log.warning("reading queue %s failed: %s", self._name, exc)
+                self._read_done(everything=True)
                 await asyncio.sleep(DATA_WAIT_S)
                 continue
             try:
                 self.dispatch()
             finally:
                 self._fresh_from = None
+                self._read_done()
 
     def _body_missing(self) -> bool:
-        return self._priorities is not None and self._priorities.missing is not None
+        return self._backlog.missing is not None
 
     def _new_message(self, record) -> QueuedMessage:
         return QueuedMessage(record.offset, record.timestamp_ms, record.key, record.value, record.headers,
@@ -550,7 +499,7 @@ class SharedSubscription:
             partition = await self._partition()
             self.note_high_watermark(partition.high_watermark)
             if self._body_missing():
-                await self._priorities.load_missing(partition, self._new_message)
+                await self._backlog.load_missing(partition, self._new_message)
                 return
             offset = max(self._read_offset, partition.log_start_offset)
             if offset >= partition.last_stable_offset:
@@ -579,18 +528,12 @@ class SharedSubscription:
                     if end > max(first, offset):
                         cursor.ack(max(first, offset), end)
                 self._cursor_changed()
-            if self._priorities is not None:
-                for record in records:
-                    if record.offset >= offset and not cursor.is_acked(record.offset) and record.offset not in unacked:
-                        self._priorities.append(self._new_message(record))
-            else:
-                buffer, redelivered_below = self._buffer, self._redelivered_below
-                for record in records:
-                    if record.offset < offset or cursor.is_acked(record.offset) or record.offset in unacked:
-                        continue
-                    buffer.append(QueuedMessage(record.offset, record.timestamp_ms, record.key, record.value,
-                                                record.headers, 1 if record.offset < redelivered_below else 0))
-                    self._buffer_bytes += len(record.value or b"")
+            redelivered_below = self._redelivered_below
+            self._backlog.extend([
+                QueuedMessage(record.offset, record.timestamp_ms, record.key, record.value, record.headers,
+                              1 if record.offset < redelivered_below else 0)
+                for record in records
+                if record.offset >= offset and record.offset not in unacked and not cursor.is_acked(record.offset)])
             self._read_offset = max(self._read_offset, next_offset)
 
     def _log_damaged(self, header, exc: Exception) -> None:
@@ -635,22 +578,36 @@ class SharedSubscription:
         await waiter
 
     async def _trim(self) -> None:
-        """Acknowledged data below the committed offset is no longer needed: drop whole ledgers."""
-        now = self._clock.now_ms()
-        if now - self._last_trim_ms < TRIM_INTERVAL_MS:
+        """The position moved: where the topic deletes what every subscription consumed, let the
+        core do it (at most every TRIM_INTERVAL_MS, later if asked sooner); acks alone never
+        delete records."""
+        if self._delete_consumed is None or self._trim_later is not None:
             return
-        self._last_trim_ms = now
-        partition = await self._partition()
-        if self.cursor.committed_offset > partition.log_start_offset:
-            await partition.delete_records_before(self.cursor.committed_offset)
+        wait_ms = self._last_trim_ms + TRIM_INTERVAL_MS - self._clock.now_ms()
+        if wait_ms > 0:
+            self._trim_later = asyncio.create_task(self._trim_after(wait_ms), name=f"queue-trim {self._name}")
+            return
+        self._last_trim_ms = self._clock.now_ms()
+        await self._delete_consumed()
+
+    async def _trim_after(self, wait_ms: int) -> None:
+        try:
+            await self._clock.sleep(wait_ms / 1000)
+            self._last_trim_ms = self._clock.now_ms()
+            await self._delete_consumed()
+        except Exception as exc:
+            log.warning("deleting what queue %s consumed failed: %s", self._name, exc)
+        finally:
+            self._trim_later = None
 
     async def close(self) -> None:
         """Stop reading and save the position (what is unacknowledged stays in the queue)."""
         self._closed = True
-        for task in (self._feeder,):
+        for task in (self._feeder, self._trim_later):
             if task is not None:
                 task.cancel()
-        self._feeder = None
+        self._feeder = self._trim_later = None
+        self._read_done(everything=True)
         flusher = self._flusher
         if flusher is not None:
             try:
@@ -666,13 +623,13 @@ class SharedSubscription:
     def discard(self) -> None:
         """The queue is deleted: stop without saving anything."""
         self._closed = True
-        for task in (self._feeder, self._flusher):
+        for task in (self._feeder, self._flusher, self._trim_later):
             if task is not None:
                 task.cancel()
-        self._feeder = self._flusher = None
+        self._feeder = self._flusher = self._trim_later = None
+        self._read_done(everything=True)
         self.consumers.clear()
-        self._clear_buffer()
-        self._requeued.clear()
+        self._backlog.clear()
         self._unacked.clear()
         self._held.clear()
         _resolve(self._flush_waiters)
@@ -683,10 +640,6 @@ def _resolve(waiters: list[asyncio.Future]) -> None:
     for waiter in waiters:
         if not waiter.done():
             waiter.set_result(None)
-
-
-def _priority(consumer: Consumer) -> int:
-    return getattr(consumer, "priority", 0)
 
 
 async def _first_of(*waits: Awaitable) -> None:

@@ -18,17 +18,15 @@ import logging
 import os
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from core.queues.policy import QUORUM
 from core.queues.queue import Queue
 from core.queues.subscription import QueuedMessage
 from protocols.amqp.machine.errors import ChannelError
 from protocols.amqp.records import message_envelope
+from protocols.amqp.session import Session
 from protocols.amqp.spec import ReplyCode
 
-if TYPE_CHECKING:
-    from protocols.amqp.server import AmqpConnection
 
 log = logging.getLogger("gateway.amqp")
 
@@ -75,8 +73,8 @@ class ChannelConsumer:
 
 
 class Channel:
-    def __init__(self, connection: "AmqpConnection", number: int) -> None:
-        self.connection = connection
+    def __init__(self, session: Session, number: int) -> None:
+        self.session = session      # what the handlers use of the connection (protocols/amqp/session.py)
         self.number = number
         self.consumers: dict[str, ChannelConsumer] = {}
         self.unacked: OrderedDict[int, Unacked] = OrderedDict()
@@ -93,15 +91,16 @@ class Channel:
         self._publish_seq = 0
         self._confirms: deque[tuple[int, asyncio.Future | None]] = deque()
         self._confirm_flush_scheduled = False
+        self._watched: asyncio.Future | None = None     # the durable future last given a callback
         self.closed = False
 
     # --- output ---------------------------------------------------------------------------------
 
     def send(self, method_name: str, /, **args) -> None:
-        self.connection.write(self.connection.machine.send_method(self.number, method_name, **args))
+        self.session.write(self.session.machine.send_method(self.number, method_name, **args))
 
     def can_deliver(self) -> bool:
-        if not self.flow_active or self.closed or not self.connection.writable:
+        if not self.flow_active or self.closed or not self.session.writable:
             return False
         return not self.channel_prefetch or len(self.unacked) < self.channel_prefetch
 
@@ -116,7 +115,7 @@ class Channel:
             self.unacked[tag] = Unacked(consumer.queue, message.offset)
         exchange, routing_key, properties = message_envelope(message, counts_deliveries=consumer.counts_deliveries)
         try:
-            self.connection.write(self.connection.machine.send_content(
+            self.session.write(self.session.machine.send_content(
                 self.number, "basic.deliver", properties, message.value or b"", consumer_tag=consumer.tag,
                 delivery_tag=tag, redelivered=message.redelivered, exchange=exchange, routing_key=routing_key))
         except Exception:
@@ -129,7 +128,7 @@ class Channel:
         if not auto_ack:
             self.unacked[tag] = Unacked(queue, message.offset)
         exchange, routing_key, properties = message_envelope(message, counts_deliveries=counts_deliveries(queue))
-        self.connection.write(self.connection.machine.send_content(
+        self.session.write(self.session.machine.send_content(
             self.number, "basic.get-ok", properties, message.value or b"", delivery_tag=tag,
             redelivered=message.redelivered, exchange=exchange, routing_key=routing_key,
             message_count=message_count))
@@ -139,7 +138,7 @@ class Channel:
         if self.consumers.get(consumer.tag) is not consumer:
             return
         del self.consumers[consumer.tag]
-        if self.connection.machine.client_capabilities.get("consumer_cancel_notify") is True:
+        if self.session.machine.client_capabilities.get("consumer_cancel_notify") is True:
             self.send("basic.cancel", consumer_tag=consumer.tag, nowait=True)
 
     def wake_consumers(self) -> None:
@@ -211,7 +210,8 @@ class Channel:
         self._confirms.append((self._publish_seq, future))
         if future is None or future.done():
             self._schedule_confirms()
-        else:
+        elif future is not self._watched:    # once per batch: its publishes share the future
+            self._watched = future
             future.add_done_callback(self._on_durable)
 
     def _on_durable(self, _future: asyncio.Future) -> None:

@@ -59,8 +59,8 @@ def delay_of(value: Any) -> int | None:
 
 def hold_if_delayed(channel, event, exchange: str, routing_key: str) -> bool:
     """Hold a publish to a delayed exchange that asks for a delay; False if it is to be routed now."""
-    connection = channel.connection
-    space = connection.space
+    session = channel.session
+    space = session.space
     found = space.routing.exchanges.get(exchange)
     if found is None or found.type is not ExchangeType.DELAYED:
         return False
@@ -76,13 +76,13 @@ def hold_if_delayed(channel, event, exchange: str, routing_key: str) -> bool:
         raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, "delayed messages in a transaction",
                                   method_name="basic.publish")
     swapped = dataclasses.replace(decoded, headers={**headers, X_DELAY: -delay}).encode()
-    now_ms = connection.clock.now_ms()
+    now_ms = session.clock.now_ms()
     durable = space.hold(exchange, to_record(exchange, routing_key, swapped, event.body, now_ms), now_ms + delay)
     if event.args["mandatory"]:
-        connection.write(connection.machine.send_content(
+        session.write(session.machine.send_content(
             channel.number, "basic.return", properties, event.body, reply_code=ReplyCode.NO_ROUTE,
             reply_text="NO_ROUTE", exchange=exchange, routing_key=routing_key))
-    connection.published_to([space.held()])     # back-pressure while held messages wait to be stored
+    session.published_to([space.held()])     # back-pressure while held messages wait to be stored
     channel.published([durable])
     return True
 

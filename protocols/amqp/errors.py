@@ -1,7 +1,8 @@
 """Core errors as the AMQP exceptions RabbitMQ would raise for the same situation.
 
-Soft codes (403, 404, 405, 406) close the channel; anything the table does not know is an
-INTERNAL_ERROR (541), which closes the connection. Core messages name the object ("no queue 'q'");
+Soft codes (403, 404, 405, 406) close the channel; INTERNAL_ERROR (541) closes the connection.
+The table names every core error (tests/protocols/amqp/test_amqp_core_errors.py checks it), so a
+new one gets its code by decision, not by falling through to 541. Core messages name the object ("no queue 'q'");
 the vhost is added after the first queue or exchange name, as RabbitMQ words it
 ("NOT_FOUND - no queue 'q' in vhost '/'").
 """
@@ -11,13 +12,16 @@ from __future__ import annotations
 import re
 
 from core import errors as core
+from core.transactions import errors as txn
 from protocols.amqp.machine.errors import AmqpError, amqp_error
 from protocols.amqp.spec import ReplyCode
 
 CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
+    # what queue, exchange and binding methods meet
     core.UnknownQueue: ReplyCode.NOT_FOUND,
     core.UnknownExchange: ReplyCode.NOT_FOUND,
     core.UnknownTopic: ReplyCode.NOT_FOUND,
+    core.UnknownTenant: ReplyCode.NOT_FOUND,
     core.InequivalentDeclaration: ReplyCode.PRECONDITION_FAILED,
     core.ResourceLocked: ReplyCode.RESOURCE_LOCKED,
     core.ExclusiveUse: ReplyCode.ACCESS_REFUSED,
@@ -27,6 +31,43 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     core.InvalidArgument: ReplyCode.PRECONDITION_FAILED,
     core.InvalidName: ReplyCode.PRECONDITION_FAILED,
     core.RecordTooLarge: ReplyCode.PRECONDITION_FAILED,
+    core.InvalidConfig: ReplyCode.PRECONDITION_FAILED,
+    core.InvalidPartitions: ReplyCode.PRECONDITION_FAILED,     # a queue over a topic of several partitions
+    core.PolicyViolation: ReplyCode.PRECONDITION_FAILED,
+    # the storage failed (RabbitMQ, too, answers what it cannot do for internal reasons with 541)
+    core.CoreError: ReplyCode.INTERNAL_ERROR,
+    core.StorageUnavailable: ReplyCode.INTERNAL_ERROR,
+    core.NotEnoughReplicas: ReplyCode.INTERNAL_ERROR,
+    core.NotOwner: ReplyCode.INTERNAL_ERROR,
+    core.OffsetOutOfRange: ReplyCode.INTERNAL_ERROR,
+    core.CorruptRecord: ReplyCode.INTERNAL_ERROR,               # records the gateway built itself
+    core.InvalidRecord: ReplyCode.INTERNAL_ERROR,
+    core.TopicExists: ReplyCode.INTERNAL_ERROR,
+    # Kafka's alone (producers, groups, ACLs, transactions): never raised by what AMQP methods call
+    core.OutOfOrderSequence: ReplyCode.INTERNAL_ERROR,
+    core.InvalidProducerEpoch: ReplyCode.INTERNAL_ERROR,
+    core.GroupError: ReplyCode.INTERNAL_ERROR,
+    core.InvalidGroupId: ReplyCode.INTERNAL_ERROR,
+    core.InvalidSessionTimeout: ReplyCode.INTERNAL_ERROR,
+    core.GroupFull: ReplyCode.INTERNAL_ERROR,
+    core.UnknownMember: ReplyCode.INTERNAL_ERROR,
+    core.IllegalGeneration: ReplyCode.INTERNAL_ERROR,
+    core.RebalanceInProgress: ReplyCode.INTERNAL_ERROR,
+    core.InconsistentGroupProtocol: ReplyCode.INTERNAL_ERROR,
+    core.MemberIdRequired: ReplyCode.INTERNAL_ERROR,
+    core.FencedInstanceId: ReplyCode.INTERNAL_ERROR,
+    core.NonEmptyGroup: ReplyCode.INTERNAL_ERROR,
+    core.GroupNotFound: ReplyCode.INTERNAL_ERROR,
+    core.GroupSubscribedToTopic: ReplyCode.INTERNAL_ERROR,
+    core.OffsetMetadataTooLarge: ReplyCode.INTERNAL_ERROR,
+    core.InvalidAcl: ReplyCode.INTERNAL_ERROR,
+    txn.TransactionError: ReplyCode.INTERNAL_ERROR,
+    txn.InvalidTxnState: ReplyCode.INTERNAL_ERROR,
+    txn.InvalidProducerIdMapping: ReplyCode.INTERNAL_ERROR,
+    txn.ProducerFenced: ReplyCode.INTERNAL_ERROR,
+    txn.ConcurrentTransactions: ReplyCode.INTERNAL_ERROR,
+    txn.InvalidTransactionTimeout: ReplyCode.INTERNAL_ERROR,
+    txn.InvalidTransactionalId: ReplyCode.INTERNAL_ERROR,
 }
 
 _NAMED = re.compile(r"((?:queue|exchange) '[^']*')")

@@ -4,7 +4,9 @@ machine (machine/connection.py), its events to the handlers, and what they answe
 Events are handled one after another in arrival order; a handler that needs storage (declaring,
 binding, basic.get) is awaited before the next event, so a channel's methods take effect in order.
 basic.publish and the acks never wait: a publish is routed and queued for its queues' next batch at
-once, and its confirm follows when the batch is durable.
+once, and its confirm follows when the batch is durable. A method that looks at a queue's messages
+(basic.get, queue.declare's count, queue.purge, queue.delete) first waits for this connection's
+publishes to that queue to be stored, so it sees them, as it would in RabbitMQ.
 
 Deliveries are written by the queues' dispatchers (other tasks) into this connection's output; what
 is written in one event-loop turn goes to the transport as one write (one system call, not one per
@@ -35,8 +37,7 @@ from dataclasses import dataclass, field
 
 from core.auth import Principal, User, UserStore
 from core.errors import CoreError
-from core.queues.queue import Queue
-from core.queues.service import QueueNamespace, QueueService
+from core.queues.service import QueueService
 from protocols.amqp import delayed
 from protocols.amqp.channel import Channel
 from protocols.amqp.codec.errors import DecodeError
@@ -52,6 +53,7 @@ from protocols.amqp.machine.events import (
 from protocols.amqp.machine.settings import ServerSettings
 from protocols.amqp.spec import ReplyCode
 from protocols.amqp.permissions import ResourceAccess
+from protocols.amqp.session import Session
 from protocols.amqp.vhosts import authenticate, vhost_namespace
 
 log = logging.getLogger("gateway.amqp")
@@ -89,8 +91,8 @@ class AmqpBroker:
     def __init__(self, core, settings: AmqpSettings, queues: QueueService | None = None) -> None:
         self.core = core
         self.settings = settings
-        self.queues = queues if queues is not None else QueueService(core)
-        self.queues.message_facts = delayed.message_facts   # held messages are routed by their AMQP headers
+        # held messages are routed by their AMQP headers and properties
+        self.queues = queues if queues is not None else QueueService(core, message_facts=delayed.message_facts)
         self.users = UserStore(core.metadata)
 
 
@@ -125,17 +127,14 @@ class AmqpConnection:
         self.machine = AmqpServerConnection(broker.settings.server)
         self.clock = broker.core.clock
         self.channels: dict[int, Channel] = {}
-        self.space: QueueNamespace | None = None
         self.principal: Principal | None = None
         self.user: User | None = None
-        self.access: ResourceAccess | None = None   # set when the vhost is open
-        self.owner = self                    # the owner of the exclusive queues it declares
+        self.session = Session(self.machine, self.write, self.clock, lambda: self.writable)
         self.writable = True                 # False while the output is backed up
         self._reader = reader
         self._writer = writer
         self._loop = asyncio.get_running_loop()
         self._peer = writer.get_extra_info("peername")
-        self._published: set[Queue] = set()
         self._blocked = False                # connection.blocked sent, connection.unblocked not yet
         self._close_deadline: float | None = None
         self._drainer: asyncio.Task | None = None
@@ -239,8 +238,8 @@ class AmqpConnection:
             self.write(self.machine.refuse_vhost(refusal))
             await self._closing()
             return
-        self.access = ResourceAccess(permission, event.vhost, self.username)
-        self.space = await self.broker.queues.namespace(*mapped)
+        self.session.access = ResourceAccess(permission, event.vhost, self.username)
+        self.session.space = await self.broker.queues.namespace(*mapped)
         self.write(self.machine.accept_vhost())
 
     # --- methods --------------------------------------------------------------------------------
@@ -257,11 +256,10 @@ class AmqpConnection:
         if self._ignored(number, name):
             return
         try:
-            if number == 0:    # connection.update-secret: no token-based logins here
-                raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, f"{name} is not supported",
-                                          method_name=name)
-            if name == "channel.open":
-                self.channels[number] = Channel(self, number)
+            if number == 0:    # connection.update-secret
+                self._update_secret(event.args)
+            elif name == "channel.open":
+                self.channels[number] = Channel(self.session, number)
                 self.write(self.machine.send_method(number, "channel.open-ok"))
             elif name == "channel.close":
                 await self._close_channel(number)
@@ -278,6 +276,13 @@ class AmqpConnection:
                     await result
         except Exception as exc:
             await self._failed(number, event.method.key, exc)
+
+    def _update_secret(self, args) -> None:
+        """Logins here are passwords checked once, with nothing that expires: as RabbitMQ 3.10 with
+        its internal user store, the new secret is taken without effect and acknowledged."""
+        log.info("AMQP connection from %s (user %r) updated its secret: %s", self._peer, self.username,
+                 args["reason"])
+        self.write(self.machine.send_method(0, "connection.update-secret-ok"))
 
     def _content(self, event: ContentReceived):
         """basic.publish, synchronously (publishes never wait); the error path is returned to await."""
@@ -318,7 +323,7 @@ class AmqpConnection:
     async def _release_channel(self, channel: Channel) -> None:
         for queue in channel.close():
             try:
-                await self.space.consumer_removed(queue)
+                await self.session.space.consumer_removed(queue)
             except CoreError as exc:
                 log.warning("auto-deleting queue %s failed: %s", queue.name, exc)
 
@@ -331,9 +336,9 @@ class AmqpConnection:
         channels, self.channels = list(self.channels.values()), {}
         for channel in channels:
             await self._release_channel(channel)
-        if self.space is not None:
+        if self.session.space is not None:
             try:
-                await self.space.release_owner(self.owner)
+                await self.session.space.release_owner(self.session.owner)
             except CoreError as exc:
                 log.warning("deleting the exclusive queues of %s failed: %s", self._peer, exc)
 
@@ -375,12 +380,10 @@ class AmqpConnection:
         for channel in list(self.channels.values()):
             channel.wake_consumers()
 
-    def published_to(self, queues: list[Queue]) -> None:
-        self._published.update(queues)
-
     async def _apply_backpressure(self) -> None:
-        if self._published:
-            published, self._published = self._published, set()
+        session = self.session
+        if session.published:
+            published, session.published = session.published, set()
             for queue in published:
                 if not queue.publisher.writable:
                     self._set_blocked(True)

@@ -76,15 +76,15 @@ class Transaction:
     async def commit(self, channel: Channel) -> None:
         publishes, returns, settlements = self.publishes, self.returns, self.settlements
         self._reset()
-        connection = channel.connection
+        session = channel.session
         batches: dict[Queue, list[Record]] = {}
         for queues, record in publishes:
             for queue in queues:
                 batches.setdefault(queue, []).append(record)
         durable = [queue.publisher.publish_batch(records) for queue, records in batches.items() if not queue.deleted]
-        connection.published_to(list(batches))
+        session.published_to(list(batches))
         for returned in returns:
-            connection.write(connection.machine.send_content(
+            session.write(session.machine.send_content(
                 channel.number, "basic.return", returned.properties, returned.body, reply_code=ReplyCode.NO_ROUTE,
                 reply_text="NO_ROUTE", exchange=returned.exchange, routing_key=returned.routing_key))
         if durable:

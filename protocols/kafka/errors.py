@@ -21,6 +21,7 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.InvalidRecord: ErrorCode.INVALID_RECORD,
     core.NotOwner: ErrorCode.NOT_LEADER_OR_FOLLOWER,
     core.StorageUnavailable: ErrorCode.KAFKA_STORAGE_ERROR,
+    core.NotEnoughReplicas: ErrorCode.NOT_ENOUGH_REPLICAS,
     core.OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     core.InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
     core.GroupError: ErrorCode.UNKNOWN_SERVER_ERROR,

@@ -57,12 +57,16 @@ class Bookie:
         self._fd_lock = threading.Lock()
         self.flush_counts: dict[FlushReason, int] = {reason: 0 for reason in FlushReason}
         self._sync_task: asyncio.Task | None = None
+        self._lac_waiters: dict[int, list[tuple[int, asyncio.Future]]] = {}
 
     @classmethod
     async def open(cls, directory: Path, config: StorageConfig, metadata: MetadataStore,
                    bookie_id: str = "local") -> "Bookie":
         journal_dir = directory / "journal"
         journal_dir.mkdir(parents=True, exist_ok=True)
+        # A new directory's name is durable only once its parent is fsynced: without this, a power
+        # loss can take the whole bookie directory (and every entry acknowledged in it) away.
+        await asyncio.to_thread(_fsync_directories, directory, directory.parent)
         segments = await asyncio.to_thread(list_segments, journal_dir)
         await cookie.verify_or_create(directory, bookie_id, metadata, has_data=bool(segments))
         index, states, report = await asyncio.to_thread(_recover, directory, journal_dir, segments)
@@ -84,6 +88,21 @@ class Bookie:
                 state = self._states.setdefault(rec.ledger_id, LedgerState())
                 state.last_entry_id = max(state.last_entry_id, rec.entry_id)
                 state.lac = max(state.lac, rec.lac)
+        if self._lac_waiters:
+            self._wake_lac_waiters()
+
+    def _wake_lac_waiters(self) -> None:
+        for ledger_id, waiters in list(self._lac_waiters.items()):
+            state = self._states.get(ledger_id)
+            lac = -1 if state is None else state.lac
+            still = [(after, fut) for after, fut in waiters if not fut.done() and lac <= after]
+            for after, fut in waiters:
+                if not fut.done() and lac > after:
+                    fut.set_result(lac)
+            if still:
+                self._lac_waiters[ledger_id] = still
+            else:
+                del self._lac_waiters[ledger_id]
 
     async def _sync_index(self, interval_s: float) -> None:
         while True:
@@ -123,6 +142,35 @@ class Bookie:
             raise NoSuchLedger(str(ledger_id))
         return state.lac
 
+    async def wait_lac(self, ledger_id: int, after: int, timeout_s: float) -> int:
+        """Long poll: the LAC once it is above `after`, or whatever it is when the timeout passes."""
+        state = self._states.get(ledger_id)
+        lac = -1 if state is None else state.lac
+        if lac > after or timeout_s <= 0:
+            if state is None:
+                raise NoSuchLedger(str(ledger_id))
+            return lac
+        waiter = asyncio.get_running_loop().create_future()
+        self._lac_waiters.setdefault(ledger_id, []).append((after, waiter))
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except asyncio.TimeoutError:
+            state = self._states.get(ledger_id)
+            if state is None:
+                raise NoSuchLedger(str(ledger_id)) from None
+            return state.lac
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
+    def ledger_ids(self) -> list[int]:
+        """Every ledger this bookie holds entries or a fence for."""
+        return list(self._states)
+
+    def lac_of(self, ledger_id: int) -> int:
+        state = self._states.get(ledger_id)
+        return -1 if state is None else state.lac
+
     def last_entry_id(self, ledger_id: int) -> int:
         state = self._states.get(ledger_id)
         return -1 if state is None else state.last_entry_id
@@ -132,7 +180,9 @@ class Bookie:
             return
         await self._journal.append(fmt.RecordKind.LEDGER_DELETED, ledger_id, -1, -1, b"")
 
-    async def read(self, ledger_id: int, entry_id: int) -> bytes:
+    async def read(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> bytes:
+        if fence:
+            await self.fence(ledger_id)
         return await asyncio.to_thread(self._read_one, ledger_id, entry_id)
 
     async def read_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int) -> list[bytes]:
@@ -215,6 +265,11 @@ class Bookie:
                 os.close(fd)
             self._read_fds.clear()
         await asyncio.to_thread(self._index.close)
+
+
+def _fsync_directories(*directories: Path) -> None:
+    for directory in directories:
+        fsync_directory(directory)
 
 
 def _failed(error: Exception) -> asyncio.Future:

@@ -23,11 +23,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 
-from storage.api import (BadVersion, LedgerFenced, LogClosed, LogEntry, MetadataStore, NodeExists,
+from storage.api import (BadVersion, LedgerFenced, LogClosed, LogEntry, MetadataStore, NodeExists, NotEnoughBookies,
                          PositionOutOfRange, RetentionPolicy, StorageError)
 from storage.ledger.client import LedgerClient, LedgerHandle
 from storage.managed_log.ledger_list import ENTRY_HEADER, LedgerList, LedgerRange
 from storage.managed_log.tail_cache import TailCache
+
+ROLL_RETRY_MS = 10_000
+REPAIR_FIRST_RETRY_S = 0.1
+REPAIR_MAX_RETRY_S = 5.0
 
 log = logging.getLogger("gateway.storage.managed_log")
 
@@ -68,6 +72,7 @@ class ManagedLogImpl:
         self._durable_bytes = 0
         self._durable_max_ts = -1
         self._writer_since_ms = 0
+        self._roll_again_ms = 0            # a roll that found too few bookies is tried again from then
         self._waiting: deque[tuple[bytes, int, int, int, asyncio.Future]] = deque()
         self._rolling: asyncio.Task | None = None
         self._broken: BaseException | None = None
@@ -75,6 +80,7 @@ class ManagedLogImpl:
         self._readers: dict[int, LedgerHandle] = {}
         self._hints: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._append_waiters: list[asyncio.Future] = []
+        self._repair_waiters: list[asyncio.Future] = []
         # the newest durable entries, so tailing readers skip the bookie (None: no cache)
         self._cache = tail_cache
         self._tail = tail_cache.new_tail() if tail_cache is not None else None
@@ -176,8 +182,9 @@ class ManagedLogImpl:
                 waiter.set_result(True)
 
     def _should_roll(self) -> bool:
-        return (self._pushed_bytes >= self.policy.roll_bytes
-                or self._clock_ms() - self._writer_since_ms >= self.policy.roll_ms)
+        now = self._clock_ms()
+        return ((self._pushed_bytes >= self.policy.roll_bytes or now - self._writer_since_ms >= self.policy.roll_ms)
+                and now >= self._roll_again_ms)
 
     def _start_roll(self) -> None:
         if self._rolling is None and self._closed is None and self._broken is None:
@@ -186,23 +193,9 @@ class ManagedLogImpl:
     async def _roll(self) -> None:
         try:
             async with self._list_lock:
-                listing = self._list
-                old = self._writer
-                if old is not None:
-                    await old.close()
-                    if self._broken is not None:
-                        return
-                    listing = self._sealed_list(listing)
-                writer = await self._ledgers.create(properties={"log": self.name})
-                opened = LedgerRange(writer.ledger_id, self._hwm, ctime_ms=self._clock_ms())
-                await self._swap(replace(listing, ledgers=listing.ledgers + (opened,)))
-                if old is not None:
-                    self._readers[old.ledger_id] = old
-                self._writer = writer
-                self._bases = array("q")
-                self._pushed_max_ts = self._durable_max_ts = -1
-                self._pushed_bytes = self._durable_bytes = 0
-                self._writer_since_ms = self._clock_ms()
+                if not await self._switch_ledger():
+                    self._rolling = None
+                    return
             self._rolling = None
             while self._waiting and not self._should_roll():
                 self._submit(*self._waiting.popleft())
@@ -220,6 +213,51 @@ class ManagedLogImpl:
             if isinstance(exc, asyncio.CancelledError):
                 raise
 
+    async def _switch_ledger(self) -> bool:
+        """Create the next ledger, then seal the current one and list the new one (the caller holds
+        _list_lock). False when the roll was given up and the current ledger stays in use."""
+        listing = self._list
+        old = self._writer
+        try:
+            writer = await self._ledgers.create(properties={"log": self.name})
+        except NotEnoughBookies as exc:
+            if old is None:
+                raise
+            # Rolling is housekeeping: write on to the open ledger until enough bookies are back.
+            log.warning("log %s: cannot roll now (%s); writing on to ledger %d", self.name, exc, old.ledger_id)
+            self._roll_again_ms = self._clock_ms() + ROLL_RETRY_MS
+            while self._waiting:
+                self._submit(*self._waiting.popleft())
+            return False
+        if old is not None:
+            try:
+                await old.close()
+            except BaseException:
+                await self._ledgers.delete(writer.ledger_id)
+                raise
+            if self._broken is not None:
+                await self._ledgers.delete(writer.ledger_id)
+                return False
+            listing = self._sealed_list(listing)
+        opened = LedgerRange(writer.ledger_id, self._hwm, ctime_ms=self._clock_ms())
+        await self._swap(replace(listing, ledgers=listing.ledgers + (opened,)))
+        if old is not None and not self._bases:
+            await self._delete_unlisted(old.ledger_id)   # it held no entry: the list dropped it
+        elif old is not None:
+            self._readers[old.ledger_id] = old
+        self._writer = writer
+        self._bases = array("q")
+        self._pushed_max_ts = self._durable_max_ts = -1
+        self._pushed_bytes = self._durable_bytes = 0
+        self._writer_since_ms = self._clock_ms()
+        return True
+
+    async def _delete_unlisted(self, ledger_id: int) -> None:
+        try:
+            await self._ledgers.delete(ledger_id)
+        except StorageError as exc:
+            log.warning("log %s: could not delete empty ledger %d (%s)", self.name, ledger_id, exc)
+
     def _sealed_list(self, listing: LedgerList) -> LedgerList:
         """The list with the open ledger marked closed at the durable end."""
         current = listing.ledgers[-1]
@@ -230,8 +268,19 @@ class ManagedLogImpl:
         return replace(listing, ledgers=listing.ledgers[:-1] + (sealed,))
 
     async def _swap(self, listing: LedgerList) -> None:
-        """Compare-and-set the ledger list (the caller holds _list_lock)."""
-        self._version = await self._metadata.put(self._path, listing.to_json(), self._version)
+        """Compare-and-set the ledger list (the caller holds _list_lock). A write once submitted lands
+        whether or not its caller waits: a caller cancelled meanwhile still waits for it, under the
+        lock, so the log keeps the version it wrote (else its next CAS, e.g. sealing on close, fails)."""
+        write = asyncio.ensure_future(self._metadata.put(self._path, listing.to_json(), self._version))
+        try:
+            version = await asyncio.shield(write)
+        except asyncio.CancelledError:
+            if not write.done():
+                await asyncio.wait((write,))
+            if not write.cancelled() and write.exception() is None:
+                self._version, self._list = write.result(), listing
+            raise
+        self._version = version
         self._list = listing
 
     def _on_writer_failed(self, error: BaseException) -> None:
@@ -243,23 +292,33 @@ class ManagedLogImpl:
         asyncio.get_running_loop().create_task(self._repair(), name=f"repair {self.name}")
 
     async def _repair(self) -> None:
-        """Recover the failed ledger to learn what really is stored, then accept appends again."""
-        writer = self._writer
-        try:
-            async with self._list_lock:
-                if writer is not None:
-                    self._writer = None
-                    sealed = await _recover_range(self._ledgers, self._list.ledgers[-1])
-                    ledgers = self._list.ledgers[:-1] + ((sealed,) if sealed is not None else ())
-                    await self._swap(replace(self._list, ledgers=ledgers))
-                    if sealed is not None:
-                        self._hwm = sealed.end_offset
-                self._next = self._hwm
-                self._broken = None
-        except (BadVersion, LedgerFenced) as exc:
-            self._close_with(LogClosed(f"log {self.name} was taken over: {exc}"))
-        except StorageError as exc:
-            log.error("log %s: repair failed, appends keep failing: %s", self.name, exc)
+        """Recover the failed ledger to learn what really is stored, then accept appends again.
+        While bookies are missing, recovery cannot finish: it is retried until they are back."""
+        needs_recovery = self._writer is not None
+        delay_s = REPAIR_FIRST_RETRY_S
+        while self._closed is None:
+            try:
+                async with self._list_lock:
+                    if needs_recovery:
+                        self._writer = None
+                        sealed = await _recover_range(self._ledgers, self._list.ledgers[-1])
+                        ledgers = self._list.ledgers[:-1] + ((sealed,) if sealed is not None else ())
+                        await self._swap(replace(self._list, ledgers=ledgers))
+                        if sealed is not None:
+                            self._hwm = sealed.end_offset
+                        needs_recovery = False
+                    self._next = self._hwm
+                    self._broken = None
+                    self._wake_repair_waiters()
+                return
+            except (BadVersion, LedgerFenced) as exc:
+                self._close_with(LogClosed(f"log {self.name} was taken over: {exc}"))
+                return
+            except StorageError as exc:
+                log.error("log %s: repair failed, appends fail until it succeeds (retry in %.1f s): %s",
+                          self.name, delay_s, exc)
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, REPAIR_MAX_RETRY_S)
 
     def _fail_waiting(self, error: BaseException) -> None:
         while self._waiting:
@@ -267,7 +326,24 @@ class ManagedLogImpl:
             if not fut.done():
                 fut.set_exception(error)
 
+    async def wait_repaired(self) -> None:
+        """Return once appends are accepted again after a writer failure (at once if none is under
+        repair): from then on the log holds exactly what the failed ledger turned out to store."""
+        while self._broken is not None and self._closed is None:
+            waiter = asyncio.get_running_loop().create_future()
+            self._repair_waiters.append(waiter)
+            await waiter
+        if self._closed is not None:
+            raise self._closed if isinstance(self._closed, StorageError) else LogClosed(str(self._closed))
+
+    def _wake_repair_waiters(self) -> None:
+        waiters, self._repair_waiters = self._repair_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     def _close_with(self, error: BaseException) -> None:
+        self._wake_repair_waiters()
         self._closed = error
         self._fail_waiting(error)
         if self._tail is not None:
@@ -382,6 +458,7 @@ class ManagedLogImpl:
     # --- retention ----------------------------------------------------------------------------
 
     async def trim(self, policy: RetentionPolicy, now_ms: int) -> int:
+        self._roll_if_a_bookie_is_gone()
         async with self._list_lock:
             closed = [r for r in self._list.ledgers if not r.is_open]
             total = self.size_bytes
@@ -394,6 +471,20 @@ class ManagedLogImpl:
                 total -= r.size_bytes
                 drop += 1
             return await self._drop_head(drop, None)
+
+    def _roll_if_a_bookie_is_gone(self) -> None:
+        """Retention's periodic pass also closes an open ledger naming a bookie that is no longer
+        registered: the auditor re-replicates closed ledgers only, and an idle log would otherwise
+        keep that ledger open, short of a copy, for as long as it stays idle."""
+        writer = self._writer
+        if writer is None or self._rolling is not None or self._clock_ms() < self._roll_again_ms:
+            return
+        live = {b.bookie_id for b in self._ledgers.bookies.candidates()}
+        gone = {b for _, ensemble in writer.metadata.ensembles for b in ensemble} - live
+        if gone:
+            log.info("log %s: rolling ledger %d, which names bookies no longer registered: %s", self.name,
+                     writer.ledger_id, ",".join(sorted(gone)))
+            self._start_roll()
 
     async def delete_before(self, offset: int) -> int:
         if offset > self._hwm:

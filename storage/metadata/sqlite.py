@@ -4,6 +4,11 @@ Layout (SQLite, WAL journal, synchronous=FULL so a returned write survives power
 
     nodes(path TEXT PRIMARY KEY, parent TEXT, value BLOB, version INTEGER)   -- parent indexed
     counters(name TEXT PRIMARY KEY, value INTEGER)
+    ephemerals(path TEXT PRIMARY KEY)       -- nodes deleted when the session ends
+
+The store's session is the time between open and close, so ephemeral nodes are deleted at close and,
+since a process that died never closed, again at open. There is no connection to lose: the session
+state never changes and no session event is ever reported.
 
 One thread owns the connection. Operations queue up while it works and are executed together in one
 transaction, each inside its own savepoint so a lost compare-and-set does not undo its neighbours:
@@ -22,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from storage.api import BadVersion, NodeExists, NoNode, StorageError, Versioned, WatchCallback
+from storage.api import (BadVersion, NodeExists, NoNode, SessionCallback, StorageError, Versioned,
+                         WatchCallback)
 
 log = logging.getLogger("gateway.storage.metadata")
 
@@ -31,9 +37,22 @@ CREATE TABLE IF NOT EXISTS nodes (path TEXT PRIMARY KEY, parent TEXT NOT NULL, v
                                   version INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS nodes_parent ON nodes(parent);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ephemerals (path TEXT PRIMARY KEY);
 """
 
 _Op = Callable[[sqlite3.Connection], Any]
+
+
+def _end_session(conn: sqlite3.Connection) -> None:
+    """Delete the ephemeral nodes of the session that ends (or of one that ended with its process)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("DELETE FROM nodes WHERE path IN (SELECT path FROM ephemerals)")
+        conn.execute("DELETE FROM ephemerals")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _parent(path: str) -> str:
@@ -74,6 +93,7 @@ class SqliteMetadataStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.executescript(_SCHEMA)
+            _end_session(conn)
         except BaseException as exc:  # reported to open()
             self._open_error = exc
             self._ready.set()
@@ -87,6 +107,10 @@ class SqliteMetadataStore:
                 if not batch and self._closed:
                     break
             self._execute(conn, batch)
+        try:
+            _end_session(conn)
+        except sqlite3.Error as exc:  # they go at the next open instead
+            log.error("metadata store could not delete its ephemeral nodes at close: %s", exc)
         conn.close()
 
     def _execute(self, conn: sqlite3.Connection, batch: list[tuple[_Op, asyncio.Future, str | None]]) -> None:
@@ -143,7 +167,7 @@ class SqliteMetadataStore:
             return None if row is None else Versioned(bytes(row[0]), row[1])
         return await self._submit(op)
 
-    async def create(self, path: str, value: bytes) -> int:
+    async def create(self, path: str, value: bytes, *, ephemeral: bool = False) -> int:
         parent = _parent(path)
 
         def op(conn: sqlite3.Connection) -> int:
@@ -151,6 +175,8 @@ class SqliteMetadataStore:
                 conn.execute("INSERT INTO nodes VALUES (?, ?, ?, 0)", (path, parent, value))
             except sqlite3.IntegrityError:
                 raise NodeExists(path) from None
+            if ephemeral:
+                conn.execute("INSERT INTO ephemerals VALUES (?)", (path,))
             return 0
         return await self._submit(op, path)
 
@@ -179,6 +205,7 @@ class SqliteMetadataStore:
             if expected_version is not None and row[0] != expected_version:
                 raise BadVersion(f"{path}: version {row[0]}, expected {expected_version}")
             conn.execute("DELETE FROM nodes WHERE path=?", (path,))
+            conn.execute("DELETE FROM ephemerals WHERE path=?", (path,))
         return await self._submit(op, path)
 
     async def children(self, path: str) -> list[str]:
@@ -206,6 +233,13 @@ class SqliteMetadataStore:
                 if not callbacks:
                     del self._watches[path]
         return cancel
+
+    def on_session_event(self, callback: SessionCallback) -> Callable[[], None]:
+        return lambda: None  # the session neither drops nor expires while the store is open
+
+    @property
+    def session_id(self) -> int | None:
+        return None
 
     async def close(self) -> None:
         with self._cond:

@@ -1,12 +1,16 @@
 """Partitions store RecordBatches exactly as received and serve whole batches back."""
 
+import asyncio
+
 import pytest
 
-from core.errors import CorruptRecord, InvalidRecord, OffsetOutOfRange, RecordTooLarge, UnknownTopic
+from core.errors import (CorruptRecord, InvalidRecord, OffsetOutOfRange, RecordTooLarge, StorageUnavailable,
+                         UnknownTopic)
 from core.names import TopicName
 from core.records import batch as record_batch
 from core.records.builder import Record, build_batch
 from core.records.decoder import decode_batch
+from storage.api import StorageError
 
 TOPIC = TopicName.of("payments")
 
@@ -171,3 +175,49 @@ async def test_log_append_time_topics_stamp_batches_with_broker_time(core) -> No
     assert header.timestamp_type == record_batch.TimestampType.LOG_APPEND_TIME
     assert header.max_timestamp == core.clock.now_ms()
     assert [r.timestamp_ms for r in records] == [core.clock.now_ms()] * 2
+
+
+class StoredButReportedFailed:
+    """A log whose next append is stored but reported failed, as when the bookies that stored it
+    were lost before they answered: the outcome is unknown to the writer."""
+
+    def __init__(self, log) -> None:
+        self._log = log
+        self.armed = True
+
+    def __getattr__(self, name):
+        return getattr(self._log, name)
+
+    def append(self, payload, record_count, max_timestamp_ms):
+        stored = self._log.append(payload, record_count, max_timestamp_ms)
+        if not self.armed:
+            return stored
+        self.armed = False
+
+        async def reported_failed() -> int:
+            await stored
+            raise StorageError("bookies lost before they answered")
+        return asyncio.ensure_future(reported_failed())
+
+
+async def test_a_retry_after_an_ambiguous_failure_is_not_stored_twice(core) -> None:
+    """An idempotent producer retries a batch whose append failed for a storage reason; the batch
+    was stored after all. The partition relearns its producers from the log before it accepts the
+    retry, which then gets the stored offset instead of a second copy."""
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    await partition.append(batch_of([b"first"], producer_id=7, producer_epoch=0, base_sequence=0))
+    partition.log = StoredButReportedFailed(partition.log)
+    retried = batch_of([b"second"], producer_id=7, producer_epoch=0, base_sequence=1)
+    with pytest.raises(StorageUnavailable):
+        await partition.append(retried)
+    while True:   # refused while the producers are relearned, as a client's retries would be
+        try:
+            offset = await partition.append(retried)
+            break
+        except StorageUnavailable:
+            await asyncio.sleep(0.01)
+    assert offset == 1
+    assert partition.high_watermark == 2
+    after = await partition.append(batch_of([b"third"], producer_id=7, producer_epoch=0, base_sequence=2))
+    assert after == 2

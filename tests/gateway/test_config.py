@@ -185,6 +185,18 @@ def test_storage_config_own_validation_becomes_config_error(tmp_path):
         resolve_config(config_file=write_toml(tmp_path, "[storage]\njournal_segment_bytes = 1024\n"), env={})
 
 
+def test_auditor_settings_from_the_storage_table(tmp_path):
+    text = ("[storage]\nauditor = false\nlost_bookie_grace_ms = 60000\naudit_interval_ms = 1000\n"
+            "rereplication_bytes_per_s = 0\n")
+    storage = resolve_config(config_file=write_toml(tmp_path, text), env={}).storage
+    assert (storage.auditor, storage.lost_bookie_grace_ms, storage.audit_interval_ms,
+            storage.rereplication_bytes_per_s) == (False, 60000.0, 1000.0, 0)
+    with pytest.raises(ConfigError, match="auditor settings"):
+        resolve_config(config_file=write_toml(tmp_path, "[storage]\naudit_interval_ms = 0\n"), env={})
+    with pytest.raises(ConfigError, match="auditor"):
+        resolve_config(config_file=write_toml(tmp_path, "[storage]\nauditor = 1\n"), env={})
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config file"):
         resolve_config(config_file=tmp_path / "absent.toml", env={})

@@ -637,3 +637,39 @@ async def test_failed_fsync_fails_the_add_and_turns_the_bookie_read_only_for_goo
             await bookie.read(1, 2)  # never acknowledged, never indexed
         await assert_readable(bookie, 1, 2)  # what was durable before stays readable
         assert len(calls) == 1
+
+
+# --- directory entries ----------------------------------------------------------------------------
+
+
+async def test_opening_fsyncs_the_bookie_directory_and_its_parent(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Creating bookie/ and bookie/journal/ is durable only once their parents are fsynced; a power
+    # loss could otherwise drop the whole directory with every acknowledged entry in it.
+    synced = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr("storage.bookie.journal.os.fsync", recording_fsync)
+    async with node.bookie():
+        pass
+    assert {str(node.dir.resolve()), str(node.base.resolve())} <= set(synced)
+
+
+async def test_ledgers_deleted_while_a_bookie_was_away_are_dropped_on_the_second_pass(node: Node) -> None:
+    from storage.bookie.orphans import OrphanCollector
+
+    async with node.bookie() as bookie:
+        for ledger_id in (1, 2, 3):
+            await bookie.add(ledger_id, 0, b"entry", -1)
+        await node.metadata.put("/ledgers/1", b"{}")   # 1 exists; 2 and 3 were deleted meanwhile
+        await node.metadata.put("/ledgers/3", b"{}")
+        collector = OrphanCollector(bookie, node.metadata)
+        assert await collector.collect() == []        # first sight: only suspected
+        await node.metadata.delete("/ledgers/3")
+        assert await collector.collect() == [2]       # 3 is new to the list of suspects
+        assert sorted(bookie.ledger_ids()) == [1, 3]
+        assert await collector.collect() == [3]
+        assert await bookie.read(1, 0) == b"entry"

@@ -123,7 +123,7 @@ async def test_ledger_ids_are_distinct(env: Env) -> None:
 
 
 async def test_create_with_more_bookies_than_available_raises_not_enough_bookies(env: Env) -> None:
-    with pytest.raises(NotEnoughBookies, match="need 3 bookies, have 1"):
+    with pytest.raises(NotEnoughBookies, match="need 3 writable bookies, have 1"):
         await env.client.create(ensemble_size=3, write_quorum=2, ack_quorum=2)
 
 

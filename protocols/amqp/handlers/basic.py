@@ -56,15 +56,15 @@ def qos(channel: Channel, args: Mapping[str, Any]) -> None:
 
 
 async def consume(channel: Channel, args: Mapping[str, Any]) -> None:
-    connection = channel.connection
+    session = channel.session
     name = queue_name(channel, args["queue"], "basic.consume")
-    connection.access.read_queue(name)
-    queue = connection.space.queue(name, connection.owner)
+    session.access.read_queue(name)
+    queue = session.space.queue(name, session.owner)
     tag = args["consumer_tag"] or generated_name(CONSUMER_TAG_PREFIX)
     if tag in channel.consumers:
         raise AmqpConnectionError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'",
                                   method_name="basic.consume")
-    priority = consumer_priority(args["arguments"], name, connection.vhost)
+    priority = consumer_priority(args["arguments"], name, session.vhost)
     subscription = await queue.open()
     subscription.check_consumer(exclusive=args["exclusive"])
     if channel.closed or queue.deleted:
@@ -90,58 +90,59 @@ async def cancel(channel: Channel, args: Mapping[str, Any]) -> None:
     consumer = channel.consumers.get(tag)
     if consumer is not None:
         queue = channel.cancel(consumer)
-        await channel.connection.space.consumer_removed(queue)
+        await channel.session.space.consumer_removed(queue)
     if not args["nowait"]:
         channel.send("basic.cancel-ok", consumer_tag=tag)
 
 
 def publish(channel: Channel, event: ContentReceived) -> None:
     args = event.args
-    connection = channel.connection
+    session = channel.session
     if args["immediate"]:
         raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, "immediate=true", method_name="basic.publish")
     properties: ContentProperties = event.properties
     raw = properties.raw
     if raw[1] & _USER_ID_FLAG:
         user_id = properties.decoded.user_id
-        if user_id is not None and user_id != connection.username:
+        if user_id is not None and user_id != session.username:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"user_id property set to '{user_id}' but "
-                               f"authenticated user was '{connection.username}'", method_name="basic.publish")
+                               f"authenticated user was '{session.username}'", method_name="basic.publish")
     exchange, routing_key = args["exchange"], args["routing_key"]
     if exchange == DEFAULT_EXCHANGE_ALIAS:
         exchange = ""
-    connection.access.write_exchange(exchange)
+    session.access.write_exchange(exchange)
     if hold_if_delayed(channel, event, exchange, routing_key):
         return
-    queues = connection.space.route(exchange, routing_key, lambda: properties.decoded.headers or {},
+    queues = session.space.route(exchange, routing_key, lambda: properties.decoded.headers or {},
                                     lambda: properties.decoded.present())
     if channel.tx is not None:      # routed now, stored (or returned) at tx.commit
         if queues:
-            channel.tx.publish(queues, to_record(exchange, routing_key, raw, event.body, connection.clock.now_ms()))
+            channel.tx.publish(queues, to_record(exchange, routing_key, raw, event.body, session.clock.now_ms()))
         elif args["mandatory"]:
             channel.tx.unroutable(properties, event.body, exchange, routing_key)
         return
     if queues:
-        record = to_record(exchange, routing_key, raw, event.body, connection.clock.now_ms())
+        record = to_record(exchange, routing_key, raw, event.body, session.clock.now_ms())
         durable = publish_to(queues, record)
-        connection.published_to(queues)
+        session.published_to(queues, durable)
         if raw[0] & _EXPIRATION_FLAG:
             for queue in queues:
                 queue.expect_expiring()
     else:
         durable = []
         if args["mandatory"]:
-            connection.write(connection.machine.send_content(
+            session.write(session.machine.send_content(
                 channel.number, "basic.return", properties, event.body, reply_code=ReplyCode.NO_ROUTE,
                 reply_text="NO_ROUTE", exchange=exchange, routing_key=routing_key))
     channel.published(durable)
 
 
 async def get(channel: Channel, args: Mapping[str, Any]) -> None:
-    connection = channel.connection
+    session = channel.session
     name = queue_name(channel, args["queue"], "basic.get")
-    connection.access.read_queue(name)
-    queue = connection.space.queue(name, connection.owner)
+    session.access.read_queue(name)
+    queue = session.space.queue(name, session.owner)
+    await session.publishes_settled(queue)
     message = await queue.get(channel, auto_ack=args["no_ack"])
     if message is None:
         channel.send("basic.get-empty")

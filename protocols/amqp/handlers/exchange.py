@@ -44,7 +44,7 @@ def _checked_type(space, args: Mapping[str, Any]) -> ExchangeType:
 
 
 async def declare(channel: Channel, args: Mapping[str, Any]) -> None:
-    space, access = channel.connection.space, channel.connection.access
+    space, access = channel.session.space, channel.session.access
     if args["passive"]:
         await space.declare_exchange(args["exchange"], ExchangeType.DIRECT, passive=True)
     else:
@@ -62,14 +62,14 @@ async def declare(channel: Channel, args: Mapping[str, Any]) -> None:
 
 async def delete(channel: Channel, args: Mapping[str, Any]) -> None:
     if args["exchange"] and not args["exchange"].startswith(RESERVED_PREFIX):   # those are refused first
-        channel.connection.access.configure_exchange(args["exchange"])
-    await channel.connection.space.delete_exchange(args["exchange"], if_unused=args["if_unused"])
+        channel.session.access.configure_exchange(args["exchange"])
+    await channel.session.space.delete_exchange(args["exchange"], if_unused=args["if_unused"])
     if not args["nowait"]:
         channel.send("exchange.delete-ok")
 
 
 def _binding(channel: Channel, args: Mapping[str, Any]) -> Binding:
-    access = channel.connection.access
+    access = channel.session.access
     access.write_exchange(args["destination"])
     access.read_exchange(args["source"])
     return Binding(args["source"], args["destination"], DestinationKind.EXCHANGE, args["routing_key"],
@@ -77,13 +77,13 @@ def _binding(channel: Channel, args: Mapping[str, Any]) -> Binding:
 
 
 async def bind(channel: Channel, args: Mapping[str, Any]) -> None:
-    await channel.connection.space.bind(_binding(channel, args))
+    await channel.session.space.bind(_binding(channel, args))
     if not args["nowait"]:
         channel.send("exchange.bind-ok")
 
 
 async def unbind(channel: Channel, args: Mapping[str, Any]) -> None:
-    await channel.connection.space.unbind(_binding(channel, args))
+    await channel.session.space.unbind(_binding(channel, args))
     if not args["nowait"]:
         channel.send("exchange.unbind-ok")
 

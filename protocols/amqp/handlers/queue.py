@@ -35,7 +35,7 @@ def queue_name(channel: Channel, name: str, method_name: str) -> str:
 
 
 async def declare(channel: Channel, args: Mapping[str, Any]) -> None:
-    connection = channel.connection
+    session = channel.session
     name = args["queue"]
     server_named = not name and not args["passive"]
     if server_named:
@@ -43,12 +43,13 @@ async def declare(channel: Channel, args: Mapping[str, Any]) -> None:
     elif not name:
         name = queue_name(channel, name, "queue.declare")
     if not args["passive"]:
-        connection.access.configure_queue(name)
-    queue = await connection.space.declare_queue(
+        session.access.configure_queue(name)
+    queue = await session.space.declare_queue(
         name, durable=args["durable"], exclusive=args["exclusive"], auto_delete=args["auto_delete"],
-        arguments=args["arguments"], owner=connection.owner, passive=args["passive"], server_named=server_named)
+        arguments=args["arguments"], owner=session.owner, passive=args["passive"], server_named=server_named)
     channel.most_recent_queue = queue.name
     if not args["nowait"]:
+        await session.publishes_settled(queue)
         channel.send("queue.declare-ok", queue=queue.name, message_count=await queue.message_count(),
                      consumer_count=queue.consumer_count)
 
@@ -56,40 +57,43 @@ async def declare(channel: Channel, args: Mapping[str, Any]) -> None:
 def _binding(channel: Channel, args: Mapping[str, Any], method_name: str) -> Binding:
     name = queue_name(channel, args["queue"], method_name)
     routing_key = args["routing_key"] or ("" if args["queue"] else name)
-    access = channel.connection.access
+    access = channel.session.access
     access.write_queue(name)
     access.read_exchange(args["exchange"])
     return Binding(args["exchange"], name, DestinationKind.QUEUE, routing_key, dict(args["arguments"]))
 
 
 async def bind(channel: Channel, args: Mapping[str, Any]) -> None:
-    connection = channel.connection
-    await connection.space.bind(_binding(channel, args, "queue.bind"), owner=connection.owner)
+    session = channel.session
+    await session.space.bind(_binding(channel, args, "queue.bind"), owner=session.owner)
     if not args["nowait"]:
         channel.send("queue.bind-ok")
 
 
 async def unbind(channel: Channel, args: Mapping[str, Any]) -> None:
-    connection = channel.connection
-    await connection.space.unbind(_binding(channel, args, "queue.unbind"), owner=connection.owner)
+    session = channel.session
+    await session.space.unbind(_binding(channel, args, "queue.unbind"), owner=session.owner)
     channel.send("queue.unbind-ok")
 
 
 async def purge(channel: Channel, args: Mapping[str, Any]) -> None:
-    connection = channel.connection
+    session = channel.session
     name = queue_name(channel, args["queue"], "queue.purge")
-    connection.access.read_queue(name)
-    count = await connection.space.purge_queue(name, owner=connection.owner)
+    session.access.read_queue(name)
+    await session.publishes_settled(session.space.queue(name, session.owner))
+    count = await session.space.purge_queue(name, owner=session.owner)
     if not args["nowait"]:
         channel.send("queue.purge-ok", message_count=count)
 
 
 async def delete(channel: Channel, args: Mapping[str, Any]) -> None:
-    connection = channel.connection
+    session = channel.session
     name = queue_name(channel, args["queue"], "queue.delete")
-    connection.access.configure_queue(name)
-    count = await connection.space.delete_queue(name, if_unused=args["if_unused"], if_empty=args["if_empty"],
-                                                owner=connection.owner)
+    session.access.configure_queue(name)
+    if name in session.space.queues:
+        await session.publishes_settled(session.space.queues[name])
+    count = await session.space.delete_queue(name, if_unused=args["if_unused"], if_empty=args["if_empty"],
+                                                owner=session.owner)
     if not args["nowait"]:
         channel.send("queue.delete-ok", message_count=count)
 

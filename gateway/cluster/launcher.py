@@ -1,0 +1,265 @@
+"""`gateway cluster up`: a whole replicated cluster on this machine, for development and tests.
+
+A private ZooKeeper (gateway/cluster/zookeeper.py), N `gateway bookie` processes and M `gateway serve`
+processes in replicated mode, each on free ports, under one directory:
+
+    <data dir>/cluster.toml        the shared config: [storage] mode, metadata, secret (mode 0600), quorums
+    <data dir>/zookeeper/          ZooKeeper's data and log
+    <data dir>/bookie-<i>/         a bookie's data; bookie-<i>.log its stderr
+    <data dir>/broker-<j>/         a gateway's data directory (holds nothing durable); broker-<j>.log
+
+Once every process serves, one line goes to stdout:
+
+    CLUSTER READY {"zookeeper": "host:port", "bookies": [{"id", "address", "pid"}, ...],
+                   "brokers": [{"id", "kafka", "amqp", "admin", "pid"}, ...]}
+
+`LocalCluster` is the same thing as a library: tests use it to kill, pause and restart processes.
+Starting again on the same directory resumes the same cluster (same secret, ids and data).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.cluster.children import spawn
+from gateway.cluster.zookeeper import ZooKeeperServer
+
+log = logging.getLogger("gateway.cluster")
+
+READY_PREFIX = "CLUSTER READY "
+START_DEADLINE_S = 60.0
+STOP_DEADLINE_S = 15.0
+ZK_ROOT = "/gateway"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    data_dir: Path
+    bookies: int = 3
+    brokers: int = 1
+    ensemble: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    racks: int = 1
+    log_level: str = "info"
+    host: str = "127.0.0.1"
+    extra_storage: dict = field(default_factory=dict)   # more [storage] keys for cluster.toml
+
+    def __post_init__(self) -> None:
+        if not self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
+            raise ValueError("need --ensemble >= --write-quorum >= --ack-quorum >= 1")
+        if self.bookies < self.ensemble:
+            raise ValueError(f"--bookies {self.bookies} is fewer than --ensemble {self.ensemble}")
+        if self.brokers != 1:
+            raise ValueError("one broker per cluster for now: topic ownership across brokers is not there yet")
+        if self.racks < 1:
+            raise ValueError("--racks must be at least 1")
+
+
+@dataclass
+class Process:
+    name: str
+    command: list[str]
+    log_path: Path
+    ready_prefix: str
+    proc: subprocess.Popen | None = None
+    ready: dict = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def start(self, deadline_s: float = START_DEADLINE_S) -> dict:
+        lines: queue.Queue[str | None] = queue.Queue()
+        with self.log_path.open("a") as stderr:
+            self.proc = spawn(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                              text=True, start_new_session=True)
+        threading.Thread(target=_pump, args=(self.proc, lines), daemon=True, name=f"{self.name}-stdout").start()
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            try:
+                line = lines.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            if line.startswith(self.ready_prefix):
+                self.ready = json.loads(line[len(self.ready_prefix):])
+                return self.ready
+        self.kill()
+        raise RuntimeError(f"{self.name} did not start; its log: {self.log_path}\n" + _tail(self.log_path))
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, deadline_s: float = STOP_DEADLINE_S) -> None:
+        if not self.alive():
+            return
+        self.proc.send_signal(signal.SIGCONT)   # a paused process cannot handle SIGTERM
+        self.proc.terminate()
+        try:
+            self.proc.wait(deadline_s)
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop in %.0f s: killing it", self.name, deadline_s)
+            self.kill()
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def _pump(proc: subprocess.Popen, lines: queue.Queue) -> None:
+    for line in proc.stdout:
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class LocalCluster:
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.dir = spec.data_dir
+        self.zookeeper = ZooKeeperServer(self.dir / "zookeeper", host=spec.host)
+        self.bookies: list[Process] = []
+        self.brokers: list[Process] = []
+        self.config_path = self.dir / "cluster.toml"
+
+    @property
+    def metadata_url(self) -> str:
+        return f"zk://{self.zookeeper.address}{ZK_ROOT}"
+
+    def start(self) -> dict:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.zookeeper.start()
+            self._write_config()
+            for index in range(self.spec.bookies):
+                self.bookies.append(self._bookie(index))
+                self.bookies[-1].start()
+            for index in range(self.spec.brokers):
+                self.brokers.append(self._broker(index))
+                self.brokers[-1].start()
+        except BaseException:
+            self.stop()
+            raise
+        return self.ready()
+
+    def ready(self) -> dict:
+        return {
+            "zookeeper": self.zookeeper.address,
+            "bookies": [{"id": b.ready["id"], "address": b.ready["address"], "pid": b.pid} for b in self.bookies],
+            "brokers": [{"id": index, "kafka": b.ready["kafka"], "amqp": b.ready["amqp"], "admin": b.ready["admin"],
+                         "pid": b.pid} for index, b in enumerate(self.brokers)],
+        }
+
+    def _write_config(self) -> None:
+        secret_path = self.dir / "secret"
+        if not secret_path.exists():
+            fd = os.open(secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as file:
+                file.write(secrets.token_hex(32))
+        storage = {"mode": "replicated", "metadata": self.metadata_url, "secret": secret_path.read_text().strip(),
+                   "ensemble_size": self.spec.ensemble, "write_quorum": self.spec.write_quorum,
+                   "ack_quorum": self.spec.ack_quorum, **self.spec.extra_storage}
+        body = "[storage]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in storage.items())
+        fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.write(body)
+
+    def _bookie(self, index: int, port: int = 0) -> Process:
+        return Process(f"bookie-{index}", self.bookie_command(index, port), self.dir / f"bookie-{index}.log",
+                       "BOOKIE READY ")
+
+    def bookie_command(self, index: int, port: int = 0, *, advertised: str | None = None,
+                       prefix: tuple[str, ...] = ()) -> list[str]:
+        """The command of bookie `index`; `prefix` runs it under another program that execs it."""
+        return [*prefix, sys.executable, "-m", "gateway", "bookie", "--config", str(self.config_path),
+                "--data-dir", str(self.dir / f"bookie-{index}"), "--host", self.spec.host, "--port", str(port),
+                "--id", f"bookie-{index}", "--rack", f"/rack-{index % self.spec.racks}",
+                *(("--advertised-address", advertised) if advertised else ()), "--log-level", self.spec.log_level]
+
+    def _broker(self, index: int, ports: tuple[int, int, int] = (0, 0, 0)) -> Process:
+        kafka, amqp, admin = (str(port) for port in ports)
+        command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
+                   "--data-dir", str(self.dir / f"broker-{index}"), "--host", self.spec.host,
+                   "--kafka-port", kafka, "--amqp-port", amqp, "--admin-port", admin, "--log-level", self.spec.log_level]
+        return Process(f"broker-{index}", command, self.dir / f"broker-{index}.log", "GATEWAY READY ")
+
+    def add_bookie(self) -> Process:
+        """Start one more bookie, with the next unused index (and so a new id)."""
+        process = self._bookie(len(self.bookies))
+        process.start()
+        self.bookies.append(process)
+        return process
+
+    def restart(self, process: Process) -> dict:
+        """Start a stopped or killed process again on the same data and the same ports, so clients
+        that reconnect find it where it was."""
+        process.stop()
+        index = int(process.name.rpartition("-")[2])
+        if process in self.bookies:
+            # Same flags (an advertised address, a prefix), on the port it listened on.
+            command = list(process.command)
+            command[command.index("--port") + 1] = str(_port(process.ready["listen"]))
+            process.command = command
+        else:
+            ports = tuple(_port(process.ready[name]) for name in ("kafka", "amqp", "admin"))
+            process.command = self._broker(index, ports).command
+        return process.start()
+
+    def stop(self) -> None:
+        for process in (*self.brokers, *self.bookies):
+            process.stop()
+        self.zookeeper.stop()
+
+
+def run_cluster(spec: ClusterSpec) -> int:
+    """`gateway cluster up`: start, announce, and stop everything on SIGTERM/SIGINT."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    cluster = LocalCluster(spec)
+    try:
+        ready = cluster.start()
+    except (RuntimeError, OSError) as exc:
+        log.error("the cluster did not start: %s", exc)
+        return 1
+    sys.stdout.write(READY_PREFIX + json.dumps(ready) + "\n")
+    sys.stdout.flush()
+    reported: set[str] = set()
+    try:
+        while not stop.is_set():
+            stop.wait(0.5)
+            for process in (*cluster.bookies, *cluster.brokers):
+                if not process.alive() and process.name not in reported and not stop.is_set():
+                    reported.add(process.name)
+                    log.warning("%s exited with %s; see %s", process.name, process.proc.returncode, process.log_path)
+    finally:
+        cluster.stop()
+    return 0

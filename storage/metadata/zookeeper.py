@@ -1,0 +1,344 @@
+"""The metadata store of a cluster: Apache ZooKeeper (3.8), through kazoo.
+
+Layout under the root given in the URL (zk://host:port[,host:port]/root):
+
+    <root>/nodes/<path>      one znode per metadata node; its data is the value, its version ours
+    <root>/counters/<name>   next_id's counters: the znode's version, bumped by an unconditional
+                             write, is the counter (a counter's n-th value is n - 1, as on SQLite)
+
+Semantics match SqliteMetadataStore, with ZooKeeper's differences:
+- a node is created with its missing parents, which ZooKeeper needs; they exist afterwards as nodes
+  with an empty value, and a node with children cannot be deleted (StorageError);
+- ephemeral nodes belong to the session and cannot have children;
+- watches: one ZooKeeper watch per watched path, re-armed each time it fires, so changes that follow
+  each other faster than the re-arm are reported once. This store's own write is reported before the
+  write returns (ZooKeeper sends the notification before the reply, and both reach the loop through
+  one queue, in order). After every reconnection every watch fires once (kazoo drops watches when the
+  connection drops, so changes made meanwhile would otherwise go unseen);
+- values are limited by ZooKeeper's request size (jute.maxbuffer, 1 MiB by default): larger writes
+  are refused before they are sent.
+
+kazoo runs its own threads; every result and event is handed to the event loop with
+call_soon_threadsafe, and the loop never waits on kazoo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (BadVersionError, KazooException, NoChildrenForEphemeralsError, NodeExistsError,
+                              NoNodeError, NotEmptyError)
+from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.retry import KazooRetry
+
+from storage.api import (BadVersion, NodeExists, NoNode, SessionCallback, SessionState, StorageError, Versioned,
+                         WatchCallback)
+
+log = logging.getLogger("gateway.storage.metadata")
+
+MAX_VALUE_BYTES = (1 << 20) - (16 << 10)
+"""The largest value written: ZooKeeper refuses requests past jute.maxbuffer (1 MiB less one byte by
+default), and the request carries the path and headers beside the value."""
+
+# What ZooKeeper refuses in a path: control characters, surrogates, private use, specials.
+_BAD_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
+
+_STATES = {KazooState.CONNECTED: SessionState.CONNECTED, KazooState.SUSPENDED: SessionState.SUSPENDED,
+           KazooState.LOST: SessionState.LOST}
+
+
+def _checked(path: str, *, directory: bool = False) -> str:
+    """The path without a trailing slash (allowed for a directory: children("/t/")); ValueError if
+    ZooKeeper could not store it (the same rule as SQLite's plus ZooKeeper's own)."""
+    if directory and len(path) > 1:
+        path = path.removesuffix("/")
+    if (not path.startswith("/") or (path.endswith("/") and path != "/") or "//" in path
+            or _BAD_CHARACTERS.search(path) or any(part in (".", "..") for part in path.split("/"))):
+        raise ValueError(f"bad metadata path {path!r}")
+    return path
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """zk://host:port[,host:port]/root -> ("host:port,...", "/root")."""
+    parts = urlsplit(url)
+    if parts.scheme != "zk" or not parts.netloc or parts.query or parts.fragment:
+        raise ValueError(f"bad ZooKeeper URL {url!r}: expected zk://host:port[,host:port]/root")
+    root = parts.path or "/"
+    _checked(root, directory=True)
+    return parts.netloc, root.removesuffix("/") if root != "/" else ""
+
+
+class _OrderedHandler(SequentialThreadingHandler):
+    """kazoo's threading handler with watch notifications delivered through the completion queue, so
+    they reach the loop in the order ZooKeeper sent them: a change's notification before the reply
+    to the write that made it."""
+
+    def dispatch_callback(self, callback: Any) -> None:
+        self.completion_queue.put(lambda: callback.func(*callback.args))
+
+
+class ZooKeeperMetadataStore:
+    """MetadataStore on ZooKeeper. The public methods are called from one event loop."""
+
+    def __init__(self, hosts: str, root: str, session_timeout_s: float, request_timeout_s: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._nodes = f"{root}/nodes"
+        self._counters = f"{root}/counters"
+        self._request_timeout_s = request_timeout_s
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout_s, handler=_OrderedHandler(),
+                                   connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0))
+        self._closed = False
+        self._session_id: int | None = None
+        self._state = SessionState.SUSPENDED
+        self._watches: dict[str, list[WatchCallback]] = defaultdict(list)
+        self._armed: set[str] = set()
+        # One function per watched path: kazoo keeps a set of them, so arming twice notifies once.
+        self._watchers: dict[str, Callable[[WatchedEvent], None]] = {}
+        self._session_callbacks: list[SessionCallback] = []
+        self._client.add_listener(self._on_kazoo_state)
+
+    @classmethod
+    async def open(cls, url: str, *, session_timeout_s: float = 10.0, connect_timeout_s: float = 15.0,
+                   request_timeout_s: float = 10.0) -> "ZooKeeperMetadataStore":
+        """Connect and start a session. A request waits up to `request_timeout_s` for an answer,
+        across a reconnection; past it a StorageError says the outcome is unknown (a write may still
+        be applied once the connection returns)."""
+        hosts, root = parse_url(url)
+        store = cls(hosts, root, session_timeout_s, request_timeout_s)
+        try:
+            await asyncio.to_thread(store._client.start, connect_timeout_s)
+            for path in (store._nodes, store._counters):
+                await store._call(store._client.ensure_path_async, path)
+        except Exception as exc:
+            await asyncio.to_thread(store._shut_down)
+            raise StorageError(f"cannot open metadata store {url}: {exc or type(exc).__name__}") from exc
+        return store
+
+    # --- from kazoo's threads to the loop ---------------------------------------------------
+
+    def _post(self, function: Callable[..., None], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(function, *args)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    def _on_kazoo_state(self, state: str) -> None:
+        # kazoo's connection thread: read the session id now, it is reset when the session ends.
+        client_id = self._client.client_id
+        self._post(self._on_state, _STATES[state], client_id[0] if client_id else None)
+
+    def _on_kazoo_watch(self, path: str, event: WatchedEvent) -> None:
+        self._post(self._on_watch_event, path, event.type)
+
+    async def _call(self, request: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Send a kazoo request (one of its *_async methods) and await its result, settled on the loop."""
+        if self._closed:
+            raise StorageError("metadata store is closed")
+        future = self._loop.create_future()
+        async_result = request(*args, **kwargs)
+
+        def settle(result: Any) -> None:
+            if not future.done():
+                if result.successful():
+                    future.set_result(result.value)
+                else:
+                    future.set_exception(result.exception)
+        async_result.rawlink(lambda result: self._post(settle, result))
+        try:
+            return await asyncio.wait_for(future, self._request_timeout_s)
+        except TimeoutError:
+            raise StorageError(f"metadata store did not answer within {self._request_timeout_s}s "
+                               "(outcome unknown)") from None
+        except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError, NoChildrenForEphemeralsError):
+            raise  # the callers turn these into the store's errors
+        except KazooException as exc:
+            raise StorageError(f"metadata store request failed: {type(exc).__name__} {exc}") from exc
+
+    # --- sessions and watches (on the loop) -------------------------------------------------
+
+    def _on_state(self, state: SessionState, session_id: int | None) -> None:
+        if self._closed:
+            return
+        if state is not SessionState.CONNECTED:
+            self._armed.clear()  # kazoo dropped every watch with the connection
+        reconnected = state is SessionState.CONNECTED and self._state is not SessionState.CONNECTED
+        if state is SessionState.CONNECTED:
+            self._session_id = session_id
+        if state is SessionState.LOST:
+            log.warning("metadata store session %#x expired", self._session_id or 0)
+            self._session_id = None
+        elif state is SessionState.SUSPENDED:
+            log.warning("metadata store connection lost")
+        self._state = state
+        for callback in list(self._session_callbacks):
+            try:
+                callback(state)
+            except Exception:
+                log.exception("metadata session callback failed")
+        if reconnected:
+            # Re-arm first, so that whatever the callbacks read next is covered by a watch again.
+            for path in list(self._watches):
+                self._arm(path)
+            for path in list(self._watches):
+                self._fire(path)
+
+    def _arm(self, path: str) -> None:
+        if path in self._armed or self._closed:
+            return
+        self._armed.add(path)
+        watcher = self._watchers.setdefault(path, lambda event, path=path: self._on_kazoo_watch(path, event))
+        self._client.exists_async(self._zk(path), watch=watcher)
+
+    def _on_watch_event(self, path: str, event_type: str) -> None:
+        if event_type == EventType.NONE or self._closed:
+            return  # NONE: the connection dropped; _on_state re-arms and fires at reconnection
+        self._armed.discard(path)
+        if self._watches.get(path):
+            self._arm(path)
+            self._fire(path)
+        else:
+            self._watchers.pop(path, None)
+
+    def _fire(self, path: str) -> None:
+        for callback in list(self._watches.get(path, ())):
+            try:
+                callback(path)
+            except Exception:
+                log.exception("metadata watch on %s failed", path)
+
+    # --- MetadataStore ----------------------------------------------------------------------
+
+    def _zk(self, path: str) -> str:
+        return self._nodes if path == "/" else self._nodes + path
+
+    @staticmethod
+    def _check_size(path: str, value: bytes) -> None:
+        if len(value) > MAX_VALUE_BYTES:
+            raise StorageError(f"{path}: value of {len(value)} bytes exceeds the metadata store's limit "
+                               f"of {MAX_VALUE_BYTES} bytes")
+
+    async def _bad_version(self, path: str, expected_version: int) -> StorageError:
+        """The error for a lost compare-and-set, naming the version found (NoNode if it is gone by now)."""
+        stat = await self._call(self._client.exists_async, self._zk(path))
+        if stat is None:
+            return NoNode(path)
+        return BadVersion(f"{path}: version {stat.version}, expected {expected_version}")
+
+    async def get(self, path: str) -> Versioned | None:
+        try:
+            data, stat = await self._call(self._client.get_async, self._zk(_checked(path)))
+        except NoNodeError:
+            return None
+        return Versioned(data, stat.version)
+
+    async def create(self, path: str, value: bytes, *, ephemeral: bool = False) -> int:
+        self._check_size(_checked(path), value)
+        try:
+            await self._call(self._client.create_async, self._zk(path), value, ephemeral=ephemeral, makepath=True)
+        except NodeExistsError:
+            raise NodeExists(path) from None
+        except NoChildrenForEphemeralsError:
+            raise StorageError(f"{path}: a parent is an ephemeral node, which cannot have children") from None
+        return 0
+
+    async def put(self, path: str, value: bytes, expected_version: int | None = None) -> int:
+        self._check_size(_checked(path), value)
+        zk_path = self._zk(path)
+        if expected_version is not None:
+            try:
+                return (await self._call(self._client.set_async, zk_path, value, expected_version)).version
+            except NoNodeError:
+                raise NoNode(path) from None
+            except BadVersionError:
+                raise await self._bad_version(path, expected_version) from None
+        while True:  # create-or-overwrite: overwrite first (the common case), create when absent
+            try:
+                return (await self._call(self._client.set_async, zk_path, value)).version
+            except NoNodeError:
+                pass
+            try:
+                await self.create(path, value)
+                return 0
+            except NodeExists:
+                continue  # created by someone else meanwhile: overwrite it
+
+    async def delete(self, path: str, expected_version: int | None = None) -> None:
+        try:
+            version = -1 if expected_version is None else expected_version
+            await self._call(self._client.delete_async, self._zk(_checked(path)), version)
+        except NoNodeError:
+            raise NoNode(path) from None
+        except BadVersionError:
+            raise await self._bad_version(path, expected_version) from None
+        except NotEmptyError:
+            raise StorageError(f"{path}: cannot delete a node that has children") from None
+
+    async def children(self, path: str) -> list[str]:
+        try:
+            return sorted(await self._call(self._client.get_children_async, self._zk(_checked(path, directory=True))))
+        except NoNodeError:
+            return []
+
+    async def next_id(self, counter: str) -> int:
+        if not counter or "/" in counter or _BAD_CHARACTERS.search(counter) or counter in (".", ".."):
+            raise ValueError(f"bad counter name {counter!r}")
+        zk_path = f"{self._counters}/{counter}"
+        while True:
+            try:
+                version = (await self._call(self._client.set_async, zk_path, b"")).version
+                break
+            except NoNodeError:
+                try:
+                    await self._call(self._client.create_async, zk_path, b"")
+                except NodeExistsError:
+                    pass
+        if version <= 0:  # ZooKeeper's 32-bit version wrapped: refuse rather than reuse
+            raise StorageError(f"counter {counter!r} is exhausted")
+        return version - 1
+
+    def watch(self, path: str, callback: WatchCallback) -> Callable[[], None]:
+        _checked(path)
+        self._watches[path].append(callback)
+        if self._state is SessionState.CONNECTED:
+            self._arm(path)
+
+        def cancel() -> None:
+            callbacks = self._watches.get(path)
+            if callbacks and callback in callbacks:
+                callbacks.remove(callback)
+                if not callbacks:
+                    del self._watches[path]  # the armed ZooKeeper watch lapses when it next fires
+        return cancel
+
+    def on_session_event(self, callback: SessionCallback) -> Callable[[], None]:
+        self._session_callbacks.append(callback)
+
+        def cancel() -> None:
+            if callback in self._session_callbacks:
+                self._session_callbacks.remove(callback)
+        return cancel
+
+    @property
+    def session_id(self) -> int | None:
+        return self._session_id
+
+    def _shut_down(self) -> None:
+        # Closing the session deletes our ephemeral nodes at once (not after the session timeout).
+        self._client.remove_listener(self._on_kazoo_state)
+        self._client.stop()
+        self._client.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._session_callbacks.clear()
+        await asyncio.to_thread(self._shut_down)

@@ -1,0 +1,48 @@
+"""Every core error has its AMQP reply code in protocols.amqp.errors.CORE_TO_AMQP, and from_core
+words it as RabbitMQ does."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import core
+from core import errors
+from core.errors import CoreError
+from protocols.amqp.errors import CORE_TO_AMQP, amqp_code, from_core
+from protocols.amqp.spec import ReplyCode
+
+
+def all_core_errors() -> set[type[CoreError]]:
+    # Every core module first: an error class defined outside core/errors.py counts too.
+    for info in pkgutil.walk_packages(core.__path__, prefix="core."):
+        importlib.import_module(info.name)
+    found: set[type[CoreError]] = set()
+    todo = [CoreError]
+    while todo:
+        cls = todo.pop()
+        found.add(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def test_every_core_error_has_an_amqp_code() -> None:
+    missing = sorted(cls.__qualname__ for cls in all_core_errors() if cls not in CORE_TO_AMQP)
+    assert not missing, f"add these to protocols/amqp/errors.py CORE_TO_AMQP: {missing}"
+
+
+def test_the_walk_finds_errors_outside_core_errors() -> None:
+    from core.transactions.errors import InvalidTxnState
+    assert {CoreError, errors.UnknownQueue, InvalidTxnState} <= all_core_errors()
+
+
+def test_soft_errors_close_the_channel_and_hard_ones_the_connection() -> None:
+    assert amqp_code(errors.UnknownQueue("no queue 'q'")) == ReplyCode.NOT_FOUND
+    assert amqp_code(errors.StorageUnavailable("disk")) == ReplyCode.INTERNAL_ERROR
+    assert not from_core(errors.UnknownQueue("no queue 'q'"), "/").closes_connection
+    assert from_core(errors.StorageUnavailable("disk"), "/").closes_connection
+
+
+def test_the_vhost_follows_the_first_name_as_rabbitmq_words_it() -> None:
+    error = from_core(errors.UnknownExchange("no exchange 'x'"), "/", 40, 10)
+    assert (error.reply_code, error.reply_text) == (ReplyCode.NOT_FOUND, "NOT_FOUND - no exchange 'x' in vhost '/'")
