@@ -1,18 +1,19 @@
 """Run the Kafka clients' own integration suites, unchanged, against a fresh gateway each.
 
     python compat_tests/upstream/run_kafka_suites.py --python SUITE_PYTHON \
-        [--kafka-python CHECKOUT] [--aiokafka CHECKOUT] [--confluent-kafka CHECKOUT] [-k EXPR]
+        [--kafka-python CHECKOUT] [--aiokafka CHECKOUT] [--confluent-kafka CHECKOUT] [--kombu CHECKOUT]
+        [-k EXPR]
 
 Each CHECKOUT is the client's source tree at the tag under test (kafka-python 3.0.11, aiokafka
-0.14.0, confluent-kafka-python 2.15.0), kept outside this repository. SUITE_PYTHON is an
+0.14.0, confluent-kafka-python 2.15.0, kombu 5.6.2), kept outside this repository. SUITE_PYTHON is an
 interpreter with the suites' test requirements (README: "Upstream client suites"). Every suite
 gets its own gateway with the test-broker settings its upstream harness gives Kafka: num.partitions
-(kafka-python 4, aiokafka 2, confluent-kafka 3), group.initial.rebalance.delay.ms=0 and, for
-kafka-python, group.min.session.timeout.ms=1000. How each suite is pointed at it:
+(kafka-python 4, aiokafka 2, confluent-kafka 3, kombu 1), group.initial.rebalance.delay.ms=0 and,
+for kafka-python, group.min.session.timeout.ms=1000. How each suite is pointed at it:
 
 - kafka-python: its fixtures' external-broker mode (KAFKA_URI), KAFKA_VERSION=3.0.0, test/integration
-  but its TLS tests (the gateway has no TLS listener)
-  (KAFKA_ROOT names an empty directory: the fixtures want one even for an external broker);
+  except its TLS tests (the gateway has no TLS listener); KAFKA_ROOT names an empty directory, as
+  the fixtures want one even for an external broker;
 - aiokafka: its fixtures start a Kafka image through Docker; a stand-in plugin
   (aiokafka_docker_shim.py) starts the gateway instead, on the port and with the partition count
   the fixture asks for; the checkout's pure-Python build (AIOKAFKA_NO_EXTENSIONS=1); not its TLS
