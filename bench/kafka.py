@@ -79,14 +79,16 @@ class Latency:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    cpu_us_per_message: float = float("nan")   # broker CPU from the first timed send to the last arrival
 
     @classmethod
-    def of(cls, sent: int, delays_ns: list[int]) -> "Latency":
+    def of(cls, sent: int, delays_ns: list[int], cpu_s: float | None = None) -> "Latency":
+        cpu_us = cpu_s / sent * 1e6 if sent and cpu_s is not None else float("nan")
         if not delays_ns:
-            return cls(sent, 0, float("nan"), float("nan"), float("nan"))
+            return cls(sent, 0, float("nan"), float("nan"), float("nan"), cpu_us)
         ms = sorted(d / 1e6 for d in delays_ns)
         quantiles = statistics.quantiles(ms, n=100, method="inclusive")
-        return cls(sent, len(ms), quantiles[49], quantiles[98], ms[-1])
+        return cls(sent, len(ms), quantiles[49], quantiles[98], ms[-1], cpu_us)
 
 
 @dataclass
@@ -202,12 +204,13 @@ def consume(bootstrap: str, topic: str, partitions: int, count: int, process: ps
     return Phase(received, seconds, cpu)
 
 
-def measure_latency(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float,
-                    errors: list[str]) -> Latency:
-    """Messages at `rate`/s for `seconds`, each carrying its send time; p50/p99 of arrival - send."""
+def measure_latency(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float, linger_ms: int,
+                    process: psutil.Process, errors: list[str]) -> Latency:
+    """Messages at `rate`/s for `seconds`, each carrying its send time; p50/p99 of arrival - send,
+    and the broker's CPU per message meanwhile (at a low rate: the cost of a small request)."""
     consumer = Consumer(consumer_config(bootstrap))
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    producer = Producer(producer_config(bootstrap, "none", linger_ms=1))
+    producer = Producer(producer_config(bootstrap, "none", linger_ms=linger_ms))
     filler = b"x" * (MESSAGE_BYTES - 9)
     delays_ns: list[int] = []
     warm = threading.Event()
@@ -238,6 +241,7 @@ def measure_latency(bootstrap: str, topic: str, partitions: int, rate: int, seco
     if not warm.is_set():
         errors.append(f"latency {topic}: the consumer saw nothing within 30 s")
     total = int(rate * seconds)
+    cpu0 = cpu_seconds(process)
     start = time.perf_counter()
     for i in range(total):
         due = start + i / rate
@@ -249,13 +253,14 @@ def measure_latency(bootstrap: str, topic: str, partitions: int, rate: int, seco
     producer.flush(30)
     end = time.monotonic() + 30
     while len(delays_ns) < total and time.monotonic() < end:
-        time.sleep(0.05)
+        time.sleep(0.005)
+    cpu = cpu_seconds(process) - cpu0
     stop.set()
     receiver.join(10)
     consumer.close()
     if len(delays_ns) < total:
         errors.append(f"latency {topic}: {len(delays_ns)} of {total} messages arrived")
-    return Latency.of(total, delays_ns)
+    return Latency.of(total, delays_ns, cpu)
 
 
 # --- brokers -----------------------------------------------------------------------------------
@@ -367,7 +372,7 @@ def run_all(names: list[str], work_dir: Path, args: argparse.Namespace, payloads
                     print(f"  latency {partitions}p {name}", file=sys.stderr, flush=True)
                     results[name].latency[partitions] = measure_latency(
                         broker.bootstrap, latency_topic(partitions), partitions, args.latency_rate,
-                        args.latency_seconds, results[name].errors)
+                        args.latency_seconds, args.latency_linger_ms, processes[name], results[name].errors)
     finally:
         if profiler is not None:
             profiler.stop()
@@ -406,19 +411,21 @@ def report(results: dict[str, BrokerResult], args: argparse.Namespace) -> str:
                          f"**{_ratio(gp.cpu_s_per_million, tp.cpu_s_per_million)}** | "
                          f"**{_ratio(gc.cpu_s_per_million, tc.cpu_s_per_million)}** |")
     if any(r.latency for r in results.values()):
-        lines += ["", f"End-to-end latency, {args.latency_rate:,} msg/s for {args.latency_seconds:g} s "
-                  "(producer linger.ms=1, no compression):", "",
-                  "| partitions | broker | p50 ms | p99 ms | max ms | received |", "|---|---|---|---|---|---|"]
+        lines += ["", f"End-to-end latency and broker CPU per message, {args.latency_rate:,} msg/s for "
+                  f"{args.latency_seconds:g} s (producer linger.ms={args.latency_linger_ms}, no compression):", "",
+                  "| partitions | broker | p50 ms | p99 ms | max ms | received | broker CPU µs/msg |",
+                  "|---|---|---|---|---|---|---|"]
         for partitions in args.partitions:
             for result in results.values():
                 lat = result.latency.get(partitions)
                 if lat is not None:
                     lines.append(f"| {partitions} | {result.broker} | {lat.p50_ms:.2f} | {lat.p99_ms:.2f} | "
-                                 f"{lat.max_ms:.1f} | {lat.received:,}/{lat.sent:,} |")
+                                 f"{lat.max_ms:.1f} | {lat.received:,}/{lat.sent:,} | {lat.cpu_us_per_message:.0f} |")
             if gateway and tansu and partitions in gateway.latency and partitions in tansu.latency:
                 g, t = gateway.latency[partitions], tansu.latency[partitions]
                 lines.append(f"| {partitions} | **gateway / tansu** | **{_ratio(g.p50_ms, t.p50_ms)}** | "
-                             f"**{_ratio(g.p99_ms, t.p99_ms)}** | | |")
+                             f"**{_ratio(g.p99_ms, t.p99_ms)}** | | | "
+                             f"**{_ratio(g.cpu_us_per_message, t.cpu_us_per_message)}** |")
     lines += ["", "tansu: memory storage, no fsync. gateway: every acknowledged batch fsynced to its journal."]
     for result in results.values():
         for error in result.errors:
@@ -447,6 +454,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2, help="runs of each case; the best counts")
     parser.add_argument("--latency-rate", type=int, default=2000, help="messages/s of the latency run")
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="0 skips the latency run")
+    parser.add_argument("--latency-linger-ms", type=int, default=1, help="the latency run's producer linger.ms")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--profile-dir", type=Path, help="py-spy the gateway; folded stacks go here")
     return parser.parse_args(argv)

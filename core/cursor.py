@@ -8,11 +8,12 @@ moves the position past every contiguous acknowledged offset.
 Persisted at /cursors/<tenant>/<namespace>/<topic>/<partition>/<cursor name>:
 
     {"committed": int, "acked": [[first, end), ...], "metadata": str, "updated_ms": int,
-     "delivered": int}
+     "delivered": int, "leader_epoch": int}
 
 "delivered" (written only when set) is one past the highest offset ever handed out through the
 cursor (a queue's deliveries): after a restart, what is below it and not acknowledged may have
-been seen by a consumer and goes out again marked redelivered.
+been seen by a consumer and goes out again marked redelivered. "leader_epoch" (written only when
+known) is the leader epoch a Kafka consumer committed with its offset.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class CursorState:
     acked: AckSet
     metadata: str = ""
     delivered: int = 0
+    leader_epoch: int = -1
+    updated_ms: int = 0      # when last stored (0: never)
 
 
 class Cursor:
@@ -109,7 +112,7 @@ class Cursor:
             return cls(store, clock, topic, partition, name, CursorState(initial_offset, AckSet()), None)
         doc = json.loads(node.value)
         state = CursorState(doc["committed"], AckSet([tuple(r) for r in doc["acked"]]), doc.get("metadata", ""),
-                            doc.get("delivered", 0))
+                            doc.get("delivered", 0), doc.get("leader_epoch", -1), doc.get("updated_ms", 0))
         return cls(store, clock, topic, partition, name, state, node.version)
 
     @property
@@ -119,6 +122,16 @@ class Cursor:
     @property
     def metadata(self) -> str:
         return self._state.metadata
+
+    @property
+    def leader_epoch(self) -> int:
+        """The leader epoch committed with the offset (-1: none)."""
+        return self._state.leader_epoch
+
+    @property
+    def updated_ms(self) -> int:
+        """When the cursor was last stored (0: never): a commit's timestamp."""
+        return self._state.updated_ms
 
     @property
     def exists(self) -> bool:
@@ -141,10 +154,11 @@ class Cursor:
     def acked_ranges(self) -> list[tuple[int, int]]:
         return self._state.acked.ranges()
 
-    def commit(self, offset: int, metadata: str = "") -> None:
+    def commit(self, offset: int, metadata: str = "", leader_epoch: int = -1) -> None:
         """Kafka-style: the position becomes `offset`, forwards or backwards (a reset)."""
         self._state.committed = offset
         self._state.metadata = metadata
+        self._state.leader_epoch = leader_epoch
         self._state.acked.drop_below(offset)
         self._dirty = True
 
@@ -162,10 +176,13 @@ class Cursor:
         """Persist the cursor if it changed. Durable when it returns."""
         if not self._dirty:
             return
+        self._state.updated_ms = self._clock.now_ms()
         fields = {"committed": self._state.committed, "acked": self._state.acked.ranges(),
-                  "metadata": self._state.metadata, "updated_ms": self._clock.now_ms()}
+                  "metadata": self._state.metadata, "updated_ms": self._state.updated_ms}
         if self._state.delivered:
             fields["delivered"] = self._state.delivered
+        if self._state.leader_epoch >= 0:
+            fields["leader_epoch"] = self._state.leader_epoch
         doc = json.dumps(fields, separators=(",", ":")).encode()
         self._dirty = False
         try:

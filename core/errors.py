@@ -96,6 +96,10 @@ class InvalidSessionTimeout(GroupError):
     pass
 
 
+class GroupFull(GroupError):
+    """The group already has its maximum number of members (Kafka's group.max.size)."""
+
+
 class UnknownMember(GroupError):
     pass
 

@@ -87,6 +87,8 @@ def _retrieve(future: asyncio.Future) -> None:
 
 
 def retention_policy(config: EffectiveConfig) -> RetentionPolicy:
+    if not config.deletes:   # compact only (no compaction runs) or no cleanup: nothing is removed, as in Kafka
+        return RetentionPolicy(-1, -1, config.segment_bytes, config.segment_ms)
     return RetentionPolicy(config.retention_ms, config.retention_bytes, config.segment_bytes, config.segment_ms)
 
 
@@ -102,6 +104,8 @@ class Partition:
         self.aborted = AbortedIndex()
         self._aborted_store = aborted_store   # None: the aborted index is rebuilt from the log tail only
         self._stable_waiters: list[asyncio.Future] = []
+        self._max_timestamp: int | None = None   # the highest record timestamp stored; None: not known yet
+        self._watchers: list[asyncio.Future] = []   # readers waiting for the next durable append
         # After a storage failure the outcome of the failed appends is unknown: the producer state is
         # learned again from the log once it is repaired, and appends wait for that.
         self._relearning: asyncio.Task | None = None
@@ -151,6 +155,7 @@ class Partition:
                 raise InvalidRecord("a transactional batch needs a producer id")
             headers.append(header)
         pending: list[Awaitable[int]] = []
+        appended = None
         first_queued = self.log.next_offset
         with storage_errors():
             now_ms = self._clock.now_ms() if self.config.log_append_time else 0
@@ -169,12 +174,19 @@ class Partition:
                 else:
                     stored = record_batch.with_offset_and_epoch(batch, base_offset, record_batch.NO_LEADER_EPOCH)
                     max_timestamp = header.max_timestamp
-                pending.append(self.log.append(stored, header.record_count, max_timestamp))
+                appended = self.log.append(stored, header.record_count, max_timestamp)
+                pending.append(appended)
+                if self._max_timestamp is not None and max_timestamp > self._max_timestamp:
+                    self._max_timestamp = max_timestamp
                 if idempotent:
                     self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
                                           header.record_count, base_offset, header.max_timestamp)
                     if header.is_transactional:
                         self.producers.begin_transaction(header.producer_id, base_offset)
+        if appended is not None:
+            # Resolved once the log's high watermark covers the last batch (it moves first); a
+            # reader may start watching before then, so the callback is always there.
+            asyncio.ensure_future(appended).add_done_callback(self._wake_watchers)
         return self._first_offset(pending, first_queued)
 
     async def write_marker(self, marker: Marker) -> int:
@@ -184,8 +196,12 @@ class Partition:
             offset = self.log.next_offset
             batch = build_marker(marker, self._clock.now_ms())
             stored = record_batch.with_offset_and_epoch(batch, offset, record_batch.NO_LEADER_EPOCH)
-            await self.log.append(stored, 1, record_batch.read_header(batch).max_timestamp)
+            timestamp = record_batch.read_header(batch).max_timestamp
+            await self.log.append(stored, 1, timestamp)
+        if self._max_timestamp is not None and timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
         aborted = self._end_transaction(marker, offset)
+        self._wake_watchers()   # the high watermark and the last stable offset both moved
         if aborted is not None and self._aborted_store is not None:
             try:
                 with storage_errors():
@@ -233,6 +249,7 @@ class Partition:
     def _relearn_producers(self) -> None:
         if self._relearning is None:
             self._relearning = asyncio.ensure_future(self._relearn())
+            self._max_timestamp = None   # failed appends may have raised it: look again when asked
 
     async def _relearn(self) -> None:
         try:
@@ -292,25 +309,46 @@ class Partition:
                         self.producers.begin_transaction(header.producer_id, entry.base_offset)
                 offset = entries[-1].next_offset
 
-    async def read(self, offset: int, max_bytes: int) -> ReadResult:
+    async def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> ReadResult:
+        """Whole batches from `offset` within max_bytes; with min_one the first batch even when it
+        alone exceeds max_bytes (Kafka's rule: only the response's first batch may cross a limit)."""
         with storage_errors():
-            entries = await self.log.read(offset, max_bytes)
+            entries = _within(await self.log.read(offset, max_bytes), max_bytes, min_one)
         return ReadResult(b"".join(entry.payload for entry in entries), self.log.high_watermark,
                           self.log.log_start_offset)
 
-    async def read_committed(self, offset: int, max_bytes: int) -> CommittedRead:
-        """Whole batches from `offset` below the last stable offset (none when it is not below it)."""
+    async def read_committed(self, offset: int, max_bytes: int, *, min_one: bool = True) -> CommittedRead:
+        """Whole batches from `offset` below the last stable offset (none when it is not below it),
+        within max_bytes as read() counts them."""
         stable = self.last_stable_offset
         if offset > self.high_watermark or offset < self.log_start_offset:
             raise OffsetOutOfRange(f"offset {offset} is outside [{self.log_start_offset}, {self.high_watermark}]")
         entries = []
         if offset < stable:
             with storage_errors():
-                entries = [entry for entry in await self.log.read(offset, max_bytes) if entry.base_offset < stable]
+                entries = _within([entry for entry in await self.log.read(offset, max_bytes)
+                                   if entry.base_offset < stable], max_bytes, min_one)
         end = entries[-1].next_offset if entries else offset
         self.aborted.trim_before(self.log.log_start_offset)
         return CommittedRead(b"".join(entry.payload for entry in entries), self.log.high_watermark, stable,
                              self.log.log_start_offset, self.aborted.overlapping(offset, end) if entries else [])
+
+    def watch(self, waiter: asyncio.Future) -> None:
+        """Resolve `waiter` (if not done) at the next durable append or transaction marker: one
+        future can watch many partitions, without a task per partition (a Fetch's wait)."""
+        self._watchers.append(waiter)
+
+    def unwatch(self, waiter: asyncio.Future) -> None:
+        try:
+            self._watchers.remove(waiter)
+        except ValueError:
+            pass
+
+    def _wake_watchers(self, _appended: object = None) -> None:
+        watchers, self._watchers = self._watchers, []
+        for waiter in watchers:
+            if not waiter.done():
+                waiter.set_result(True)
 
     async def wait_for_data(self, offset: int, timeout_s: float, *, committed: bool = False) -> bool:
         """Wait until there is data at `offset` (for read_committed: below the last stable offset)."""
@@ -344,17 +382,61 @@ class Partition:
             entry = following[0] if following else None
         return None
 
+    async def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with the highest timestamp, or None when the
+        log holds no record (Kafka's ListOffsets MAX_TIMESTAMP, KIP-734)."""
+        if self._max_timestamp is None:
+            self._max_timestamp = await self._search_max_timestamp()
+        if self._max_timestamp is None:
+            return None
+        return await self.offset_for_timestamp(self._max_timestamp)
+
+    async def _search_max_timestamp(self) -> int | None:
+        """The highest stored timestamp: the largest T that some entry's timestamp reaches, found by
+        galloping then bisecting over T with the log's time lookup (about 45 lookups)."""
+        async def reached(timestamp_ms: int) -> bool:
+            with storage_errors():
+                return await self.log.find_by_timestamp(timestamp_ms) is not None
+        low = -1   # "no timestamp" sorts lowest
+        if not await reached(low):
+            return None
+        step = 1 << 40
+        high = max(low, self._clock.now_ms())
+        while await reached(high):          # producers may write timestamps in the future
+            low, high = high, high + step
+            step *= 2
+        while high - low > 1:               # reached(low) and not reached(high)
+            middle = (low + high) // 2
+            if await reached(middle):
+                low = middle
+            else:
+                high = middle
+        return low
+
     async def delete_records_before(self, offset: int) -> int:
         """Kafka DeleteRecords: -1 means the high watermark. Returns the new log start offset."""
         target = self.high_watermark if offset == -1 else offset
         if target < 0 or target > self.high_watermark:
             raise OffsetOutOfRange(f"offset {offset} is outside [0, {self.high_watermark}]")
+        self._max_timestamp = None   # the record holding it may go: look again when asked
         with storage_errors():
             return await self.log.delete_before(target)
 
     async def enforce_retention(self, now_ms: int) -> int:
+        self._max_timestamp = None   # the record holding it may go: look again when asked
         with storage_errors():
             return await self.log.trim(retention_policy(self.config), now_ms)
 
     async def close(self) -> None:
         await self.log.close()
+
+
+def _within(entries: list, max_bytes: int, min_one: bool) -> list:
+    """The leading entries whose bytes fit in max_bytes; the first one regardless when min_one.
+    The log's read stops after the entry that crosses its limit, so the crossing one is dropped here."""
+    total = 0
+    for count, entry in enumerate(entries):
+        total += len(entry.payload)
+        if total > max_bytes and (count or not min_one):
+            return entries[:count]
+    return entries

@@ -12,6 +12,7 @@ import logging
 import time
 from collections import OrderedDict
 
+from core.broker_configs import BrokerConfigs
 from core.clock import Clock, SystemClock
 from core.cursor import Cursor
 from core.delayed.service import DelayedService
@@ -21,6 +22,7 @@ from core.partition import Partition, retention_policy, storage_errors
 from core.transactions.aborted_index import AbortedIndexStore
 from core.registry import Registry, TopicInfo
 from core.retention import delete_consumed
+from core.topic_config import EffectiveConfig
 from storage.api import ManagedLogFactory, MetadataStore
 
 log = logging.getLogger("gateway.core")
@@ -36,6 +38,7 @@ class Core:
         self.logs = logs
         self.clock = clock or SystemClock()
         self.registry = Registry(metadata, self.clock)
+        self.broker_configs = BrokerConfigs(metadata)   # broker-level topic defaults, changeable at run time
         self._partitions: OrderedDict[tuple[TopicName, int], Partition] = OrderedDict()
         self._last_used: dict[tuple[TopicName, int], float] = {}
         self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
@@ -44,6 +47,7 @@ class Core:
 
     async def start(self) -> None:
         await self.registry.start()
+        await self.broker_configs.load()
         await self.delayed.start()
         self._sweeper = asyncio.create_task(self._sweep(), name="core-retention")
 
@@ -68,12 +72,30 @@ class Core:
                                   replace_all: bool = False, validate_only: bool = False) -> TopicInfo:
         info = await self.registry.alter_configs(name, changes, replace_all=replace_all, validate_only=validate_only)
         if not validate_only:
-            for index in range(info.partitions):
-                partition = self._partitions.get((name, index))
-                if partition is not None:
-                    partition.config = info.effective
-                    partition.log.policy = retention_policy(info.effective)
+            self._reconfigure(info)
         return info
+
+    def effective_config(self, info: TopicInfo) -> EffectiveConfig:
+        """The topic's own configs over the broker-level defaults."""
+        return EffectiveConfig.of(info.configs, self.broker_configs.topic_defaults())
+
+    async def alter_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        """Replace the broker-level topic defaults of `scope` (core/broker_configs.py); open
+        partitions take the new values at once."""
+        await self.broker_configs.replace(scope, configs)
+        for name in {name for name, _ in self._partitions}:
+            try:
+                self._reconfigure(await self.registry.get_topic(name))
+            except UnknownTopic:
+                continue
+
+    def _reconfigure(self, info: TopicInfo) -> None:
+        config = self.effective_config(info)
+        for index in range(info.partitions):
+            partition = self._partitions.get((info.name, index))
+            if partition is not None:
+                partition.config = config
+                partition.log.policy = retention_policy(config)
 
     async def add_partitions(self, name: TopicName, total: int, *, validate_only: bool = False) -> TopicInfo:
         """Grow the topic to `total` partitions (new ones open lazily, empty)."""
@@ -124,7 +146,7 @@ class Core:
         info = await self.registry.get_topic(name)
         if not 0 <= index < info.partitions:
             raise UnknownTopic(f"topic {name} has no partition {index}")
-        config = info.effective
+        config = self.effective_config(info)
         with storage_errors():
             managed = await self.logs.open_log(name.partition_log(index), retention_policy(config))
         partition = Partition(name.path, index, managed, config, self.clock,

@@ -34,6 +34,16 @@ def _choice(*options: str) -> Callable[[str], str]:
     return parse
 
 
+def _list_of(*options: str) -> Callable[[str], str]:
+    """A comma-separated list of options, possibly empty (as Kafka's cleanup.policy may be)."""
+    def parse(raw: str) -> str:
+        values = [v.strip() for v in raw.split(",") if v.strip()]
+        if any(v not in options for v in values):
+            raise InvalidConfig(f"{raw!r} is not one of {', '.join(options)} nor a list of them")
+        return raw
+    return parse
+
+
 def _boolean(raw: str) -> bool:
     if raw.lower() not in ("true", "false"):
         raise InvalidConfig(f"{raw!r} is not true or false")
@@ -51,8 +61,9 @@ class ConfigKey:
 
 
 _KEYS = (
-    ConfigKey("cleanup.policy", "delete", _choice("delete", "compact"), "log.cleanup.policy",
-              doc="delete: retention by time and size; compact: accepted, compaction not performed yet"),
+    ConfigKey("cleanup.policy", "delete", _list_of("delete", "compact"), "log.cleanup.policy",
+              doc="delete: retention by time and size; compact: accepted, compaction not performed yet, "
+                  "so without delete nothing is removed"),
     ConfigKey("retention.ms", "604800000", _long(-1), "log.retention.ms"),
     ConfigKey("retention.bytes", "-1", _long(-1), "log.retention.bytes"),
     ConfigKey("retention.consumed", "false", _boolean, "log.retention.consumed",
@@ -117,6 +128,7 @@ class EffectiveConfig:
     segment_bytes: int
     segment_ms: int
     log_append_time: bool
+    deletes: bool = True     # cleanup.policy includes "delete": retention by time and size applies
     retention_consumed: bool = False     # also delete what every subscription consumed
 
     @classmethod
@@ -129,4 +141,6 @@ class EffectiveConfig:
             return TOPIC_CONFIGS[name].default
         return cls(int(get("retention.ms")), int(get("retention.bytes")), int(get("max.message.bytes")),
                    int(get("segment.bytes")), int(get("segment.ms")),
-                   get("message.timestamp.type") == "LogAppendTime", get("retention.consumed") == "true")
+                   get("message.timestamp.type") == "LogAppendTime",
+                   deletes="delete" in (policy.strip() for policy in get("cleanup.policy").split(",")),
+                   retention_consumed=get("retention.consumed") == "true")

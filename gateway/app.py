@@ -116,7 +116,13 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
                          limits=Limits(max_frame_bytes=config.max_frame_bytes), log_dir=log_dir,
                          sasl_mechanisms=config.mechanisms, super_users=config.super_user_list,
                          group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-                         transaction_cleanup_interval_ms=config.transaction_cleanup_interval_ms)
+                         group_min_session_timeout_ms=config.group_min_session_timeout_ms,
+                         group_max_session_timeout_ms=config.group_max_session_timeout_ms,
+                         group_max_size=config.group_max_size,
+                         offsets_retention_minutes=config.offsets_retention_minutes,
+                         offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+                         transaction_cleanup_interval_ms=config.transaction_cleanup_interval_ms,
+                         given=config.given)
 
 
 class Gateway:

@@ -68,6 +68,26 @@ def serve(
         int | None, typer.Option(help="How long a new consumer group waits for more members before its first "
                                       "assignment (Kafka's group.initial.rebalance.delay.ms).", show_default="3000")
     ] = None,
+    kafka_group_min_session_timeout_ms: Annotated[
+        int | None, typer.Option(help="Shortest session timeout a group member may ask for "
+                                      "(Kafka's group.min.session.timeout.ms).", show_default="6000")
+    ] = None,
+    kafka_group_max_session_timeout_ms: Annotated[
+        int | None, typer.Option(help="Longest session timeout a group member may ask for "
+                                      "(Kafka's group.max.session.timeout.ms).", show_default="1800000")
+    ] = None,
+    kafka_group_max_size: Annotated[
+        int | None, typer.Option(help="Most members of one consumer group (Kafka's group.max.size).",
+                                 show_default="2147483647")
+    ] = None,
+    kafka_offsets_retention_minutes: Annotated[
+        int | None, typer.Option(help="Committed offsets of a group empty this long are deleted "
+                                      "(Kafka's offsets.retention.minutes).", show_default="10080")
+    ] = None,
+    kafka_offsets_retention_check_interval_ms: Annotated[
+        int | None, typer.Option(help="How often expired committed offsets are looked for "
+                                      "(Kafka's offsets.retention.check.interval.ms).", show_default="600000")
+    ] = None,
 ) -> None:
     """Serve Kafka, AMQP and the admin API until SIGTERM or SIGINT.
 
@@ -90,6 +110,11 @@ def serve(
         "kafka_sasl_mechanisms": kafka_sasl_mechanisms,
         "kafka_super_users": kafka_super_users,
         "kafka_group_initial_rebalance_delay_ms": kafka_group_initial_rebalance_delay_ms,
+        "kafka_group_min_session_timeout_ms": kafka_group_min_session_timeout_ms,
+        "kafka_group_max_session_timeout_ms": kafka_group_max_session_timeout_ms,
+        "kafka_group_max_size": kafka_group_max_size,
+        "kafka_offsets_retention_minutes": kafka_offsets_retention_minutes,
+        "kafka_offsets_retention_check_interval_ms": kafka_offsets_retention_check_interval_ms,
     }
     try:
         gateway_config = resolve_config(config_file=config, flags=flags)

@@ -48,6 +48,11 @@ KAFKA_SETTINGS: Mapping[str, type] = {
     "sasl_mechanisms": str,
     "super_users": str,
     "group_initial_rebalance_delay_ms": int,
+    "group_min_session_timeout_ms": int,
+    "group_max_session_timeout_ms": int,
+    "group_max_size": int,
+    "offsets_retention_minutes": int,
+    "offsets_retention_check_interval_ms": int,
     "transaction_cleanup_interval_ms": int,
 }
 KAFKA_ENV_VARS: Mapping[str, str] = {name: f"GATEWAY_KAFKA_{name.upper()}" for name in KAFKA_SETTINGS}
@@ -74,9 +79,16 @@ class KafkaConfig:
     sasl_mechanisms: str = ""               # e.g. "PLAIN,SCRAM-SHA-256": empty means no authentication
     super_users: str = ""                   # Kafka's super.users, e.g. "User:admin": never refused by ACLs
     group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
+    group_min_session_timeout_ms: int = 6_000     # Kafka's group.min.session.timeout.ms
+    group_max_session_timeout_ms: int = 1_800_000  # Kafka's group.max.session.timeout.ms
+    group_max_size: int = 0x7FFFFFFF              # Kafka's group.max.size: members per group
+    offsets_retention_minutes: int = 10_080       # Kafka's offsets.retention.minutes (7 days)
+    offsets_retention_check_interval_ms: int = 600_000   # Kafka's offsets.retention.check.interval.ms
     # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often transactions
     # past their timeout are looked for and aborted
     transaction_cleanup_interval_ms: int = 10_000
+    # The keys some source set (DescribeConfigs tells them from defaults); not part of the value.
+    given: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.auto_create_topics, bool):
@@ -97,6 +109,15 @@ class KafkaConfig:
         if not _is_int(self.group_initial_rebalance_delay_ms) or not 0 <= self.group_initial_rebalance_delay_ms <= 300_000:
             raise ConfigError("kafka.group_initial_rebalance_delay_ms must be an integer in 0..300000, "
                               f"got {self.group_initial_rebalance_delay_ms!r}")
+        for key, low in (("group_min_session_timeout_ms", 0), ("group_max_session_timeout_ms", 0),
+                         ("group_max_size", 1), ("offsets_retention_minutes", 1),
+                         ("offsets_retention_check_interval_ms", 1)):
+            value = getattr(self, key)
+            if not _is_int(value) or not low <= value <= 0x7FFFFFFF:
+                raise ConfigError(f"kafka.{key} must be an integer in {low}..2147483647, got {value!r}")
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ConfigError(f"kafka.group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) is above "
+                              f"kafka.group_max_session_timeout_ms ({self.group_max_session_timeout_ms})")
         if not _is_int(self.transaction_cleanup_interval_ms) or not 1 <= self.transaction_cleanup_interval_ms <= 3_600_000:
             raise ConfigError("kafka.transaction_cleanup_interval_ms must be an integer in 1..3600000, "
                               f"got {self.transaction_cleanup_interval_ms!r}")
@@ -236,7 +257,8 @@ def resolve_config(
         settings["log_level"] = settings["log_level"].lower()
 
     config = GatewayConfig(**settings, storage=_storage_config(storage_table, config_file),
-                           kafka=KafkaConfig(**kafka_settings), users=users)
+                           kafka=KafkaConfig(**kafka_settings, given=frozenset(kafka_settings)),
+                           users=users)
     # The READY line and the storage layer want one unambiguous directory, whatever the cwd later is.
     return dataclasses.replace(config, data_dir=Path(os.path.abspath(config.data_dir)))
 

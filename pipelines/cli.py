@@ -3,8 +3,12 @@ batch, and verify a run against the generator's ground truth.
 
     gateway-recon generate --bootstrap 127.0.0.1:9092 --orders 2000 --rate 200 --ground-truth gt.json
     gateway-recon stream   --bootstrap 127.0.0.1:9092 --checkpoint ck --output out
-    gateway-recon batch    --bootstrap 127.0.0.1:9092 --output eod --ending-offsets '{"trade-flow":{"0":500},...}'
+    gateway-recon batch    --bootstrap 127.0.0.1:9092 --output eod --ending-offsets latest
     gateway-recon verify   --bootstrap 127.0.0.1:9092 --ground-truth gt.json --output out --mode stream
+    gateway-recon offsets  --bootstrap 127.0.0.1:9092      (the flows' log ends, as --ending-offsets JSON)
+
+A problem the user can fix (connector jars, a range past the end of the log) is one line on
+standard error and exit code 2.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ from typing import Annotated
 import typer
 
 from pipelines.flows import ALERT_TOPIC, FUND_TOPIC, TRADE_TOPIC
+from pipelines.problems import UsageProblem
 from pipelines.recon_config import ReconConfig
 
 EXIT_MISMATCH = 1
+EXIT_USAGE = 2
+FLOW_PARTITIONS = 3   # the flow topics' partitions when the generator or the stream creates them
 DEFAULTS = ReconConfig()
 
 cli = typer.Typer(name="gateway-recon", add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -35,8 +42,10 @@ TradeTopic = Annotated[str, typer.Option(help="Topic of the transaction flow (a 
 FundTopic = Annotated[str, typer.Option(help="Topic of the funds flow (a regex with --pattern).")]
 AlertsTopic = Annotated[str, typer.Option(help="Topic the alerts are written to.")]
 Output = Annotated[Path | None, typer.Option(help="Parquet root: alerts/ and window_totals/ under it.")]
-Jars = Annotated[Path | None, typer.Option(help="Directory of Spark's Kafka connector jars.",
+Jars = Annotated[Path | None, typer.Option(help="Directory of Spark's Kafka connector jars (offline).",
                                            show_default="$SPARK_KAFKA_JARS")]
+Packages = Annotated[bool, typer.Option(help="Let Spark download its Kafka connector from Maven Central "
+                                             "(spark.jars.packages) instead of --jars.")]
 Master = Annotated[str, typer.Option(help="Spark master.")]
 WatermarkDelay = Annotated[float, typer.Option(help="Watermark delay, seconds of event time.")]
 FundsBefore = Annotated[float, typer.Option(help="Join window: funds may precede their trade by this (s).")]
@@ -70,7 +79,8 @@ def generate(
     discrepancy_rate: Annotated[float, typer.Option(help="Share of order groups given one discrepancy.")] = 0.05,
     flush_after: Annotated[float, typer.Option(help="A last clean order this many seconds later, to move "
                                                     "watermarks past the rest; 0: none.")] = 60.0,
-    partitions: Annotated[int, typer.Option(help="Partitions of the flow topics when they are created.")] = 3,
+    partitions: Annotated[int, typer.Option(help="Partitions of the flow topics when they are created.")] = (
+        FLOW_PARTITIONS),
     prefix: Annotated[str, typer.Option(help="Prefix of every id, to tell runs apart.")] = "",
     trade_topic: TradeTopic = TRADE_TOPIC,
     fund_topic: FundTopic = FUND_TOPIC,
@@ -120,15 +130,21 @@ def stream(
     session_gap: SessionGap = DEFAULTS.session_gap_s,
     totals_window: TotalsWindow = DEFAULTS.totals_window_s,
     jars: Jars = None,
+    packages: Packages = False,
     master: Master = "local[2]",
 ) -> None:
-    """Reconcile continuously: alerts to --alerts-topic and Parquet, window totals to Parquet."""
+    """Reconcile continuously: alerts to --alerts-topic and Parquet, window totals to Parquet.
+    Creates the flow topics if they do not exist yet, so it may start before the generator."""
     from pipelines.sink import Targets
-    from pipelines.spark_io import KafkaSource, connector_jars, offsets_for_topic, spark_session
-    from pipelines.stream_job import StreamSettings, start_stream
+    from pipelines.spark_io import KafkaSource, connector_config, offsets_for_topic, spark_session
+    from pipelines.stream_job import StreamSettings, batch_writer, progress_line, start_stream
     from pipelines.topics import ensure_topics
 
-    ensure_topics(bootstrap, {alerts_topic: 1})
+    extra = connector_config(jars, packages)
+    topics = {alerts_topic: 1}
+    if not pattern:   # Spark's subscribe fails on a topic that does not exist; a pattern waits for it
+        topics.update({trade_topic: FLOW_PARTITIONS, fund_topic: FLOW_PARTITIONS})
+    ensure_topics(bootstrap, topics)
 
     def source(topic: str) -> KafkaSource:
         return KafkaSource(bootstrap, topic, pattern=pattern, fail_on_data_loss=fail_on_data_loss,
@@ -141,17 +157,23 @@ def stream(
         checkpoint_dir=str(checkpoint.absolute()),
         recon=ReconConfig(watermark_delay, funds_before, funds_after, session_gap, totals_window), trigger_s=trigger,
     )
-    spark = spark_session(master=master, jars=connector_jars(jars))
-    query = start_stream(spark, settings)
+    spark = spark_session(master=master, extra=extra)
+    writer = batch_writer(spark, settings)
+    query = start_stream(spark, settings, writer)
     # The handler only sets a flag: calling into Spark from it would re-enter the py4j call the
     # main thread is blocked in. The loop below wakes up every second to look at it.
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     typer.echo(f"streaming query {query.id} running; checkpoint {checkpoint}")
     deadline = None if run_for is None else time.monotonic() + run_for
+    reported = -1
     try:
         while not stopping.is_set() and (deadline is None or time.monotonic() < deadline):
             query.awaitTermination(1)  # raises if the query failed
+            for progress in query.recentProgress:
+                if progress["batchId"] > reported:
+                    reported = progress["batchId"]
+                    typer.echo(progress_line(progress, writer.alerts_by_batch.get(reported, 0)))
     except KeyboardInterrupt:
         pass
     finally:
@@ -176,13 +198,18 @@ def batch(
     session_gap: SessionGap = DEFAULTS.session_gap_s,
     totals_window: TotalsWindow = DEFAULTS.totals_window_s,
     jars: Jars = None,
+    packages: Packages = False,
     master: Master = "local[2]",
 ) -> None:
-    """Reconcile an explicit offset range once (end of day, replays)."""
+    """Reconcile an explicit offset range once (end of day, replays). `gateway-recon offsets`
+    prints the flows' current ends in --ending-offsets form; a range past them is refused."""
     from pipelines.batch_job import BatchSettings, run_batch
     from pipelines.sink import Targets
-    from pipelines.spark_io import KafkaSource, connector_jars, offsets_for_topic, spark_session
-    from pipelines.topics import ensure_topics
+    from pipelines.spark_io import KafkaSource, connector_config, offsets_for_topic, spark_session
+    from pipelines.topics import check_range, ensure_topics
+
+    extra = connector_config(jars, packages)
+    check_range(bootstrap, ending_offsets, [trade_topic, fund_topic])
 
     def source(topic: str) -> KafkaSource:
         return KafkaSource(bootstrap, topic, fail_on_data_loss=fail_on_data_loss, min_partitions=min_partitions,
@@ -198,7 +225,7 @@ def batch(
         recon=ReconConfig(funds_before_trade_s=funds_before, funds_after_trade_s=funds_after,
                           session_gap_s=session_gap, totals_window_s=totals_window),
     )
-    spark = spark_session(master=master, jars=connector_jars(jars))
+    spark = spark_session(master=master, extra=extra)
     try:
         started = time.monotonic()
         result = run_batch(spark, settings)
@@ -212,11 +239,24 @@ def batch(
 
 
 @cli.command()
+def offsets(
+    bootstrap: Bootstrap,
+    trade_topic: TradeTopic = TRADE_TOPIC,
+    fund_topic: FundTopic = FUND_TOPIC,
+) -> None:
+    """Print where each partition of the flows ends now, as `batch --ending-offsets` takes it."""
+    from pipelines.topics import log_ends
+
+    typer.echo(json.dumps(log_ends(bootstrap, [trade_topic, fund_topic]), separators=(",", ":")))
+
+
+@cli.command()
 def verify(
     bootstrap: Bootstrap,
     ground_truth: Annotated[Path, typer.Option(help="The generator's ground truth JSON.")] = Path("ground-truth.json"),
     output: Output = None,
-    mode: Annotated[str, typer.Option(help="stream (the flush order stays open) or batch.")] = "stream",
+    mode: Annotated[str, typer.Option(help="stream, or batch to check the output of `batch` (whose range closes "
+                                           "the last, flushing order too).")] = "stream",
     alerts_topic: AlertsTopic = ALERT_TOPIC,
     session_gap: SessionGap = DEFAULTS.session_gap_s,
     totals_window: TotalsWindow = DEFAULTS.totals_window_s,
@@ -248,7 +288,8 @@ def verify(
         typer.echo(f"{name}: {'ok' if check.ok else 'MISMATCH'}")
         if not check.ok:
             failed = True
-            typer.echo(f"  {check}")
+            for line in check.diff():
+                typer.echo(line)
     latency = alert_latency(truth, kafka_alerts)
     if latency:
         typer.echo(f"alert latency over {latency.samples} alerts: p50 {latency.p50_ms:.0f} ms, "
@@ -258,4 +299,8 @@ def verify(
 
 
 def main() -> None:
-    cli()
+    try:
+        cli()
+    except UsageProblem as exc:
+        typer.echo(f"gateway-recon: {exc}", err=True)
+        sys.exit(EXIT_USAGE)

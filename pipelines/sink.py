@@ -56,17 +56,19 @@ class BatchWriter:
         self._spark = spark
         self._targets = targets
         self._markers = _Markers(spark, marker_dir)
+        self.alerts_by_batch: dict[int, int] = {}   # batch id -> alerts it produced (progress lines)
 
     def __call__(self, output: DataFrame, batch_id: int) -> None:
         output = output.persist()
         try:
             alerts, totals = alerts_of(output), totals_of(output)
+            count = self.alerts_by_batch[batch_id] = alerts.count()
             if self._targets.output_dir:
                 partition = f"batch_id={batch_id}"
                 _write_parquet(alerts, f"{self._targets.output_dir}/alerts/{partition}")
                 _write_parquet(totals, f"{self._targets.output_dir}/window_totals/{partition}")
             if self._targets.alert_topic and not self._markers.done(batch_id):
-                if not alerts.isEmpty():
+                if count:
                     write_alerts_to_kafka(alerts, self._targets)
                 self._markers.mark(batch_id)
         finally:

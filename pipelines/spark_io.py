@@ -1,9 +1,11 @@
 """The SparkSession and the options of Spark's Kafka source and sink, in one place.
 
-Spark's Kafka connector is not part of the PySpark wheel: its jars (spark-sql-kafka-0-10,
-spark-token-provider-kafka-0-10, kafka-clients, commons-pool2) come from a directory, by default
-the one named by the environment variable SPARK_KAFKA_JARS. Sessions are local (`local[N]`) unless
-a master is given, in UTC, with few shuffle partitions (the state is small) and no UI.
+Spark's Kafka connector is not part of the PySpark wheel. Its jars (spark-sql-kafka-0-10,
+spark-token-provider-kafka-0-10, kafka-clients, commons-pool2) come either from a directory (offline:
+--jars, or the environment variable SPARK_KAFKA_JARS) or from Maven Central, which Spark downloads
+itself with spark.jars.packages (on a connected machine: --packages). Sessions are local
+(`local[N]`) unless a master is given, in UTC, with few shuffle partitions (the state is small) and
+no UI.
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
+from pipelines.problems import UsageProblem
+
 JARS_ENV = "SPARK_KAFKA_JARS"
+CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.2"   # with its dependencies
 FETCH_MAX_WAIT_MS = 20
+# How long a batch read waits for records it was told exist (Spark's default: 120 s, then "Some
+# data may have been lost"); the ranges are checked first (check_ranges), so this only bounds a stall.
+BATCH_POLL_TIMEOUT_MS = 10_000
 CONNECTOR_JAR_PREFIXES = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
 
 
-class MissingConnectorJars(RuntimeError):
+class MissingConnectorJars(UsageProblem):
     """Spark's Kafka connector jars are not where they were looked for."""
 
 
@@ -29,13 +37,23 @@ def connector_jars(directory: str | Path | None = None) -> list[str]:
     """The four connector jars in `directory` (default: $SPARK_KAFKA_JARS), or MissingConnectorJars."""
     directory = directory or os.environ.get(JARS_ENV)
     if not directory:
-        raise MissingConnectorJars(f"Spark's Kafka connector jars: set {JARS_ENV} to their directory or pass --jars")
+        raise MissingConnectorJars(f"Spark's Kafka connector jars are needed: --jars DIR or {JARS_ENV}=DIR (a "
+                                   f"directory holding them), or --packages (Spark downloads {CONNECTOR_PACKAGE})")
+    if not Path(directory).is_dir():
+        raise MissingConnectorJars(f"Spark's Kafka connector jars: {directory} is not a directory")
     jars = sorted(str(path) for path in Path(directory).glob("*.jar"))
     missing = [prefix for prefix in CONNECTOR_JAR_PREFIXES
                if not any(Path(jar).name.startswith(prefix) for jar in jars)]
     if missing:
-        raise MissingConnectorJars(f"no {', '.join(missing)} jar in {directory}")
+        raise MissingConnectorJars(f"Spark's Kafka connector: no {', '.join(missing)} jar in {directory}")
     return jars
+
+
+def connector_config(directory: str | Path | None = None, packages: bool = False) -> dict[str, str]:
+    """The Spark settings that bring the connector: Maven coordinates, or the jars of a directory."""
+    if packages:
+        return {"spark.jars.packages": CONNECTOR_PACKAGE}
+    return {"spark.jars": ",".join(connector_jars(directory))}
 
 
 def spark_session(app_name: str = "gateway-recon", master: str = "local[2]", jars: list[str] | None = None,
@@ -101,6 +119,7 @@ class KafkaSource:
             options["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         if not streaming:
             options["endingOffsets"] = self.ending_offsets
+            options["kafkaConsumer.pollTimeoutMs"] = str(BATCH_POLL_TIMEOUT_MS)
         options.update(self.extra)
         return options
 
@@ -116,7 +135,11 @@ def offsets_for_topic(offsets: str, topic: str) -> str:
     wants exactly the subscribed topics); "earliest"/"latest" pass through."""
     if offsets in ("earliest", "latest"):
         return offsets
-    by_topic = json.loads(offsets)
+    try:
+        by_topic = json.loads(offsets)
+    except json.JSONDecodeError as exc:
+        raise UsageProblem(f"offsets are earliest, latest or JSON {{topic: {{partition: offset}}}}; "
+                           f"{offsets!r}: {exc}") from None
     if topic not in by_topic:
-        raise ValueError(f"offsets JSON names no partitions of {topic!r}: {offsets}")
+        raise UsageProblem(f"offsets JSON names no partitions of {topic!r}: {offsets}")
     return json.dumps({topic: by_topic[topic]})

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
@@ -23,6 +25,13 @@ class AlertCheck:
     def ok(self) -> bool:
         return not self.missing and not self.unexpected and not self.repeated
 
+    def diff(self) -> list[str]:
+        """What differs, one line per alert (at most SHOWN per kind)."""
+        return (_listed(f"{len(self.missing)} expected, not raised", sorted(map(_alert_text, self.missing)))
+                + _listed(f"{len(self.unexpected)} raised, not expected", sorted(map(_alert_text, self.unexpected)))
+                + _listed(f"{len(self.repeated)} raised more than once",
+                          [f"{alert_id} x{copies}" for alert_id, copies in sorted(self.repeated.items())]))
+
 
 @dataclass(frozen=True, slots=True)
 class TotalsCheck:
@@ -31,6 +40,46 @@ class TotalsCheck:
     @property
     def ok(self) -> bool:
         return not self.differing
+
+    def diff(self) -> list[str]:
+        """One line per differing window total: what the job wrote and what was expected."""
+        return _listed(f"{len(self.differing)} window totals differ (got / expected)", [
+            f"{_window_text(key)}: {_totals_text(got)} / {_totals_text(expected)}"
+            for key, (got, expected) in sorted(self.differing.items(), key=lambda item: _sort_key(item[0]))])
+
+
+SHOWN = 20
+
+
+def _listed(title: str, lines: Iterable[str]) -> list[str]:
+    lines = list(lines)
+    if not lines:
+        return []
+    shown = [f"    {line}" for line in lines[:SHOWN]]
+    if len(lines) > SHOWN:
+        shown.append(f"    ... and {len(lines) - SHOWN} more")
+    return [f"  {title}:", *shown]
+
+
+def _alert_text(key: AlertKey) -> str:
+    duplicate = f" ({key.side} record {key.record_id})" if key.record_id else ""
+    return f"{key.alert_type} order {key.order_id} {key.kind}{duplicate}"
+
+
+def _window_text(key: TotalsKey) -> str:
+    start = datetime.fromtimestamp(key.window_start_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"window {start} {key.merchant} {key.currency} {key.kind}"
+
+
+def _totals_text(totals: Totals | None) -> str:
+    if totals is None:
+        return "none"
+    return (f"{totals.orders} orders, amount {totals.amount}, {totals.trade_records} trade + "
+            f"{totals.fund_records} fund records")
+
+
+def _sort_key(key: TotalsKey) -> tuple:
+    return key.window_start_ms, key.merchant, key.currency, key.kind
 
 
 def check_alerts(truth: GroundTruth, raised: list[dict]) -> AlertCheck:

@@ -7,8 +7,6 @@ exercised over a raw socket with the gateway's own codec.
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 import uuid
 
@@ -22,13 +20,14 @@ from kafka import errors as kafka_errors
 from kafka.admin import ConfigResource as KafkaPythonResource
 from kafka.admin import KafkaAdminClient
 
-from protocols.kafka.codec import types as t
-from protocols.kafka.codec.compile import request_codec, response_codec
+from compat_tests.kafka.wire_call import raw_request
 from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.schema.describe_configs import DESCRIBE_CONFIGS
+from protocols.kafka.schema.incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
 from protocols.kafka.schema.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 
 TIMEOUT_S = 15.0
-DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DEFAULT_CONFIG = 1, 2, 3, 5
 
 
 def bootstrap(gateway) -> str:
@@ -242,9 +241,48 @@ def test_confluent_describes_and_alters_configs(confluent):
     broker = ConfigResource(ResourceType.BROKER, "0")
     broker_configs = outcomes(confluent.describe_configs([broker]))[broker]
     assert broker_configs["log.dirs"].is_read_only and broker_configs["message.max.bytes"].value == "1048588"
+    assert not broker_configs["message.max.bytes"].is_read_only   # dynamic in Kafka
     refused = outcomes(confluent.incremental_alter_configs([ConfigResource(ResourceType.BROKER, "0",
-        incremental_configs=[ConfigEntry("log.retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])]))
+        incremental_configs=[ConfigEntry("num.partitions", "3", incremental_operation=AlterConfigOpType.SET)])]))
     assert list(refused.values())[0].code() == ErrorCode.INVALID_REQUEST
+
+
+def broker_config(confluent, name: str):
+    resource = ConfigResource(ResourceType.BROKER, "0")
+    return outcomes(confluent.describe_configs([resource]))[resource].get(name)
+
+
+def test_dynamic_broker_configs_change_topic_defaults_at_run_time_and_persist(gateway_launcher, tmp_path):
+    data_dir = tmp_path / "data"
+    gateway = gateway_launcher.start(data_dir=data_dir)
+    confluent = AdminClient({"bootstrap.servers": bootstrap(gateway)})
+    outcomes(confluent.create_topics([NewTopic("follows", 1, 1)]))
+    # librdkafka cannot name the cluster-wide default (""): that level is set over a raw socket.
+    cluster_wide = raw_request(gateway.kafka, INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+        {"resource_type": 4, "resource_name": "", "configs": [
+            {"name": "log.retention.ms", "config_operation": 0, "value": "7200000"}]}]})
+    assert [r.error_code for r in cluster_wide.responses] == [ErrorCode.NONE]
+    changed = outcomes(confluent.incremental_alter_configs([ConfigResource(ResourceType.BROKER, "0",
+        incremental_configs=[ConfigEntry("log.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])]))
+    assert list(changed.values()) == [None]
+    entry = broker_config(confluent, "log.retention.ms")
+    assert (entry.value, entry.source, entry.is_read_only) == ("3600000", DYNAMIC_BROKER_CONFIG, False)
+    gateway.stop()
+
+    gateway = gateway_launcher.start(data_dir=data_dir)
+    confluent = AdminClient({"bootstrap.servers": bootstrap(gateway)})
+    topic = ConfigResource(ResourceType.TOPIC, "follows")
+    retention = outcomes(confluent.describe_configs([topic]))[topic]["retention.ms"]
+    assert (retention.value, retention.source) == ("3600000", DYNAMIC_BROKER_CONFIG)
+    described = raw_request(gateway.kafka, DESCRIBE_CONFIGS, 1, {"include_synonyms": False, "resources": [
+        {"resource_type": 4, "resource_name": "", "configuration_keys": None}]})
+    assert [(c.name, c.value, c.config_source) for c in described.results[0].configs] == [
+        ("log.retention.ms", "7200000", DYNAMIC_DEFAULT_BROKER_CONFIG)]
+    deleted = outcomes(confluent.incremental_alter_configs([ConfigResource(ResourceType.BROKER, "0",
+        incremental_configs=[ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])]))
+    assert list(deleted.values()) == [None]
+    retention = outcomes(confluent.describe_configs([topic]))[topic]["retention.ms"]
+    assert (retention.value, retention.source) == ("7200000", DYNAMIC_DEFAULT_BROKER_CONFIG)
 
 
 def test_confluent_partitions_records_cluster_and_leaders(confluent, gateway_process):
@@ -268,35 +306,6 @@ def test_confluent_partitions_records_cluster_and_leaders(confluent, gateway_pro
 
 
 # --- OffsetForLeaderEpoch over a raw socket -----------------------------------------------------
-
-def raw_request(address: tuple[str, int], api, version: int, body: dict):
-    """Send one request with the gateway's own codec and decode the response the same way."""
-    payload = bytearray(struct.pack(">hhih", api.key, version, 1, len(b"raw")) + b"raw")
-    if api.is_flexible(version):
-        payload += b"\x00"   # request header v2: no tagged fields
-    request_codec(api, version).write(payload, body)
-    with socket.create_connection(address, timeout=TIMEOUT_S) as conn:
-        conn.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", receive_exactly(conn, 4))[0]
-        frame = receive_exactly(conn, size)
-    reader = t.Reader(frame)
-    assert reader.unpack(struct.Struct(">i")) == 1
-    if api.is_flexible(version):
-        assert reader.uvarint() == 0   # response header v1: no tagged fields
-    return response_codec(api, version).read(reader)
-
-
-def receive_exactly(conn: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(data) < size and time.monotonic() < deadline:
-        chunk = conn.recv(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    assert len(data) == size, f"connection closed after {len(data)} of {size} bytes"
-    return bytes(data)
-
 
 @pytest.mark.parametrize("version", [2, 4])
 def test_offset_for_leader_epoch_answers_no_epoch_for_known_partitions(admin, gateway_process, version):

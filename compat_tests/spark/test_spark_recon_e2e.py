@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -218,3 +219,69 @@ def test_batch_over_explicit_offset_ranges_reconciles_exactly_that_range(gateway
                    "--mode", "batch", log=verify_log)
     assert verify.wait(timeout=SETTLE_DEADLINE_S) == 0, verify_log.read_text()[-5000:]
     assert "kafka alerts: ok" in verify_log.read_text()
+
+
+def run_recon(*args: str, log: Path, timeout_s: float = SETTLE_DEADLINE_S) -> tuple[int, str]:
+    """One `gateway-recon` command to its end: its exit code and what it printed."""
+    start = log.stat().st_size if log.exists() else 0
+    process = recon(*args, log=log)
+    try:
+        code = process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise AssertionError(f"gateway-recon {args[0]} did not finish in {timeout_s} s:\n{log.read_text()[-5000:]}")
+    return code, log.read_text()[start:]
+
+
+def test_the_readme_worked_example_runs_as_written(gateway_process, tmp_path):
+    """README's order, on a fresh gateway: the stream starts before any topic exists (it creates
+    them), the generator writes, verify checks the stream's outputs, then the end-of-day batch over
+    the logs' ends, checked with --mode batch; a range past the end is one line, in seconds."""
+    bootstrap = bootstrap_of(gateway_process)
+    truth_path, checkpoint, output, eod = (tmp_path / name for name in ("gt.json", "ck", "out", "eod"))
+    stream_log, log = tmp_path / "stream.log", tmp_path / "recon.log"
+
+    job = recon("stream", "--bootstrap", bootstrap, "--checkpoint", str(checkpoint), "--output", str(output),
+                log=stream_log)
+    try:
+        poll(lambda: "batch 0: records in" in stream_log.read_text(), "the stream's first progress line",
+             job, stream_log)
+        code, printed = run_recon("generate", "--bootstrap", bootstrap, "--orders", "60", "--rate", "40", "--burst",
+                                  "--flush-after", "20", "--ground-truth", str(truth_path), log=log)
+        assert code == 0, printed
+        expected = expected_alerts(GroundTruth.load(truth_path).groups)
+        poll(lambda: len(read_alerts(bootstrap, ALERT_TOPIC)) >= len(expected), "every alert", job, stream_log)
+        poll(lambda: re.search(r"alerts out: [1-9]", stream_log.read_text()), "a progress line with alerts out",
+             job, stream_log)
+    finally:
+        stop(job, stream_log)
+    assert "watermark: 20" in stream_log.read_text()   # an event-time watermark was reported
+
+    code, printed = run_recon("verify", "--bootstrap", bootstrap, "--ground-truth", str(truth_path), "--output",
+                              str(output), log=log)
+    assert code == 0 and "window totals: ok" in printed, printed
+
+    code, printed = run_recon("offsets", "--bootstrap", bootstrap, log=log)
+    assert code == 0 and json.loads(printed.strip().splitlines()[-1]) == end_offsets(bootstrap), printed
+
+    past_the_end = json.dumps({TRADE_TOPIC: {str(p): 10**6 for p in range(PARTITIONS)},
+                               FUND_TOPIC: {str(p): 10**6 for p in range(PARTITIONS)}})
+    started = time.monotonic()
+    code, printed = run_recon("batch", "--bootstrap", bootstrap, "--output", str(eod), "--no-send-alerts",
+                              "--ending-offsets", past_the_end, log=log)
+    assert code == 2 and printed.startswith("gateway-recon: --ending-offsets past the end"), printed
+    assert len(printed.strip().splitlines()) == 1 and time.monotonic() - started < 60
+
+    code, printed = run_recon("batch", "--bootstrap", bootstrap, "--output", str(eod), "--no-send-alerts",
+                              "--starting-offsets", "earliest", "--ending-offsets", "latest", log=log)
+    assert code == 0, printed
+    code, printed = run_recon("verify", "--bootstrap", bootstrap, "--ground-truth", str(truth_path), "--output",
+                              str(eod), "--mode", "batch", log=log)
+    assert code == 0 and "window totals: ok" in printed, printed
+    # The batch closes the flushing order's window too: checked as a stream, that one window differs,
+    # and the difference is spelled out.
+    code, printed = run_recon("verify", "--bootstrap", bootstrap, "--ground-truth", str(truth_path), "--output",
+                              str(eod), log=log)
+    assert code == 1 and "window totals: MISMATCH" in printed, printed
+    assert "  1 window totals differ (got / expected):" in printed and " / none" in printed, printed

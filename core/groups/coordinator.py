@@ -3,7 +3,10 @@ their committed offsets.
 
 Groups live in memory while used and are loaded from their stored record (store.py) when first
 named after a restart; an Empty group idle for `empty_group_idle_ms` is dropped from memory (its
-offsets stay stored). A group "exists" while it is in memory or has a stored record.
+offsets stay stored). A group "exists" while it is in memory or has a stored record. Every
+`offsets_retention_check_ms` the committed offsets of groups Empty for `offsets_retention_ms` are
+deleted, and the group with them (Kafka's offsets.retention.minutes): a group counts as Empty
+since its last commit or, when it had members in this process, since the last one left.
 
 Owned by the event loop. Group operations are synchronous state changes (group.py); only loading
 a group and reading or writing offsets await. JoinGroup and SyncGroup return once the rebalance
@@ -12,8 +15,10 @@ they wait for completes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from core.clock import Clock
 from core.errors import (CoreError, GroupError, GroupNotFound, GroupSubscribedToTopic, IllegalGeneration,
@@ -35,18 +40,67 @@ log = logging.getLogger("gateway.core")
 # members consume, or None when the protocol type is not one whose subscriptions are understood.
 ConsumedTopics = Callable[[str | None, str | None, list[bytes]], set[str] | None]
 
+class GroupObserver(Protocol):
+    """Told of every change to what the coordinator stores or settles (e.g. to keep a log of them,
+    as Kafka's __consumer_offsets is). Called synchronously; must not block."""
+
+    def offsets_committed(self, key: GroupKey, offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                          timestamp_ms: int) -> None: ...
+
+    def offsets_deleted(self, key: GroupKey, partitions: Sequence[TopicPartition]) -> None: ...
+
+    def group_settled(self, key: GroupKey, group: MembershipGroup) -> None:
+        """The group reached a new Stable generation, or became Empty."""
+
+    def group_deleted(self, key: GroupKey) -> None: ...
+
+
+class _Unobserved:
+    def offsets_committed(self, key, offsets, timestamp_ms) -> None:
+        pass
+
+    def offsets_deleted(self, key, partitions) -> None:
+        pass
+
+    def group_settled(self, key, group) -> None:
+        pass
+
+    def group_deleted(self, key) -> None:
+        pass
+
+
 class GroupCoordinator:
-    def __init__(self, core: Core, settings: GroupSettings | None = None, clock: Clock | None = None) -> None:
+    def __init__(self, core: Core, settings: GroupSettings | None = None, clock: Clock | None = None,
+                 observer: GroupObserver | None = None) -> None:
         self.settings = settings or GroupSettings()
+        self.observer: GroupObserver = observer or _Unobserved()
         self._clock = clock or core.clock
         self._core = core
         self._store = GroupStore(core)
         self._groups: dict[GroupKey, MembershipGroup] = {}
         self._records: dict[GroupKey, GroupRecord] = {}
         self._deadlines: Deadlines[GroupKey] = Deadlines(self._clock, self._on_due)
+        self._expiry: asyncio.Task | None = None
+        self._settled: dict[GroupKey, tuple[int, GroupState]] = {}   # what the observer last heard
+
+    def start(self) -> None:
+        """Run the offset expiry pass every offsets_retention_check_ms (needs a running loop)."""
+        if self._expiry is None:
+            self._expiry = asyncio.get_running_loop().create_task(self._expire_offsets_forever(),
+                                                                  name="group-offset-expiry")
 
     def close(self) -> None:
         self._deadlines.close()
+        if self._expiry is not None:
+            self._expiry.cancel()
+
+    async def _expire_offsets_forever(self) -> None:
+        while True:
+            await self._clock.sleep(self.settings.offsets_retention_check_ms / 1000)
+            try:
+                await self.expire_offsets()
+            except Exception:   # storage trouble or a bug: try again next time
+                log.exception("the group offset expiry pass failed")
 
     # --- membership -------------------------------------------------------------------------------
 
@@ -143,6 +197,7 @@ class GroupCoordinator:
         if accepted:
             await self._store.commit(key, self._records[key], accepted, group.protocol_type)
             results.update((tp, None) for tp in accepted)
+            self.observer.offsets_committed(key, accepted, self._clock.now_ms())
         return results
 
     async def fetch_offsets(self, key: GroupKey, partitions: Iterable[TopicPartition] | None
@@ -189,6 +244,7 @@ class GroupCoordinator:
         if eligible:
             await self._store.delete(key, record, eligible)
             results.update((tp, None) for tp in eligible)
+            self.observer.offsets_deleted(key, eligible)
         if group.state is GroupState.EMPTY and not record.partitions and self._groups.get(key) is group:
             self._drop(key)   # an Empty group without offsets is gone, as in Kafka
         return results
@@ -229,8 +285,43 @@ class GroupCoordinator:
         record = self._records[key]
         group.mark_dead()
         self._drop(key)
-        await self._store.delete_all(key, record)
+        await self._delete_all(key, record)
         log.info("group %s of %s/%s deleted", key.group_id, key.tenant, key.namespace)
+
+    async def expire_offsets(self) -> list[GroupKey]:
+        """Delete the committed offsets, and so the group, of every group Empty for longer than
+        offsets_retention_ms; returns the groups deleted."""
+        expired = []
+        for key in await self._store.stored_keys():
+            group = self._groups.get(key)
+            if group is not None and group.state is not GroupState.EMPTY:
+                continue
+            record = self._records.get(key) or await self._store.load(key)
+            if record is None:
+                continue
+            since = await self._store.last_commit_ms(key, record)
+            group = self._groups.get(key)   # looked up again: the awaits above let requests in
+            if group is not None:
+                if group.state is not GroupState.EMPTY:
+                    continue
+                since = max(since, group.empty_since_ms)
+            if since + self.settings.offsets_retention_ms > self._clock.now_ms():
+                continue
+            if group is not None:
+                record = self._records[key]
+                group.mark_dead()
+                self._drop(key)
+            await self._delete_all(key, record)
+            expired.append(key)
+            log.info("group %s of %s/%s: committed offsets expired", key.group_id, key.tenant, key.namespace)
+        return expired
+
+    async def _delete_all(self, key: GroupKey, record: GroupRecord) -> None:
+        partitions = record.topic_partitions()
+        await self._store.delete_all(key, record)
+        self.observer.offsets_deleted(key, partitions)
+        self.observer.group_deleted(key)
+        self._settled.pop(key, None)
 
     # --- time -------------------------------------------------------------------------------------
 
@@ -250,7 +341,13 @@ class GroupCoordinator:
         self._watch(key, group)
 
     def _watch(self, key: GroupKey, group: MembershipGroup) -> None:
+        """Called after every change to a group: re-arm its timer, tell the observer what settled."""
         self._deadlines.schedule(key, group.next_deadline())
+        settled = (group.generation, group.state)
+        if (group.state in (GroupState.STABLE, GroupState.EMPTY)
+                and self._settled.get(key, (0, GroupState.EMPTY)) != settled):
+            self._settled[key] = settled
+            self.observer.group_settled(key, group)
 
     # --- groups -----------------------------------------------------------------------------------
 
@@ -279,6 +376,7 @@ class GroupCoordinator:
     def _drop(self, key: GroupKey) -> None:
         self._groups.pop(key, None)
         self._records.pop(key, None)
+        self._settled.pop(key, None)
 
     async def _partition_exists(self, key: GroupKey, tp: TopicPartition) -> bool:
         try:

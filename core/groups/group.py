@@ -17,6 +17,9 @@ group coordinator's:
 - A member that sends no heartbeat (nor commit, nor sync) within its session timeout is removed,
   which starts a rebalance; members waiting on a rebalance are exempt. A member that joined but
   never completed a rebalance is removed after `new_member_join_timeout_ms`.
+- A join that would take the group past `max_size` members is refused (GroupFull); while a
+  rebalance is prepared only members that joined again count, and a known member refused then is
+  removed.
 - Static members (an instance id) keep their place across restarts: rejoining with an empty member
   id gets a new member id and, when the group is Stable and the chosen protocol would not change,
   its old assignment back without a rebalance. A request naming the instance with another member
@@ -37,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from core.clock import Clock
-from core.errors import (FencedInstanceId, GroupError, IllegalGeneration, InconsistentGroupProtocol,
+from core.errors import (FencedInstanceId, GroupError, GroupFull, IllegalGeneration, InconsistentGroupProtocol,
                          MemberIdRequired, RebalanceInProgress, UnknownMember)
 from core.groups.member import Member
 from core.groups.settings import GroupSettings
@@ -136,6 +139,12 @@ class MembershipGroup:
             raise InconsistentGroupProtocol(f"group {self.group_id} does not support protocol type "
                                             f"{protocol_type!r} with protocols {[n for n, _ in protocols]}",
                                             member_id=member_id)
+        if not self._accepts(member_id):
+            known = self.members.get(member_id)
+            if known is not None:
+                self._remove_member_and_update(known, "removed: the group is over its maximum size")
+            raise GroupFull(f"group {self.group_id} has its maximum of {self._settings.max_size} members",
+                            member_id="")
         timeouts = (session_timeout_ms, rebalance_timeout_ms)
         if member_id == "":
             waiter = self._join_new(instance_id, client_id, client_host, timeouts, protocol_type, protocols,
@@ -145,6 +154,18 @@ class MembershipGroup:
                                       protocols)
         self._maybe_complete_join()
         return waiter
+
+    def _accepts(self, member_id: str) -> bool:
+        """Whether a join keeps the group within max_size (as Kafka counts: while preparing a
+        rebalance the members that joined again, otherwise all members)."""
+        limit = self._settings.max_size
+        member = self.members.get(member_id)
+        if self.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if self.state is GroupState.PREPARING_REBALANCE:
+            return ((member is not None and member.awaiting_join)
+                    or sum(m.awaiting_join for m in self.members.values()) < limit)
+        return member is not None or len(self.members) < limit
 
     def _supports(self, protocol_type: str, names: list[str]) -> bool:
         if self.state is GroupState.EMPTY:

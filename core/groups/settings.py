@@ -15,6 +15,11 @@ class GroupSettings:
     initial_rebalance_delay_ms: int = 3_000
     new_member_join_timeout_ms: int = 300_000    # Kafka's fixed NewMemberJoinTimeoutMs
     offset_metadata_max_bytes: int = 4096        # offset.metadata.max.bytes
-    # How long an Empty group stays in memory (offsets.retention.check.interval.ms); its committed
-    # offsets stay stored, and the group is loaded again from them when next used.
+    max_size: int = 0x7FFFFFFF                   # group.max.size: members per group
+    # offsets.retention.minutes, in ms: the committed offsets of a group Empty this long (and, for a
+    # group never joined by members, committed this long ago) are deleted.
+    offsets_retention_ms: int = 10_080 * 60_000
+    offsets_retention_check_ms: int = 600_000    # offsets.retention.check.interval.ms
+    # How long an Empty group stays in memory; its committed offsets stay stored, and the group is
+    # loaded again from them when next used.
     empty_group_idle_ms: int = 600_000

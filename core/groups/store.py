@@ -114,7 +114,7 @@ class GroupStore:
 
         async def write(tp: TopicPartition, committed: OffsetAndMetadata) -> None:
             cursor = await self._core.cursor(self._topic(key, tp[0]), tp[1], name)
-            cursor.commit(committed.offset, committed.metadata)
+            cursor.commit(committed.offset, committed.metadata, committed.leader_epoch)
             await cursor.flush()
 
         await asyncio.gather(*(write(tp, committed) for tp, committed in offsets.items()))
@@ -129,11 +129,36 @@ class GroupStore:
             except InvalidName:
                 return None
             cursor = await self._core.cursor(topic, tp[1], name)
-            return OffsetAndMetadata(cursor.committed_offset, cursor.metadata) if cursor.exists else None
+            return (OffsetAndMetadata(cursor.committed_offset, cursor.metadata, cursor.leader_epoch)
+                    if cursor.exists else None)
 
         wanted = list(dict.fromkeys(partitions))
         found = await asyncio.gather(*(read(tp) for tp in wanted))
         return dict(zip(wanted, found))
+
+    @_core_errors
+    async def stored_keys(self) -> list[GroupKey]:
+        """Every group with a stored record, in every tenant and namespace."""
+        keys = []
+        registry = self._core.registry
+        for tenant in await registry.tenants():
+            for namespace in await registry.namespaces(tenant):
+                keys += [GroupKey(tenant, namespace, group_id)
+                         for group_id in await self.stored_group_ids(tenant, namespace)]
+        return keys
+
+    @_core_errors
+    async def last_commit_ms(self, key: GroupKey, record: GroupRecord) -> int:
+        """When the newest of the group's committed offsets was committed (0: none is stored)."""
+        name = storage_name(key.group_id)
+        newest = 0
+        for topic, index in record.topic_partitions():
+            try:
+                cursor = await self._core.cursor(self._topic(key, topic), index, name)
+            except InvalidName:
+                continue
+            newest = max(newest, cursor.updated_ms)
+        return newest
 
     @_core_errors
     async def delete(self, key: GroupKey, record: GroupRecord, partitions: Iterable[TopicPartition]) -> None:

@@ -61,3 +61,4 @@ class GroupOverview:
 class OffsetAndMetadata:
     offset: int
     metadata: str = ""
+    leader_epoch: int = -1   # the leader epoch of the last record consumed (-1: unknown)

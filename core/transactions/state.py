@@ -164,7 +164,7 @@ class Transaction:
         return {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
                 "timeout_ms": self.timeout_ms, "state": self.state.value, "started_ms": self.started_ms,
                 "partitions": sorted([t, p] for t, p in self.partitions), "groups": sorted(self.groups),
-                "offsets": {group: [[t, p, o.offset, o.metadata] for (t, p), o in sorted(offsets.items())]
+                "offsets": {group: [[t, p, o.offset, o.metadata, o.leader_epoch] for (t, p), o in sorted(offsets.items())]
                             for group, offsets in self.offsets.items()},
                 "last_epoch": self.last_epoch}
 
@@ -173,6 +173,7 @@ class Transaction:
         return cls(int(raw["producer_id"]), int(raw["producer_epoch"]), int(raw["timeout_ms"]),
                    TxnState(raw["state"]), int(raw.get("started_ms", -1)),
                    {(str(t), int(p)) for t, p in raw.get("partitions", ())}, set(raw.get("groups", ())),
-                   {group: {(str(t), int(p)): OffsetAndMetadata(int(o), str(m)) for t, p, o, m in entries}
+                   {group: {(str(t), int(p)): OffsetAndMetadata(int(o), str(m), int(e[0]) if e else -1)
+                           for t, p, o, m, *e in entries}
                     for group, entries in raw.get("offsets", {}).items()},
                    int(raw.get("last_epoch", -1)))

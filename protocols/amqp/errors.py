@@ -49,6 +49,7 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     core.GroupError: ReplyCode.INTERNAL_ERROR,
     core.InvalidGroupId: ReplyCode.INTERNAL_ERROR,
     core.InvalidSessionTimeout: ReplyCode.INTERNAL_ERROR,
+    core.GroupFull: ReplyCode.INTERNAL_ERROR,
     core.UnknownMember: ReplyCode.INTERNAL_ERROR,
     core.IllegalGeneration: ReplyCode.INTERNAL_ERROR,
     core.RebalanceInProgress: ReplyCode.INTERNAL_ERROR,

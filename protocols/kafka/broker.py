@@ -13,6 +13,7 @@ from core.quotas import ClientQuotas
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.service import Core
 from core.transactions.coordinator import TransactionCoordinator, TransactionSettings
+from protocols.kafka.consumer_offsets import ConsumerOffsetsLog
 from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import Limits
 from protocols.kafka.sasl.scram import ScramServer
@@ -32,11 +33,26 @@ class KafkaSettings:
     sasl_mechanisms: tuple[str, ...] = ()   # empty: no authentication (PLAINTEXT listener)
     super_users: tuple[str, ...] = ()       # Kafka's super.users, e.g. ("User:admin",): never refused by ACLs
     group_initial_rebalance_delay_ms: int = 3000   # Kafka's group.initial.rebalance.delay.ms
+    group_min_session_timeout_ms: int = 6_000      # Kafka's group.min.session.timeout.ms
+    group_max_session_timeout_ms: int = 1_800_000  # Kafka's group.max.session.timeout.ms
+    group_max_size: int = 0x7FFFFFFF               # Kafka's group.max.size
+    offsets_retention_minutes: int = 10_080        # Kafka's offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000   # Kafka's offsets.retention.check.interval.ms
     transaction_max_timeout_ms: int = 900_000      # Kafka's transaction.max.timeout.ms
     # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
     transaction_cleanup_interval_ms: int = 10_000
+    given: frozenset[str] = frozenset()   # the [kafka] settings the configuration set (the rest are defaults)
 
 PRODUCER_ID_COUNTER = "kafka-producer-id"   # one counter for idempotent and transactional producers
+
+
+def group_settings(settings: KafkaSettings) -> GroupSettings:
+    return GroupSettings(initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+                         min_session_timeout_ms=settings.group_min_session_timeout_ms,
+                         max_session_timeout_ms=settings.group_max_session_timeout_ms,
+                         max_size=settings.group_max_size,
+                         offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
+                         offsets_retention_check_ms=settings.offsets_retention_check_interval_ms)
 
 
 class KafkaBroker:
@@ -48,8 +64,8 @@ class KafkaBroker:
         # ACLs are stored always but enforced only with SASL on (protocols/kafka/authorization.py).
         self.authorizer = Authorizer(core.metadata, super_users=settings.super_users)
         self.quotas = ClientQuotas(core.metadata, core.clock)
-        self.groups = GroupCoordinator(
-            core, GroupSettings(initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms))
+        self.consumer_offsets = ConsumerOffsetsLog(core)   # the __consumer_offsets topic
+        self.groups = GroupCoordinator(core, group_settings(settings), observer=self.consumer_offsets)
         self.transactions = TransactionCoordinator(
             core, self.groups, lambda: core.metadata.next_id(PRODUCER_ID_COUNTER),
             TransactionSettings(max_timeout_ms=settings.transaction_max_timeout_ms,
@@ -60,11 +76,13 @@ class KafkaBroker:
             pass   # no loop yet: the coordinator starts on its first request
         else:
             self.transactions.start()   # now, so transactions a crash left open get aborted
+            self.groups.start()
 
     def close(self) -> None:
         """Stop background work (group timers, transaction cleanup); stored state needs no saving."""
         self.groups.close()
         self.transactions.close()
+        self.consumer_offsets.close()
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.GroupError: ErrorCode.UNKNOWN_SERVER_ERROR,
     core.InvalidGroupId: ErrorCode.INVALID_GROUP_ID,
     core.InvalidSessionTimeout: ErrorCode.INVALID_SESSION_TIMEOUT,
+    core.GroupFull: ErrorCode.GROUP_MAX_SIZE_REACHED,
     core.UnknownMember: ErrorCode.UNKNOWN_MEMBER_ID,
     core.IllegalGeneration: ErrorCode.ILLEGAL_GENERATION,
     core.RebalanceInProgress: ErrorCode.REBALANCE_IN_PROGRESS,

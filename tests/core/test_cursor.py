@@ -47,10 +47,11 @@ async def test_cursor_persists_position_acks_and_metadata(core) -> None:
     again = await core.cursor(TOPIC, 0, "billing")
     assert again.committed_offset == 1
     assert again.acked_ranges() == [(2, 3), (5, 8)]
-    again.commit(42, "meta-data")
+    assert again.leader_epoch == -1
+    again.commit(42, "meta-data", leader_epoch=5)
     await again.flush()
     third = await core.cursor(TOPIC, 0, "billing")
-    assert (third.committed_offset, third.metadata, third.acked_ranges()) == (42, "meta-data", [])
+    assert (third.committed_offset, third.metadata, third.leader_epoch, third.acked_ranges()) == (42, "meta-data", 5, [])
     await third.delete()
     assert not (await core.cursor(TOPIC, 0, "billing")).exists
 

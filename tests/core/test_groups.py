@@ -9,7 +9,7 @@ import time
 import pytest
 
 from core.clock import FakeClock
-from core.errors import (FencedInstanceId, GroupNotFound, GroupSubscribedToTopic, IllegalGeneration,
+from core.errors import (FencedInstanceId, GroupFull, GroupNotFound, GroupSubscribedToTopic, IllegalGeneration,
                          InconsistentGroupProtocol, InvalidGroupId, InvalidSessionTimeout, MemberIdRequired,
                          NonEmptyGroup, OffsetMetadataTooLarge, RebalanceInProgress, UnknownMember, UnknownTopic)
 from core.groups.coordinator import GroupCoordinator
@@ -544,4 +544,77 @@ async def test_idle_empty_group_is_dropped_from_memory_but_keeps_its_offsets(cor
     await settle(lambda: coordinator.group(KEY) is None)
     assert await coordinator.fetch_offsets(KEY, [("orders", 0)]) == {("orders", 0): OffsetAndMetadata(9, "")}
     assert (await coordinator.describe(KEY)).state == "Empty"
+    coordinator.close()
+
+
+# --- group.max.size ------------------------------------------------------------------------------
+
+
+async def test_a_full_group_refuses_one_more_member(clock):
+    group = MembershipGroup("g", clock, GroupSettings(initial_rebalance_delay_ms=DELAY, max_size=2))
+    members = stable_group(clock, group, 2)
+    with pytest.raises(GroupFull) as refused:
+        join(group)
+    assert refused.value.member_id == ""
+    assert sorted(group.members) == sorted(members) and group.state is GroupState.STABLE
+
+
+async def test_while_preparing_a_rebalance_only_members_that_joined_again_count(clock):
+    """Kafka's rule: a newcomer takes the place of a member that has not rejoined yet, and that
+    member, when it comes back to a full group, is removed."""
+    group = MembershipGroup("g", clock, GroupSettings(initial_rebalance_delay_ms=DELAY, max_size=2))
+    first, second = stable_group(clock, group, 2)
+    join(group, first)
+    assert group.state is GroupState.PREPARING_REBALANCE
+    newcomer = join(group, client_id="newcomer")
+    with pytest.raises(GroupFull):
+        join(group, second)
+    assert second not in group.members
+    assert newcomer.done() and len(group.members) == 2
+
+
+# --- offsets.retention.minutes -------------------------------------------------------------------
+
+RETENTION_MS = 60_000
+
+
+async def test_offsets_of_a_group_empty_past_the_retention_expire_and_the_group_with_them(core):
+    await core.create_topic(TopicName.of("orders"), 1)
+    coordinator = GroupCoordinator(core, GroupSettings(initial_rebalance_delay_ms=0, offsets_retention_ms=RETENTION_MS))
+    standalone = GroupKey("public", "default", "standalone")
+    await coordinator.commit_offsets(standalone, {("orders", 0): OffsetAndMetadata(3)})
+    await coordinator.commit_offsets(KEY, {("orders", 0): OffsetAndMetadata(7)})
+    joined = await coordinator_join(coordinator, session_timeout_ms=10 * RETENTION_MS)
+    core.clock.advance(RETENTION_MS - 1)
+    assert await coordinator.expire_offsets() == []
+    core.clock.advance(1)   # the standalone group's commit is old enough; the other group has a member
+    assert await coordinator.expire_offsets() == [standalone]
+    assert await coordinator.fetch_offsets(standalone, None) == {}
+    assert (await coordinator.describe(standalone)).state == "Dead"
+    await coordinator.leave(KEY, [(joined.member_id, None)])   # Empty from now: its clock starts
+    core.clock.advance(RETENTION_MS - 1)
+    assert await coordinator.expire_offsets() == []
+    assert await coordinator.fetch_offsets(KEY, None) == {("orders", 0): OffsetAndMetadata(7)}
+    core.clock.advance(1)
+    assert await coordinator.expire_offsets() == [KEY]
+    assert await coordinator.fetch_offsets(KEY, None) == {}
+    assert await coordinator.list_groups("public", "default") == []
+    coordinator.close()
+
+
+async def test_offset_expiry_runs_by_itself_and_covers_groups_not_in_memory(core):
+    await core.create_topic(TopicName.of("orders"), 1)
+    settings = GroupSettings(offsets_retention_ms=RETENTION_MS, offsets_retention_check_ms=1_000)
+    first = GroupCoordinator(core, settings)
+    await first.commit_offsets(KEY, {("orders", 0): OffsetAndMetadata(7)})
+    first.close()
+    coordinator = GroupCoordinator(core, settings)   # as after a restart: the group is only stored
+    coordinator.start()
+    core.clock.advance(RETENTION_MS)
+    await asyncio.sleep(0)
+    core.clock.advance(1_000)
+    deadline = time.monotonic() + 5
+    while await coordinator.fetch_offsets(KEY, None):
+        assert time.monotonic() < deadline, "the offsets did not expire"
+        await asyncio.sleep(0.01)
     coordinator.close()

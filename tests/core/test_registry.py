@@ -4,6 +4,8 @@ import pytest
 
 from core.errors import InvalidConfig, InvalidName, InvalidPartitions, TopicExists, UnknownTenant, UnknownTopic
 from core.names import TopicName
+from core.partition import retention_policy
+from core.topic_config import EffectiveConfig, validate
 
 
 async def test_default_tenant_and_namespace_exist(core) -> None:
@@ -89,3 +91,11 @@ async def test_unknown_namespace_and_bad_names(core) -> None:
         TopicName.of("a/b")
     with pytest.raises(InvalidName):
         TopicName.of("..")
+
+
+@pytest.mark.parametrize("policy, deletes", [("delete", True), ("compact,delete", True), ("compact", False), ("", False)])
+def test_only_a_cleanup_policy_with_delete_removes_records(policy: str, deletes: bool) -> None:
+    """As in Kafka: compaction (not performed here) or no cleanup at all keeps every record."""
+    config = EffectiveConfig.of(validate({"cleanup.policy": policy, "retention.ms": "1000"}))
+    assert config.deletes is deletes
+    assert retention_policy(config).retention_ms == (1000 if deletes else -1)

@@ -79,8 +79,13 @@ def test_adding_to_a_completed_transaction_starts_the_next_one() -> None:
     with pytest.raises(InvalidTxnState):
         txn.stage_offsets("g", {("t", 0): OffsetAndMetadata(3)})   # the group was not added
     txn.add_group("g", now_ms=9)
-    txn.stage_offsets("g", {("t", 0): OffsetAndMetadata(3)})
+    txn.stage_offsets("g", {("t", 0): OffsetAndMetadata(3), ("t", 1): OffsetAndMetadata(4, "m", 7)})
     assert Transaction.from_dict(txn.to_dict()) == txn
+
+
+def test_staged_offsets_stored_without_a_leader_epoch_read_as_unknown() -> None:
+    stored = Transaction(1, 0, TIMEOUT_MS, TxnState.ONGOING).to_dict() | {"offsets": {"g": [["t", 0, 3, "m"]]}}
+    assert Transaction.from_dict(stored).offsets == {"g": {("t", 0): OffsetAndMetadata(3, "m", -1)}}
 
 
 def test_producer_checks_distinguish_id_and_epoch() -> None:

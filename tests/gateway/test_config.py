@@ -327,3 +327,22 @@ def test_the_initial_rebalance_delay_defaults_to_kafkas_and_is_bounded():
     assert resolve_config(env=env).kafka.group_initial_rebalance_delay_ms == 0
     with pytest.raises(ConfigError, match="group_initial_rebalance_delay_ms"):
         resolve_config(env={"GATEWAY_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "-1"})
+
+
+def test_group_settings_take_kafkas_names_and_defaults_from_every_source(tmp_path):
+    defaults = kafka_settings(resolve_config(env={}).kafka, "127.0.0.1", 9092)
+    assert (defaults.group_min_session_timeout_ms, defaults.group_max_session_timeout_ms, defaults.group_max_size,
+            defaults.offsets_retention_minutes, defaults.offsets_retention_check_interval_ms) == (
+        6_000, 1_800_000, 2_147_483_647, 10_080, 600_000)
+    toml = tmp_path / "gateway.toml"
+    toml.write_text("[kafka]\ngroup_max_size = 5\noffsets_retention_minutes = 60\n")
+    env = {"GATEWAY_KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS": "1000", "GATEWAY_KAFKA_OFFSETS_RETENTION_MINUTES": "30"}
+    flags = {"kafka_group_max_session_timeout_ms": 60_000}
+    config = resolve_config(config_file=toml, env=env, flags=flags).kafka
+    assert (config.group_min_session_timeout_ms, config.group_max_session_timeout_ms, config.group_max_size,
+            config.offsets_retention_minutes) == (1_000, 60_000, 5, 30)
+    with pytest.raises(ConfigError, match="group_max_size"):
+        resolve_config(env={"GATEWAY_KAFKA_GROUP_MAX_SIZE": "0"})
+    with pytest.raises(ConfigError, match="is above"):
+        resolve_config(env={"GATEWAY_KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS": "7000",
+                            "GATEWAY_KAFKA_GROUP_MAX_SESSION_TIMEOUT_MS": "6000"})

@@ -2,8 +2,10 @@
 
 A topic's explicit configs are replaced as a whole (Kafka stores them that way); the checks come
 in Kafka's order with Kafka's codes: an unknown topic, then unknown names (INVALID_CONFIG), then
-bad values (INVALID_REQUEST, as Kafka reports a value its parser rejects). This broker's configs
-are static: changing any is refused as Kafka refuses a non-dynamic config.
+bad values (INVALID_REQUEST, as Kafka reports a value its parser rejects). A broker resource's
+dynamic configs (the broker-level topic defaults, core/broker_configs.py) are replaced as a whole
+too, for this broker (its id) or cluster-wide (""); the gateway's own settings are static, and
+changing one is refused as Kafka refuses a non-dynamic config.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from core.broker_configs import CLUSTER_DEFAULT, DYNAMIC
+from core.broker_configs import validate as validate_broker_configs
 from core.errors import CoreError, InvalidConfig
 from core.topic_config import TOPIC_CONFIGS
 from protocols.kafka.admin.config_access import config_refusal
+from protocols.kafka.admin.configs import STATIC_BROKER_CONFIG_NAMES
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.resources import BROKER, TOPIC, is_this_broker, resource_text
 from protocols.kafka.admin.topics import existing_topic
@@ -51,12 +56,38 @@ async def replace_topic_configs(ctx: RequestContext, name: str, configs: Mapping
         log.info("topic %s configs set to %s", info.name, dict(configs))
 
 
-def refuse_broker_changes(ctx: RequestContext, name: str, changed: Iterable[str]) -> None:
-    is_this_broker(name, ctx.broker.settings.node_id, default_allowed=False)
-    changed = sorted(set(changed))
-    if changed:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid config value for resource {resource_text(BROKER, name)}: "
-                                                  f"Cannot update these configs dynamically: Set({', '.join(changed)})")
+def broker_scope(ctx: RequestContext, name: str) -> str:
+    """The level a BROKER resource names: this broker's id, or "" for the cluster-wide default."""
+    this = is_this_broker(name, ctx.broker.settings.node_id, default_allowed=True)
+    return ctx.core.broker_configs.broker_id if this else CLUSTER_DEFAULT
+
+
+async def replace_broker_configs(ctx: RequestContext, name: str, configs: Mapping[str, str],
+                                 validate_only: bool) -> None:
+    scope = broker_scope(ctx, name)
+    resource = resource_text(BROKER, name)
+    static = sorted(n for n in configs if n not in DYNAMIC and n in _KNOWN_BROKER_NAMES)
+    if static:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid config value for resource {resource}: "
+                                                  f"Cannot update these configs dynamically: Set({', '.join(static)})")
+    unknown = sorted(n for n in configs if n not in DYNAMIC)
+    if unknown:
+        raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {', '.join(unknown)}")
+    try:
+        validate_broker_configs(configs)
+    except InvalidConfig as exc:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid config value for resource {resource}: {exc}") from None
+    if validate_only:
+        return
+    try:
+        await ctx.core.alter_broker_configs(scope, dict(configs))
+    except CoreError as exc:
+        raise ApiError.of(exc) from None
+    log.info("broker configs of %s set to %s", resource, dict(configs))
+
+
+# Every broker-level name DescribeConfigs lists: the gateway's settings and the topic configs' synonyms.
+_KNOWN_BROKER_NAMES = STATIC_BROKER_CONFIG_NAMES | {key.broker_synonym for key in TOPIC_CONFIGS.values()}
 
 
 def null_values_error(names: Iterable[str]) -> ApiError | None:

@@ -1,10 +1,14 @@
 """Configs as Kafka's protocol describes them (DescribeConfigs, CreateTopics v5+): each one's value,
 where that value comes from, its synonyms, its type code and a line of documentation.
 
-Topic configs are core/topic_config.py's table: a value set on the topic is DYNAMIC_TOPIC_CONFIG,
-anything else the default, whose synonym is the broker-level config of the same meaning. The
-broker's own configs are a fixed, read-only set: the gateway's settings plus the broker-level
-default of every topic config (this broker cannot be reconfigured at run time).
+Topic configs are core/topic_config.py's table: a value set on the topic is DYNAMIC_TOPIC_CONFIG;
+anything else falls back to the broker-level config of the same meaning, set for this broker
+(DYNAMIC_BROKER_CONFIG) or cluster-wide (DYNAMIC_DEFAULT_BROKER_CONFIG) at run time
+(core/broker_configs.py), else Kafka's default (DEFAULT_CONFIG). The broker's own configs are the
+gateway's settings (STATIC_BROKER_CONFIG when the configuration sets them, else DEFAULT_CONFIG;
+read-only, except the listeners, which Kafka reports as dynamic though they cannot be changed
+here) plus those broker-level topic defaults, which are dynamic: not read-only, changeable by
+AlterConfigs / IncrementalAlterConfigs.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from core.topic_config import TOPIC_CONFIGS
+from core.broker_configs import CLUSTER_DEFAULT, BrokerConfigs
+from core.topic_config import TOPIC_CONFIGS, ConfigKey
 from protocols.kafka.broker import KafkaSettings
 
 
@@ -128,17 +133,38 @@ class ConfigEntry:
                 "config_source": self.source, "is_sensitive": False}
 
 
-def topic_config_entries(explicit: Mapping[str, str]) -> list[ConfigEntry]:
+@dataclass(frozen=True, slots=True)
+class BrokerLevels:
+    """The broker-level topic defaults set at run time: this broker's and the cluster-wide ones."""
+
+    broker: Mapping[str, str]
+    cluster: Mapping[str, str]
+
+    @classmethod
+    def of(cls, configs: BrokerConfigs) -> "BrokerLevels":
+        return cls(configs.get(configs.broker_id), configs.get(CLUSTER_DEFAULT))
+
+    def synonyms(self, key: ConfigKey) -> tuple[Synonym, ...]:
+        """The broker-level values of a topic config, highest precedence first, ending with the default."""
+        name = key.broker_synonym
+        found = [Synonym(name, self.broker[name], ConfigSource.DYNAMIC_BROKER_CONFIG)] if name in self.broker else []
+        if name in self.cluster:
+            found.append(Synonym(name, self.cluster[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+        return (*found, Synonym(name, key.default, ConfigSource.DEFAULT_CONFIG))
+
+
+NO_LEVELS = BrokerLevels({}, {})
+
+
+def topic_config_entries(explicit: Mapping[str, str], levels: BrokerLevels = NO_LEVELS) -> list[ConfigEntry]:
     """Every topic config of a topic whose explicitly set values are `explicit`."""
     entries = []
     for key in TOPIC_CONFIGS.values():
-        default = Synonym(key.broker_synonym, key.default, ConfigSource.DEFAULT_CONFIG)
+        synonyms = levels.synonyms(key)
         if key.name in explicit:
-            value = explicit[key.name]
-            synonyms: tuple[Synonym, ...] = (Synonym(key.name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG), default)
-        else:
-            value, synonyms = key.default, (default,)
-        entries.append(ConfigEntry(key.name, value, key.read_only, TOPIC_CONFIG_TYPES.get(key.name, ConfigType.UNKNOWN),
+            synonyms = (Synonym(key.name, explicit[key.name], ConfigSource.DYNAMIC_TOPIC_CONFIG), *synonyms)
+        entries.append(ConfigEntry(key.name, synonyms[0].value, key.read_only,
+                                   TOPIC_CONFIG_TYPES.get(key.name, ConfigType.UNKNOWN),
                                    key.doc or _TOPIC_DOCS.get(key.name), synonyms))
     return entries
 
@@ -149,7 +175,11 @@ class _BrokerConfig:
     config_type: ConfigType
     value: Callable[[KafkaSettings], str | None]
     doc: str
-    from_settings: bool = False   # set by the gateway's configuration (else Kafka's default)
+    setting: str | None = None   # the [kafka] setting it reflects: STATIC_BROKER_CONFIG when given
+    always_set: bool = False     # what the gateway always configures (its id, listeners, data directory)
+    # Dynamic in Kafka (per broker), so not read-only as Kafka reports it, though the gateway
+    # cannot change it at run time (changing it is refused as for a static config).
+    dynamic_in_kafka: bool = False
 
 
 def _listener(settings: KafkaSettings) -> str:
@@ -157,18 +187,44 @@ def _listener(settings: KafkaSettings) -> str:
     return f"{protocol}://{settings.host}:{settings.port}"
 
 
+def _setting(name: str) -> Callable[[KafkaSettings], str]:
+    return lambda settings: str(getattr(settings, name))
+
+
 _BROKER_CONFIGS = (
-    _BrokerConfig("broker.id", ConfigType.INT, lambda s: str(s.node_id), "This broker's id.", True),
-    _BrokerConfig("broker.rack", ConfigType.STRING, lambda s: s.rack, "This broker's rack, if any.", True),
-    _BrokerConfig("listeners", ConfigType.STRING, _listener, "Where this broker listens for Kafka clients.", True),
-    _BrokerConfig("advertised.listeners", ConfigType.STRING, _listener, "What clients are told to connect to.", True),
-    _BrokerConfig("log.dirs", ConfigType.STRING, lambda s: s.log_dir or None, "The gateway's data directory.", True),
-    _BrokerConfig("num.partitions", ConfigType.INT, lambda s: str(s.default_partitions),
-                  "The partition count of topics created without one.", True),
+    _BrokerConfig("broker.id", ConfigType.INT, lambda s: str(s.node_id), "This broker's id.", always_set=True),
+    _BrokerConfig("broker.rack", ConfigType.STRING, lambda s: s.rack, "This broker's rack, if any."),
+    _BrokerConfig("listeners", ConfigType.STRING, _listener, "Where this broker listens for Kafka clients.",
+                  always_set=True, dynamic_in_kafka=True),
+    _BrokerConfig("advertised.listeners", ConfigType.STRING, _listener, "What clients are told to connect to.",
+                  "advertised_host", dynamic_in_kafka=True),
+    _BrokerConfig("log.dirs", ConfigType.STRING, lambda s: s.log_dir or None, "The gateway's data directory.",
+                  always_set=True),
+    _BrokerConfig("num.partitions", ConfigType.INT, _setting("default_partitions"),
+                  "The partition count of topics created without one.", "default_partitions"),
     _BrokerConfig("auto.create.topics.enable", ConfigType.BOOLEAN, lambda s: str(s.auto_create_topics).lower(),
-                  "Whether a Metadata request for an unknown topic creates it.", True),
+                  "Whether a Metadata request for an unknown topic creates it.", "auto_create_topics"),
     _BrokerConfig("socket.request.max.bytes", ConfigType.INT, lambda s: str(s.limits.max_frame_bytes),
-                  "The largest request frame accepted.", True),
+                  "The largest request frame accepted.", "max_frame_bytes"),
+    _BrokerConfig("group.initial.rebalance.delay.ms", ConfigType.INT, _setting("group_initial_rebalance_delay_ms"),
+                  "How long a new consumer group waits for more members before its first assignment.",
+                  "group_initial_rebalance_delay_ms"),
+    _BrokerConfig("group.min.session.timeout.ms", ConfigType.INT, _setting("group_min_session_timeout_ms"),
+                  "The shortest session timeout a group member may ask for.", "group_min_session_timeout_ms"),
+    _BrokerConfig("group.max.session.timeout.ms", ConfigType.INT, _setting("group_max_session_timeout_ms"),
+                  "The longest session timeout a group member may ask for.", "group_max_session_timeout_ms"),
+    _BrokerConfig("group.max.size", ConfigType.INT, _setting("group_max_size"),
+                  "The most members of one consumer group.", "group_max_size"),
+    _BrokerConfig("offsets.retention.minutes", ConfigType.INT, _setting("offsets_retention_minutes"),
+                  "Committed offsets of a group empty this long are deleted.", "offsets_retention_minutes"),
+    _BrokerConfig("offsets.retention.check.interval.ms", ConfigType.LONG,
+                  _setting("offsets_retention_check_interval_ms"), "How often expired committed offsets are "
+                  "looked for.", "offsets_retention_check_interval_ms"),
+    _BrokerConfig("transaction.abort.timed.out.transaction.cleanup.interval.ms", ConfigType.INT,
+                  _setting("transaction_cleanup_interval_ms"), "How often timed-out transactions are aborted.",
+                  "transaction_cleanup_interval_ms"),
+    _BrokerConfig("transaction.max.timeout.ms", ConfigType.INT, _setting("transaction_max_timeout_ms"),
+                  "The longest transaction timeout a producer may ask for."),
     _BrokerConfig("default.replication.factor", ConfigType.INT, lambda s: "1",
                   "One replica per partition: durability comes from the storage's write quorum."),
     _BrokerConfig("offsets.topic.replication.factor", ConfigType.SHORT, lambda s: "1", "As default.replication.factor."),
@@ -178,22 +234,36 @@ _BROKER_CONFIGS = (
     _BrokerConfig("delete.topic.enable", ConfigType.BOOLEAN, lambda s: "true", "Topics may be deleted."),
 )
 
+STATIC_BROKER_CONFIG_NAMES = frozenset(config.name for config in _BROKER_CONFIGS)
 
-def broker_config_entries(settings: KafkaSettings) -> list[ConfigEntry]:
-    """This broker's configs (all read-only): its settings, then every topic config's broker default."""
+
+def broker_config_entries(settings: KafkaSettings, levels: BrokerLevels) -> list[ConfigEntry]:
+    """This broker's configs: its settings (read-only), then every topic config's broker-level
+    default (dynamic unless the topic config cannot be changed here)."""
     entries: list[ConfigEntry] = []
     for config in _BROKER_CONFIGS:
         value = config.value(settings)
-        source = ConfigSource.STATIC_BROKER_CONFIG if config.from_settings else ConfigSource.DEFAULT_CONFIG
+        given = config.always_set or config.setting in settings.given
+        source = ConfigSource.STATIC_BROKER_CONFIG if given else ConfigSource.DEFAULT_CONFIG
         synonyms = (Synonym(config.name, value, source),) if value is not None else ()
-        entries.append(ConfigEntry(config.name, value, True, config.config_type, config.doc, synonyms))
+        entries.append(ConfigEntry(config.name, value, not config.dynamic_in_kafka, config.config_type, config.doc,
+                                   synonyms))
     named = {entry.name for entry in entries}
     for key in TOPIC_CONFIGS.values():
         if key.broker_synonym in named:
             continue
         named.add(key.broker_synonym)
+        synonyms = levels.synonyms(key)
         entries.append(ConfigEntry(
-            key.broker_synonym, key.default, True, TOPIC_CONFIG_TYPES.get(key.name, ConfigType.UNKNOWN),
-            f"The default of the topic config {key.name}.",
-            (Synonym(key.broker_synonym, key.default, ConfigSource.DEFAULT_CONFIG),)))
+            key.broker_synonym, synonyms[0].value, key.read_only, TOPIC_CONFIG_TYPES.get(key.name, ConfigType.UNKNOWN),
+            f"The default of the topic config {key.name}.", synonyms))
     return entries
+
+
+def cluster_default_entries(levels: BrokerLevels) -> list[ConfigEntry]:
+    """The cluster-wide dynamic defaults that are set (a BROKER resource named "")."""
+    by_synonym = {key.broker_synonym: key for key in TOPIC_CONFIGS.values()}
+    return [ConfigEntry(name, value, False, TOPIC_CONFIG_TYPES.get(by_synonym[name].name, ConfigType.UNKNOWN),
+                        f"The default of the topic config {by_synonym[name].name}.",
+                        (Synonym(name, value, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),))
+            for name, value in sorted(levels.cluster.items())]

@@ -3,18 +3,22 @@
 Behaviour: a topic resource's explicit configs are replaced by exactly the given set (configs not
 named go back to their defaults, as in Kafka). Kafka's codes: a null value (INVALID_REQUEST), an
 unknown topic (UNKNOWN_TOPIC_OR_PARTITION), an unknown config name (INVALID_CONFIG), a value its
-parser rejects (INVALID_REQUEST). A broker resource must name this broker or be "" (else
-INVALID_REQUEST); its configs are static, so changing any is INVALID_REQUEST ("Cannot update
-these configs dynamically"), and an empty change succeeds. validate_only checks without applying.
+parser rejects (INVALID_REQUEST). A broker resource must name this broker or be "" (the
+cluster-wide default; else INVALID_REQUEST): its dynamic configs (the broker-level defaults of
+topic configs, e.g. log.retention.ms) are replaced by exactly the given set, persisted and applied
+to every topic without its own value at once; the gateway's own settings are static
+(INVALID_REQUEST, "Cannot update these configs dynamically"). validate_only checks without applying.
 A BROKER_LOGGER or unknown resource type fails the whole request with INVALID_REQUEST, as in Kafka.
 With ACLs enforced (SASL on), a topic needs ALTER_CONFIGS on it (TOPIC_AUTHORIZATION_FAILED), a
 broker resource ALTER_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED); no message, as Kafka.
-Gaps: the broker has no dynamic configs at all (Kafka would take e.g. log.retention.ms
-cluster-wide, and store unknown custom names); topic configs this gateway does not honour are
-listed read-only in DescribeConfigs and refused here with INVALID_CONFIG.
+Gaps: an unknown broker config name is INVALID_CONFIG (Kafka stores custom names); Kafka's other
+dynamic broker configs (thread pools, listeners, SSL, quotas of replication) are not served; topic
+configs this gateway does not honour are listed read-only in DescribeConfigs and refused here with
+INVALID_CONFIG.
 """
 
-from protocols.kafka.admin.alter import alter_each, resource_response, null_values_error, refuse_broker_changes, replace_topic_configs
+from protocols.kafka.admin.alter import (alter_each, null_values_error, replace_broker_configs, replace_topic_configs,
+                                        resource_response)
 from protocols.kafka.admin.resources import BROKER, BROKER_LOGGER, TOPIC
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
@@ -49,7 +53,7 @@ async def _alter(resource: Msg, validate_only: bool, ctx: RequestContext) -> Non
     if resource.resource_type == TOPIC:
         await replace_topic_configs(ctx, resource.resource_name, configs, validate_only)
     else:
-        refuse_broker_changes(ctx, resource.resource_name, configs)
+        await replace_broker_configs(ctx, resource.resource_name, configs, validate_only)
 
 
 _response = resource_response

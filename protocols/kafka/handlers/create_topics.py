@@ -26,7 +26,7 @@ from collections import Counter
 from core.errors import CoreError, InvalidName, UnknownTopic
 from core.names import TopicName
 from core.registry import TopicInfo
-from protocols.kafka.admin.configs import topic_config_entries
+from protocols.kafka.admin.configs import BrokerLevels, topic_config_entries
 from protocols.kafka.admin.errors import ApiError, timed_out_unless_waited
 from protocols.kafka.authorization import Operation, ResourceType, authorized_names, check_cluster, enforced
 from protocols.kafka.broker import RequestContext
@@ -68,7 +68,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         if config_visible is not None and topic.name not in config_visible:
             continue   # created; what it was created with is not this client's to see
         result.update(num_partitions=info.partitions, replication_factor=1,
-                      configs=[entry.created() for entry in topic_config_entries(info.configs)])
+                      configs=[entry.created() for entry in topic_config_entries(info.configs, BrokerLevels.of(ctx.core.broker_configs))])
         if not request.validate_only:
             result["topic_id"] = uuid.UUID(hex=info.topic_id)
     return {"throttle_time_ms": 0, "topics": results}

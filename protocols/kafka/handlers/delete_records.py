@@ -10,7 +10,6 @@ Gaps: none known (timeout_ms is moot: the only replica is this broker's).
 """
 
 from core.errors import CoreError
-from core.topic_config import TOPIC_CONFIGS
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.topics import existing_topic
 from protocols.kafka.authorization import Operation, ResourceType, authorized_names, enforced
@@ -18,8 +17,6 @@ from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.delete_records import DELETE_RECORDS as API
-
-CLEANUP_POLICY = "cleanup.policy"
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:
@@ -47,8 +44,7 @@ async def _delete(name: str, index: int, offset: int, ctx: RequestContext) -> in
     info = await existing_topic(ctx, name)
     if not 0 <= index < info.partitions:
         raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    policy = info.configs.get(CLEANUP_POLICY, TOPIC_CONFIGS[CLEANUP_POLICY].default)
-    if "delete" not in (part.strip() for part in policy.split(",")):
+    if not ctx.core.effective_config(info).deletes:   # the topic's cleanup.policy, or the broker's
         raise ApiError(ErrorCode.POLICY_VIOLATION,
                        f"Records of partition {name}-{index} can not be deleted due to the configured policy")
     try:

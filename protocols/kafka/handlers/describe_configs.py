@@ -1,13 +1,15 @@
 """DescribeConfigs (key 32), versions 0-4.
 
 Behaviour: a topic resource (type 2) lists every topic config under Kafka's names: the value set
-on the topic (source DYNAMIC_TOPIC_CONFIG) or the default (DEFAULT_CONFIG), with synonyms (v1+:
-the topic's own value, then the broker-level default it falls back to), type and documentation
-(v3+, when asked). An illegal topic name is INVALID_TOPIC_EXCEPTION, an unknown topic
-UNKNOWN_TOPIC_OR_PARTITION. A broker resource (type 4) named with this broker's id lists its
-configs, all read-only: the gateway's settings (STATIC_BROKER_CONFIG) and the broker defaults of
-the topic configs; named "" it lists the cluster-wide dynamic defaults, of which there are none
-(as Kafka answers when none is set); another id is INVALID_REQUEST. configuration_keys filters
+on the topic (source DYNAMIC_TOPIC_CONFIG), else the broker-level one set at run time for this
+broker (DYNAMIC_BROKER_CONFIG) or cluster-wide (DYNAMIC_DEFAULT_BROKER_CONFIG), else the default
+(DEFAULT_CONFIG), with synonyms (v1+: each of those levels that is set, highest first), type and
+documentation (v3+, when asked). An illegal topic name is INVALID_TOPIC_EXCEPTION, an unknown
+topic UNKNOWN_TOPIC_OR_PARTITION. A broker resource (type 4) named with this broker's id lists its
+configs as a Kafka 2.8 broker does (admin/configs.py): the gateway's settings, read-only,
+STATIC_BROKER_CONFIG when the configuration sets them and DEFAULT_CONFIG otherwise, and the
+broker-level defaults of the topic configs, dynamic (not read-only); named "" it lists the
+cluster-wide dynamic defaults that are set; another id is INVALID_REQUEST. configuration_keys filters
 by name. v0's is_default is true for DEFAULT_CONFIG values. A resource type Kafka does not know
 fails the whole request with INVALID_REQUEST, as Kafka's does. With ACLs enforced (SASL on), a
 topic needs DESCRIBE_CONFIGS on it (TOPIC_AUTHORIZATION_FAILED), a broker or broker logger resource
@@ -20,7 +22,8 @@ from collections.abc import Iterable
 from core.errors import InvalidName
 from core.names import TopicName
 from protocols.kafka.admin.config_access import config_refusal
-from protocols.kafka.admin.configs import ConfigEntry, broker_config_entries, topic_config_entries
+from protocols.kafka.admin.configs import (BrokerLevels, ConfigEntry, broker_config_entries, cluster_default_entries,
+                                          topic_config_entries)
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.resources import BROKER, BROKER_LOGGER, TOPIC, is_this_broker
 from protocols.kafka.admin.topics import find_topic
@@ -69,12 +72,13 @@ async def _entries(resource: Msg, ctx: RequestContext) -> Iterable[ConfigEntry]:
         info = await find_topic(ctx, resource.resource_name)
         if info is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        return topic_config_entries(info.configs)
+        return topic_config_entries(info.configs, BrokerLevels.of(ctx.core.broker_configs))
     if resource.resource_type == BROKER:
         settings = ctx.broker.settings
+        levels = BrokerLevels.of(ctx.core.broker_configs)
         if is_this_broker(resource.resource_name, settings.node_id, default_allowed=True):
-            return broker_config_entries(settings)
-        return []   # no cluster-wide dynamic defaults are ever set here
+            return broker_config_entries(settings, levels)
+        return cluster_default_entries(levels)
     raise ApiError(ErrorCode.INVALID_REQUEST, "BROKER_LOGGER resources are not supported by this broker")
 
 

@@ -1,8 +1,9 @@
 """Fetch (key 1), versions 0-12.
 
 Behaviour: reads whole batches from each partition's fetch offset (a fetch inside a batch returns
-that batch), within the partition and response byte limits but always at least one batch for the
-first partition with data (KIP-74). Waits up to max_wait_ms for min_bytes, woken by appends.
+that batch), stopping before the batch that would cross the partition or the response byte limit;
+only the response's first batch may exceed them (KIP-74, v3+; v0-2 have hard limits). Waits up to max_wait_ms for min_bytes, woken by the next append to any partition asked for (one
+future watched by all of them); a partition the consumer has caught up with is not read at all.
 Out-of-range offsets get OFFSET_OUT_OF_RANGE with the log start offset. read_committed (v4+,
 isolation_level 1) reads only batches below the last stable offset (the first offset of the oldest
 open transaction, else the high watermark), waits for that offset to move, and lists the aborted
@@ -50,27 +51,42 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
                 partition = exc
             wanted.append((topic.topic, asked, partition))
     while True:
-        answers, total = await _read_all(request, wanted)
+        answers, total = await _read_all(request, wanted, ctx.version >= 3)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0:
             break
         committed = _read_committed(request)
-        waits = [asyncio.ensure_future(p.wait_for_data(asked.fetch_offset, remaining, committed=committed))
-                 for _, asked, p in wanted
-                 if not isinstance(p, (Exception, ErrorCode))
-                 and (p.last_stable_offset if committed else p.high_watermark) <= asked.fetch_offset]
-        if not waits:
-            break
-        done, pending = await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in pending:
-            waiter.cancel()
-        if not done:
+        waiting = [p for _, asked, p in wanted
+                   if not isinstance(p, (Exception, ErrorCode))
+                   and (p.last_stable_offset if committed else p.high_watermark) <= asked.fetch_offset]
+        if not waiting or not await _next_append(waiting, remaining):
             break
     responses: dict[str, list] = {}
     for name, answer in answers:
         responses.setdefault(name, []).append(answer)
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0,
             "responses": [{"topic": name, "partitions": parts} for name, parts in responses.items()]}
+
+
+async def _next_append(partitions: list, timeout_s: float) -> bool:
+    """Wait for the next append to any of `partitions` (True), or the timeout (False): one future
+    watched by every partition and one timer, not a task per partition."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    timer = loop.call_later(timeout_s, _expire, waiter)
+    for partition in partitions:
+        partition.watch(waiter)
+    try:
+        return await waiter
+    finally:
+        timer.cancel()
+        for partition in partitions:
+            partition.unwatch(waiter)
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 async def _readable_topics(request: Msg, ctx: RequestContext) -> set[str] | None:
@@ -87,7 +103,7 @@ def _read_committed(request: Msg) -> bool:
     return request.isolation_level == READ_COMMITTED   # absent before v4: decoded as its default, 0
 
 
-async def _read_all(request: Msg, wanted: list) -> tuple[list, int]:
+async def _read_all(request: Msg, wanted: list, soft_limits: bool) -> tuple[list, int]:
     committed = _read_committed(request)
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -102,17 +118,20 @@ async def _read_all(request: Msg, wanted: list) -> tuple[list, int]:
         if isinstance(partition, CoreError):
             answer["error_code"] = kafka_code(partition)
             continue
-        answer.update(high_watermark=partition.high_watermark, last_stable_offset=partition.last_stable_offset,
-                      log_start_offset=partition.log_start_offset,
-                      aborted_transactions=[] if request.isolation_level == 1 else None)
+        high_watermark, stable, start = partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
+        answer.update(high_watermark=high_watermark, last_stable_offset=stable, log_start_offset=start,
+                      aborted_transactions=[] if committed else None)
+        if asked.fetch_offset == (stable if committed else high_watermark) and asked.fetch_offset >= start:
+            continue   # caught up: nothing to read (every fetch of a waiting consumer)
         limit = min(asked.partition_max_bytes, budget - total)
-        if limit <= 0 and total > 0:
+        min_one = total == 0 and soft_limits
+        if limit <= 0 and not min_one:
             continue
         try:
             if committed:
-                result = await partition.read_committed(asked.fetch_offset, max(limit, 1))
+                result = await partition.read_committed(asked.fetch_offset, max(limit, 1), min_one=min_one)
             else:
-                result = await partition.read(asked.fetch_offset, max(limit, 1))
+                result = await partition.read(asked.fetch_offset, max(limit, 1), min_one=min_one)
         except OffsetOutOfRange:
             answer["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
             continue

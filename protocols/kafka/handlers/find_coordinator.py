@@ -1,12 +1,14 @@
 """FindCoordinator (key 10), versions 0-3.
 
 Behaviour: this broker coordinates every group (key_type 0) and every transactional id (key_type
-1), so the answer is always this node. Another key_type is INVALID_REQUEST, as in Kafka. With
+1), so the answer is always this node. A group key creates the namespace's __consumer_offsets
+topic if need be (protocols/kafka/consumer_offsets.py), as Kafka does. Another key_type is INVALID_REQUEST, as in Kafka. With
 ACLs enforced (SASL on), a group key needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED), a
 transactional id DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as in Kafka 2.8.
 Gaps: none for 2.8's range (batched keys are v4).
 """
 
+from core.errors import CoreError
 from protocols.kafka.authorization import Operation, ResourceType, check
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
@@ -32,6 +34,12 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST,
                 "error_message": f"unknown coordinator key type {request.key_type}",
                 "node_id": -1, "host": "", "port": -1}
+    if request.key_type == GROUP:
+        try:
+            await ctx.broker.consumer_offsets.ensure_topic(ctx.tenant, ctx.namespace)
+        except CoreError as exc:   # as Kafka while it cannot create its offsets topic
+            return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    "error_message": str(exc), "node_id": -1, "host": "", "port": -1}
     settings = ctx.broker.settings
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
             "node_id": settings.node_id, "host": settings.host, "port": settings.port}

@@ -6,8 +6,10 @@ current or default value. The resulting explicit set is then checked and stored 
 does. Kafka's codes: a name given twice, a null value for other than DELETE, APPEND/SUBTRACT on a
 config that is not a list, or an operation id Kafka does not define (INVALID_REQUEST); an
 unknown topic (UNKNOWN_TOPIC_OR_PARTITION); an unknown config name (INVALID_CONFIG); a bad value
-(INVALID_REQUEST). A broker resource must name this broker's id: deleting a (never set) dynamic
-config succeeds, setting one is INVALID_REQUEST as for a non-dynamic config. An unknown resource
+(INVALID_REQUEST). A broker resource names this broker's id or "" (the cluster-wide default):
+the operations apply to its dynamic configs (the broker-level topic defaults such as
+log.retention.ms), which are then stored as AlterConfigs does; setting one of the gateway's own
+settings is INVALID_REQUEST, as Kafka answers for a non-dynamic config. An unknown resource
 type fails the whole request with INVALID_REQUEST. With ACLs enforced (SASL on), a topic needs
 ALTER_CONFIGS on it (TOPIC_AUTHORIZATION_FAILED), a broker or broker logger resource ALTER_CONFIGS
 on the cluster (CLUSTER_AUTHORIZATION_FAILED); no message, as in Kafka.
@@ -19,7 +21,9 @@ UNKNOWN_SERVER_ERROR).
 from collections import Counter
 
 from core.topic_config import TOPIC_CONFIGS
-from protocols.kafka.admin.alter import alter_each, resource_response, refuse_broker_changes, replace_topic_configs
+from core.broker_configs import DYNAMIC
+from protocols.kafka.admin.alter import (alter_each, broker_scope, replace_broker_configs, replace_topic_configs,
+                                        resource_response)
 from protocols.kafka.admin.configs import TOPIC_CONFIG_TYPES, ConfigType
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.resources import BROKER, BROKER_LOGGER, TOPIC
@@ -48,10 +52,13 @@ async def _alter(resource: Msg, validate_only: bool, ctx: RequestContext) -> Non
         info = await existing_topic(ctx, resource.resource_name)
         configs = dict(info.configs)
         for op in resource.configs:
-            _apply(op, configs)
+            _apply(op, configs, op.name)
         await replace_topic_configs(ctx, resource.resource_name, configs, validate_only)
     elif resource.resource_type == BROKER:
-        refuse_broker_changes(ctx, resource.resource_name, (op.name for op in resource.configs if op.config_operation != DELETE))
+        configs = ctx.core.broker_configs.get(broker_scope(ctx, resource.resource_name))
+        for op in resource.configs:
+            _apply(op, configs, DYNAMIC.get(op.name, op.name))
+        await replace_broker_configs(ctx, resource.resource_name, configs, validate_only)
     else:
         raise ApiError(ErrorCode.INVALID_REQUEST, "BROKER_LOGGER resources are not supported by this broker")
 
@@ -69,17 +76,19 @@ def _check_operations(ops: list) -> None:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {','.join(nulls)}")
 
 
-def _apply(op: Msg, configs: dict[str, str]) -> None:
+def _apply(op: Msg, configs: dict[str, str], topic_config: str) -> None:
+    """Apply one operation to `configs`; `topic_config` names the topic config op.name is or is the
+    broker-level default of (what decides the default and whether it is a list)."""
     if op.config_operation == SET:
         configs[op.name] = op.value
     elif op.config_operation == DELETE:
         configs.pop(op.name, None)
     else:
         verb = "append" if op.config_operation == APPEND else "subtract"
-        key = TOPIC_CONFIGS.get(op.name)
+        key = TOPIC_CONFIGS.get(topic_config)
         if key is None:
-            raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {op.name}")
-        if TOPIC_CONFIG_TYPES.get(op.name) != ConfigType.LIST:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {op.name}")
+        if TOPIC_CONFIG_TYPES.get(topic_config) != ConfigType.LIST:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"Config value {verb} is not allowed for config key: {op.name}")
         items = configs.get(op.name, key.default).split(",")
         changes = op.value.split(",")

@@ -1,12 +1,16 @@
-"""ListOffsets (key 2), versions 0-6.
+"""ListOffsets (key 2), versions 0-7.
 
 Behaviour: timestamp -2 = earliest (log start offset), -1 = latest (the high watermark; for
-isolation_level 1, read_committed, v2+: the last stable offset), otherwise the first offset whose
-record timestamp is at or after it (-1/-1 when there is none, or for read_committed when it is not
-below the last stable offset). v0 answers in old_style_offsets.
+isolation_level 1, read_committed, v2+: the last stable offset), -3 = max timestamp (KIP-734: the
+first record with the partition's highest timestamp, and that timestamp), otherwise the first
+offset whose record timestamp is at or after it. A timestamp lookup (-3 included) finds nothing
+(-1/-1) when no record qualifies or the one found is not below the high watermark (read_committed:
+the last stable offset). As a Kafka 3.x broker does, -3 is answered so at v1-6 too (clients send it
+only at v7+); v0 (offsets before a time) answers it with no offsets. v0 answers in
+old_style_offsets.
 With ACLs enforced (SASL on), each topic needs DESCRIBE, checked before its existence
 (TOPIC_AUTHORIZATION_FAILED), as in Kafka.
-Gaps: none known for 2.8's range (max-timestamp lookup, -3, is v7).
+Gaps: none known.
 """
 
 from core.errors import CoreError
@@ -18,7 +22,7 @@ from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.errors import kafka_code
 from protocols.kafka.schema.list_offsets import LIST_OFFSETS as API
 
-EARLIEST, LATEST = -2, -1
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 READ_COMMITTED = 1
 
 
@@ -45,10 +49,16 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
                 elif asked.timestamp == LATEST:
                     offset = partition.last_stable_offset if committed else partition.high_watermark
                     timestamp = -1
+                elif asked.timestamp == MAX_TIMESTAMP and ctx.version == 0:
+                    offset, timestamp = -1, -1   # no offsets before time -3
                 else:
-                    found = await partition.offset_for_timestamp(asked.timestamp)
-                    if found is not None and committed and found[0] >= partition.last_stable_offset:
-                        found = None   # read_committed sees nothing from the last stable offset on
+                    if asked.timestamp == MAX_TIMESTAMP:
+                        found = await partition.offset_of_max_timestamp()
+                    else:
+                        found = await partition.offset_for_timestamp(asked.timestamp)
+                    fetchable = partition.last_stable_offset if committed else partition.high_watermark
+                    if found is not None and found[0] >= fetchable:
+                        found = None   # not readable (yet) at this isolation level
                     offset, timestamp = found if found is not None else (-1, -1)
             except CoreError as exc:
                 answer["error_code"] = kafka_code(exc)

@@ -5,6 +5,7 @@ every partition (replicas and ISR = [this broker]). A null topic list (v1+) or a
 means every topic of the client's tenant/namespace. An unknown topic is created with the default
 partition count when the request allows it (v4+ flag, always before v4) and auto-creation is on.
 Leader epochs are -1 everywhere, so clients skip KIP-320 truncation checks consistently.
+__consumer_offsets is listed with is_internal (protocols/kafka/consumer_offsets.py).
 With ACLs enforced (SASL on), as in Kafka 2.8: a topic needs DESCRIBE. Asking for all topics, the
 others are left out; a named one is answered TOPIC_AUTHORIZATION_FAILED (no partitions, zero topic
 id) without looking it up, so its existence is not revealed. Auto-creating a missing topic also
@@ -25,6 +26,7 @@ from protocols.kafka.authorization import (Operation, ResourceType, authorized_o
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.consumer_offsets import INTERNAL_TOPICS
 from protocols.kafka.errors import kafka_code
 from protocols.kafka.schema.metadata import METADATA as API
 
@@ -107,7 +109,11 @@ async def _describe(name: str | None, ctx: RequestContext, may_create: bool, acl
             if acl is not None and not await acl.may_create(name or ""):
                 return _unauthorized(name)
             try:
-                info = await ctx.core.create_topic(topic, ctx.broker.settings.default_partitions)
+                if name in INTERNAL_TOPICS:   # created as Kafka creates it, whoever asks first
+                    await ctx.broker.consumer_offsets.ensure_topic(ctx.tenant, ctx.namespace)
+                    info = await ctx.core.registry.get_topic(topic)
+                else:
+                    info = await ctx.core.create_topic(topic, ctx.broker.settings.default_partitions)
             except CoreError:
                 info = await ctx.core.registry.get_topic(topic)   # created concurrently
     except InvalidName:
@@ -118,7 +124,7 @@ async def _describe(name: str | None, ctx: RequestContext, may_create: bool, acl
         "error_code": ErrorCode.NONE,
         "name": name,
         "topic_id": uuid.UUID(hex=info.topic_id),
-        "is_internal": False,
+        "is_internal": name in INTERNAL_TOPICS,
         "partitions": [{"error_code": ErrorCode.NONE, "partition_index": index, "leader_id": node,
                         "leader_epoch": -1, "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
                        for index in range(info.partitions)],

@@ -1,7 +1,7 @@
 """OffsetCommit (key 8), versions 0-8.
 
 Behaviour: offsets are stored as core cursors named after the group, with the metadata string
-(null stored as ""), and are durable before the response. Partitions of unknown topics fail with
+(null stored as "") and, from v6, the committed leader epoch; durable before the response. Partitions of unknown topics fail with
 UNKNOWN_TOPIC_OR_PARTITION on their own; the group decides for the rest: members of the current
 generation may commit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, and
 REBALANCE_IN_PROGRESS while the group completes a rebalance), and a commit with generation -1 and
@@ -11,9 +11,8 @@ ZooKeeper) were not. Metadata over 4096 characters is OFFSET_METADATA_TOO_LARGE.
 With ACLs enforced (SASL on), as in Kafka 2.8: without READ on the group every partition is
 GROUP_AUTHORIZATION_FAILED; then each topic needs READ (TOPIC_AUTHORIZATION_FAILED, before the
 existence check), and only the allowed partitions reach the group.
-Gaps: the v1 commit timestamp and the v2-4 retention time are ignored: committed offsets never
-expire (Kafka drops an Empty group's offsets after offsets.retention.minutes); the committed
-leader epoch is not stored (OffsetFetch answers -1).
+Committed offsets expire with their group (offsets.retention.minutes, core/groups/coordinator.py).
+Gaps: the v1 commit timestamp and the v2-4 retention time are ignored.
 """
 
 from collections.abc import Callable
@@ -34,7 +33,8 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         return _response(request, lambda tp: ErrorCode.GROUP_AUTHORIZATION_FAILED)
     readable = await authorized_names(ctx, Operation.READ, ResourceType.TOPIC,
                                       (t.name for t in request.topics)) if enforced(ctx) else None
-    offsets = {(topic.name, p.partition_index): OffsetAndMetadata(p.committed_offset, p.committed_metadata or "")
+    offsets = {(topic.name, p.partition_index):
+               OffsetAndMetadata(p.committed_offset, p.committed_metadata or "", p.committed_leader_epoch)
                for topic in request.topics for p in topic.partitions
                if readable is None or topic.name in readable}
     errors: dict = {}

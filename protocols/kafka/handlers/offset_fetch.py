@@ -1,7 +1,7 @@
 """OffsetFetch (key 9), versions 0-7.
 
-Behaviour: the group's committed offsets and metadata strings, whatever the group's state; -1 and
-"" for a partition without one. v2+ may ask for every committed offset (null topics). v7's
+Behaviour: the group's committed offsets, metadata strings and (v5+) committed leader epochs,
+whatever the group's state; -1, "" and -1 for a partition without one. v2+ may ask for every committed offset (null topics). v7's
 require_stable is accepted: there are no pending transactional commits to wait for. v0-1 report a
 group error on every partition, v2+ in the top-level error code. v0 (Kafka read those from
 ZooKeeper) answers UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist.
@@ -9,7 +9,6 @@ With ACLs enforced (SASL on), as in Kafka 2.8: the group needs DESCRIBE (GROUP_A
 answered as any group error); then a named partition of a topic without DESCRIBE is answered
 TOPIC_AUTHORIZATION_FAILED (offset -1) and not looked up, and asking for all (null topics) leaves
 such topics out.
-Gaps: the committed leader epoch is always -1.
 """
 
 from core.errors import CoreError, InvalidName, UnknownTopic
@@ -64,7 +63,7 @@ def _response(rows, error_code: ErrorCode) -> dict:
         topics.setdefault(topic, []).append({
             "partition_index": index,
             "committed_offset": committed.offset if committed is not None else -1,
-            "committed_leader_epoch": -1,
+            "committed_leader_epoch": committed.leader_epoch if committed is not None else -1,
             "metadata": committed.metadata if committed is not None else "",
             "error_code": code,
         })

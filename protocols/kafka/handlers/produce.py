@@ -14,6 +14,7 @@ the ongoing transaction of that producer id and epoch: INVALID_PRODUCER_ID_MAPPI
 producer id, INVALID_PRODUCER_EPOCH for another epoch, INVALID_TXN_STATE for a partition not in the
 transaction (KIP-890's check). With ACLs enforced, the transactional id needs WRITE
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Sequence checks apply as for any idempotent producer.
+Internal topics (__consumer_offsets) are refused with INVALID_TOPIC_EXCEPTION, as in Kafka.
 Gaps: message format v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
 """
 
@@ -25,6 +26,7 @@ from protocols.kafka.authorization import Operation, ResourceType, check, enforc
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.consumer_offsets import INTERNAL_TOPICS
 from protocols.kafka.errors import kafka_code
 from protocols.kafka.schema.produce import PRODUCE as API
 from protocols.kafka.topic_names import topic_name
@@ -40,6 +42,7 @@ async def handle(request: Msg, ctx: RequestContext):
         partitions = []
         responses.append({"name": topic.name, "partition_responses": partitions})
         allowed = writable is None or await _may_write(ctx, topic.name, writable)
+        internal = topic.name in INTERNAL_TOPICS
         for data in topic.partition_data:
             answer = {"index": data.index, "error_code": ErrorCode.NONE, "base_offset": -1}
             partitions.append(answer)
@@ -48,6 +51,9 @@ async def handle(request: Msg, ctx: RequestContext):
                 continue
             if not allowed:
                 answer["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            if internal:
+                answer["error_code"] = ErrorCode.INVALID_TOPIC_EXCEPTION
                 continue
             if request.acks not in (-1, 0, 1):
                 answer["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS

@@ -51,7 +51,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             elif len(metadata) > limit:
                 codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
-                offsets[tp] = OffsetAndMetadata(p.committed_offset, metadata)
+                offsets[tp] = OffsetAndMetadata(p.committed_offset, metadata, p.committed_leader_epoch)
     refused = _member_refusal(request, ctx)
     if offsets and refused is not None:
         codes.update((tp, refused) for tp in offsets)

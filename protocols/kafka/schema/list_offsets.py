@@ -1,8 +1,8 @@
-"""ListOffsets (key 2), versions 0-6 (flexible from 6)."""
+"""ListOffsets (key 2), versions 0-7 (flexible from 6; v7 only announces MAX_TIMESTAMP, -3)."""
 
 from protocols.kafka.codec.declare import ARRAY, INT8, INT16, INT32, INT64, STRING, F, api
 
-LIST_OFFSETS = api(2, "ListOffsets", (0, 6), flexible="6+", request=[
+LIST_OFFSETS = api(2, "ListOffsets", (0, 7), flexible="6+", request=[
     F("replica_id", INT32),
     F("isolation_level", INT8, "2+"),
     F("topics", ARRAY([

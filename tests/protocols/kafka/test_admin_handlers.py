@@ -30,7 +30,8 @@ from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = \
+    1, 2, 3, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 LOG_DIR = "/var/lib/gateway-test"
 
@@ -292,7 +293,7 @@ async def test_describe_configs_unknown_and_illegal_topics(broker) -> None:
         ("ghost", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []), ("bad/name", ErrorCode.INVALID_TOPIC_EXCEPTION, [])]
 
 
-async def test_describe_configs_broker_lists_read_only_settings(broker) -> None:
+async def test_describe_configs_broker_lists_settings_and_dynamic_defaults_as_kafka_2_8(broker) -> None:
     response = await call(broker, describe_configs, 3, {"resources": [
         {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configuration_keys": None},
         {"resource_type": BROKER_RESOURCE, "resource_name": "", "configuration_keys": None},
@@ -300,10 +301,14 @@ async def test_describe_configs_broker_lists_read_only_settings(broker) -> None:
         "include_synonyms": True})
     this, defaults, other = response.results
     configs = {c.name: c for c in this.configs}
-    assert all(c.read_only for c in this.configs)
-    assert (configs["num.partitions"].value, configs["num.partitions"].config_source) == ("1", STATIC_BROKER_CONFIG)
-    assert configs["log.dirs"].value == LOG_DIR
-    assert configs["log.retention.ms"].value == "604800000"
+    # Settings the configuration left unset are Kafka's defaults; what the gateway always sets is static.
+    assert (configs["num.partitions"].value, configs["num.partitions"].config_source) == ("1", DEFAULT_CONFIG)
+    assert (configs["log.dirs"].value, configs["log.dirs"].config_source) == (LOG_DIR, STATIC_BROKER_CONFIG)
+    assert configs["group.max.size"].value == "2147483647" and configs["group.max.size"].read_only
+    # The broker-level topic defaults are dynamic: not read-only.
+    assert (configs["log.retention.ms"].value, configs["log.retention.ms"].config_source,
+            configs["log.retention.ms"].read_only) == ("604800000", DEFAULT_CONFIG, False)
+    assert configs["log.flush.interval.ms"].read_only   # flush.ms cannot be changed here at all
     assert {"auto.create.topics.enable", "message.max.bytes", "default.replication.factor", "min.insync.replicas",
             "log.segment.bytes", "broker.id"} <= set(configs)
     assert (defaults.error_code, defaults.configs) == (ErrorCode.NONE, [])
@@ -356,12 +361,14 @@ async def test_alter_configs_validate_only_unknown_topic_and_broker(broker) -> N
     await create(broker, "steady", configs={"retention.ms": "1000"})
     response = await call(broker, alter_configs, 1, {"resources": [
         topic_resource("steady", retention_ms="2000"), topic_resource("ghost", retention_ms="2000"),
-        {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": [{"name": "log.retention.ms", "value": "1"}]},
-        {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": []}], "validate_only": True})
+        {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": [{"name": "num.partitions", "value": "1"}]},
+        {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": [{"name": "log.retention.ms", "value": "1"}]}],
+        "validate_only": True})
     assert [r.error_code for r in response.responses] == [
         ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REQUEST, ErrorCode.NONE]
-    assert "Cannot update these configs dynamically: Set(log.retention.ms)" in response.responses[2].error_message
+    assert "Cannot update these configs dynamically: Set(num.partitions)" in response.responses[2].error_message
     assert await explicit(broker, "steady") == {"retention.ms": "1000"}
+    assert broker.core.broker_configs.get("0") == {}   # validate_only
 
 
 def op(name: str, operation: int, value: str | None) -> dict:
@@ -405,11 +412,44 @@ async def test_incremental_alter_configs_refuses_what_kafka_refuses(broker, ops,
 async def test_incremental_alter_configs_on_the_broker(broker) -> None:
     response = await call(broker, incremental_alter_configs, 1, {"resources": [
         {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": [op("log.retention.ms", DELETE, None)]},
-        {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": [op("log.retention.ms", SET, "1")]},
+        {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": [op("num.partitions", SET, "3")]},
+        {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": [op("log.retention.ms", SET, "soon")]},
+        {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": [op("no.such.config", SET, "1")]},
         {"resource_type": BROKER_RESOURCE, "resource_name": "x", "configs": []}], "validate_only": False})
     assert [r.error_code for r in response.responses] == [ErrorCode.NONE, ErrorCode.INVALID_REQUEST,
+                                                          ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_CONFIG,
                                                           ErrorCode.INVALID_REQUEST]
-    assert response.responses[2].error_message == "Broker id must be an integer, but it is: x"
+    assert "Cannot update these configs dynamically: Set(num.partitions)" in response.responses[1].error_message
+    assert response.responses[4].error_message == "Broker id must be an integer, but it is: x"
+
+
+async def test_dynamic_broker_configs_are_topic_defaults_at_two_levels(broker) -> None:
+    await create(broker, "own", configs={"retention.ms": "1000"})
+    await create(broker, "inherits")
+    response = await call(broker, incremental_alter_configs, 1, {"resources": [
+        {"resource_type": BROKER_RESOURCE, "resource_name": "", "configs": [
+            op("log.retention.ms", SET, "7000"), op("log.cleanup.policy", APPEND, "compact")]},
+        {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": [op("log.retention.ms", SET, "5000")]}],
+        "validate_only": False})
+    assert [r.error_code for r in response.responses] == [ErrorCode.NONE, ErrorCode.NONE]
+    assert broker.core.broker_configs.get("") == {"log.retention.ms": "7000", "log.cleanup.policy": "delete,compact"}
+    described = await call(broker, describe_configs, 1, {"resources": [
+        {"resource_type": TOPIC_RESOURCE, "resource_name": "inherits", "configuration_keys": ["retention.ms"]},
+        {"resource_type": TOPIC_RESOURCE, "resource_name": "own", "configuration_keys": ["retention.ms"]},
+        {"resource_type": BROKER_RESOURCE, "resource_name": "", "configuration_keys": None}], "include_synonyms": True})
+    inherits, own, cluster = (result.configs for result in described.results)
+    assert (inherits[0].value, inherits[0].config_source) == ("5000", DYNAMIC_BROKER_CONFIG)
+    assert [(s.value, s.source) for s in inherits[0].synonyms] == [
+        ("5000", DYNAMIC_BROKER_CONFIG), ("7000", DYNAMIC_DEFAULT_BROKER_CONFIG), ("604800000", DEFAULT_CONFIG)]
+    assert (own[0].value, own[0].config_source) == ("1000", DYNAMIC_TOPIC_CONFIG)
+    assert {(c.name, c.value, c.config_source, c.read_only) for c in cluster} == {
+        ("log.retention.ms", "7000", DYNAMIC_DEFAULT_BROKER_CONFIG, False),
+        ("log.cleanup.policy", "delete,compact", DYNAMIC_DEFAULT_BROKER_CONFIG, False)}
+    partition = await broker.core.partition(TopicName.of("inherits"), 0)
+    assert partition.config.retention_ms == 5000   # open partitions take the new default at once
+    await call(broker, alter_configs, 0, {"resources": [   # AlterConfigs replaces the broker's whole set
+        {"resource_type": BROKER_RESOURCE, "resource_name": "0", "configs": []}], "validate_only": False})
+    assert partition.config.retention_ms == 7000
 
 
 # --- cluster, log dirs, leaders, reassignments, epochs ------------------------------------------
