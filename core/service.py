@@ -13,9 +13,11 @@ import time
 from collections import OrderedDict
 
 from core.clock import Clock, SystemClock
+from core.cluster.broker_cluster import BrokerCluster
+from core.cluster.bundles import Bundle, partition_bundle
 from core.cursor import Cursor
 from core.delayed.service import DelayedService
-from core.errors import UnknownTopic
+from core.errors import NotOwner, UnknownTopic
 from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
 from core.transactions.aborted_index import AbortedIndexStore
@@ -30,10 +32,19 @@ RETENTION_CHECK_S = 60.0
 
 
 class Core:
-    def __init__(self, metadata: MetadataStore, logs: ManagedLogFactory, clock: Clock | None = None) -> None:
+    def __init__(self, metadata: MetadataStore, logs: ManagedLogFactory, clock: Clock | None = None,
+                 cluster: BrokerCluster | None = None) -> None:
+        """`cluster`: this broker's membership when several brokers share the storage; None (one
+        process) owns every partition."""
         self.metadata = metadata
         self.logs = logs
         self.clock = clock or SystemClock()
+        self.cluster = cluster
+        if cluster is not None:
+            # A partition is open only while its bundle is owned: closed on release, and anything
+            # still cached when a bundle is taken (again) is stale.
+            cluster.on_release(self._close_bundle)
+            cluster.on_acquire(self._close_bundle)
         self.registry = Registry(metadata, self.clock)
         self._partitions: OrderedDict[tuple[TopicName, int], Partition] = OrderedDict()
         self._last_used: dict[tuple[TopicName, int], float] = {}
@@ -96,16 +107,22 @@ class Core:
         key = (name, index)
         partition = self._partitions.get(key)
         if partition is not None:
+            if self.cluster is not None and self.cluster.suspended:
+                raise self._not_owner(name, index)
             self._partitions.move_to_end(key)
             self._last_used[key] = time.monotonic()
             return partition
         opening = self._opening.get(key)
         if opening is not None:
             return await asyncio.shield(opening)
+        self._check_owner(name, index)
         future = asyncio.get_running_loop().create_future()
         self._opening[key] = future
         try:
             partition = await self._open(name, index)
+            if self.cluster is not None and not self._owns(name, index):   # lost while opening
+                await partition.close()
+                raise self._not_owner(name, index)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: other waiters re-raise it
@@ -130,6 +147,28 @@ class Core:
                               AbortedIndexStore(self.metadata, info.topic_id, index))
         await partition.load_producer_states()
         return partition
+
+    def _owns(self, name: TopicName, index: int) -> bool:
+        return self.cluster.owns(partition_bundle(name.tenant, name.namespace, name.topic, index))
+
+    def _check_owner(self, name: TopicName, index: int) -> None:
+        if self.cluster is not None and not self._owns(name, index):
+            raise self._not_owner(name, index)
+
+    def _not_owner(self, name: TopicName, index: int) -> NotOwner:
+        owner = self.cluster.owner(partition_bundle(name.tenant, name.namespace, name.topic, index))
+        where = "no broker at the moment" if owner is None else owner.describe()
+        return NotOwner(f"partition {name}-{index} is served by {where}, not by broker {self.cluster.local.id}")
+
+    async def _close_bundle(self, bundle: Bundle) -> None:
+        for key in [k for k in self._partitions
+                    if partition_bundle(k[0].tenant, k[0].namespace, k[0].topic, k[1]) == bundle]:
+            partition = self._partitions.pop(key)
+            self._last_used.pop(key, None)
+            try:
+                await partition.close()
+            except Exception as exc:
+                log.warning("closing partition %s-%d failed: %s", key[0], key[1], exc)
 
     async def _close_oldest(self, count: int) -> None:
         for _ in range(count):

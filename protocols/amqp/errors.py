@@ -27,6 +27,9 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     core.InvalidArgument: ReplyCode.PRECONDITION_FAILED,
     core.InvalidName: ReplyCode.PRECONDITION_FAILED,
     core.RecordTooLarge: ReplyCode.PRECONDITION_FAILED,
+    # Another broker of the cluster owns the queue: close the connection, naming that broker, so the
+    # client reconnects there (AMQP 0.9.1 has no redirect).
+    core.NotOwner: ReplyCode.CONNECTION_FORCED,
 }
 
 _NAMED = re.compile(r"((?:queue|exchange) '[^']*')")
