@@ -25,6 +25,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from compat_tests.faults.harness.failover import describe, failover_times
+from compat_tests.faults.harness.history import INVOKE, OK
 from compat_tests.faults.harness.scenarios import settle
 from core.cluster.bundles import partition_bundle
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
@@ -103,8 +104,36 @@ def wait_for_holders(cluster, topic: str, partitions: int, accept) -> dict[int, 
         time.sleep(0.2)
 
 
+async def _balanced(cluster) -> bool:
+    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
+    try:
+        live = {int(name) for name in await store.children("/cluster/brokers")}
+        node = await store.get("/cluster/assignment")
+        if node is None:
+            return False
+        assignment = json.loads(node.value)["bundles"]
+        if set(assignment.values()) != live or len(live) != len(cluster.brokers):
+            return False
+        for bundle, broker in assignment.items():
+            lease = await store.get(f"/cluster/leases/{bundle}")
+            if lease is None or json.loads(lease.value)["broker"] != broker:
+                return False
+        return True
+    finally:
+        await store.close()
+
+
+def wait_until_balanced(cluster) -> None:
+    """Every broker registered, bundles spread over all of them, every lease held by its assignee."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not asyncio.run(_balanced(cluster)):
+        assert time.monotonic() < deadline, "the bundles never settled over every broker"
+        time.sleep(0.3)
+
+
 def busiest_owner(cluster, topic: str, partitions: int):
     """The broker process holding the most partitions of `topic`, and those partitions."""
+    wait_until_balanced(cluster)
     holders = wait_for_holders(cluster, topic, partitions, lambda h: None not in h.values())
     broker_id, _ = Counter(holders.values()).most_common(1)[0]
     return cluster.brokers[broker_id], [p for p, b in holders.items() if b == broker_id]
@@ -223,6 +252,19 @@ def test_confluent_and_kafka_python_follow_the_leaders(healthy) -> None:
     assert count == 600
 
 
+def wait_for_acks(history, key: str, since: float, count: int) -> None:
+    """Until `count` sends to `key` were acknowledged after the monotonic time `since`."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        events = history.events
+        ops = {e["op"] for e in events if e["type"] == INVOKE and e["key"] == key}
+        acked = sum(1 for e in events if e["type"] == OK and e["op"] in ops and e["t"] > since)
+        if acked >= count:
+            return
+        assert time.monotonic() < deadline, f"{key}: {acked} of {count} acknowledgements"
+        time.sleep(0.2)
+
+
 def finish(workloads, name: str) -> None:
     workloads.stop()
     workloads.drain()
@@ -239,6 +281,7 @@ def test_kill9_of_the_owner_of_busy_partitions_loses_nothing(healthy, workloads_
     wait_for_holders(healthy, topic, 6, lambda h: all(h[p] not in (None, healthy.brokers.index(victim))
                                                       for p in owned))
     workloads.wait_for_progress(200)
+    workloads.fault("restart", broker=victim.name)
     healthy.restart(victim)
     workloads.wait_for_progress(100)
     finish(workloads, "kill9-owner")
@@ -263,7 +306,8 @@ def test_an_owner_paused_past_its_session_is_fenced_when_it_wakes(healthy, workl
     try:
         workloads.fault("sigstop-owner", broker=victim.name, partitions=owned)
         wait_for_holders(healthy, topic, 6, lambda h: all(h[p] not in (None, victim_id) for p in owned))
-        workloads.wait_for_progress(200)        # the new owners acknowledge writes
+        # The new owner of the partition acknowledges writes: it opened (fenced) the log.
+        wait_for_acks(workloads.kafka_history, workloads.kafka.key(owned[0]), time.monotonic(), 20)
         zombie.sendall(produce_v3(topic, owned[0], b"zombie-write", 7))   # waits in the paused owner's socket
     finally:
         victim.signal(signal.SIGCONT)
@@ -276,7 +320,7 @@ def test_an_owner_paused_past_its_session_is_fenced_when_it_wakes(healthy, workl
     assert code != ERROR_NONE, "the paused owner acknowledged a write after another broker took over"
     workloads.wait_for_progress(100)
     finish(workloads, "sigstop-owner")
-    stored = [r for r in workloads.kafka_history.reads if r.value == "zombie-write"]
+    stored = [r for r in workloads.kafka_history.reads() if r.value == "zombie-write"]
     assert not stored, f"the zombie's write is in the log: {stored}"
     times = failover_times(workloads.kafka_history, "sigstop-owner")
     print("failover after SIGSTOP of", victim.name, "owning", owned, "->", describe(times),
@@ -319,7 +363,6 @@ def test_a_consumer_group_goes_on_when_its_coordinator_dies(healthy) -> None:
     produce_and_read(90, 90)
     after = admin.describe_consumer_groups([group])[group].result(30)
     assert after.coordinator.id != coordinator
-    consumer.commit(asynchronous=False)
     committed = consumer.committed(consumer.assignment(), timeout=30)
     assert sum(tp.offset for tp in committed) == 180, committed
     consumer.close()
