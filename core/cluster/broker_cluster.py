@@ -241,7 +241,7 @@ class BrokerCluster:
 
     async def _assign(self) -> None:
         bundles = []
-        for tenant in await self.metadata.children("/namespaces"):
+        for tenant in await self.metadata.children("/tenants"):   # as core/registry.py keeps them
             for namespace in await self.metadata.children(f"/namespaces/{tenant}"):
                 bundles.extend(bundle.path for bundle in namespace_bundles(tenant, namespace))
         node = await self.metadata.get(ASSIGNMENT)
