@@ -327,6 +327,35 @@ def test_an_owner_paused_past_its_session_is_fenced_when_it_wakes(healthy, workl
           "; the zombie's produce got error", code)
 
 
+def amqp_addresses(cluster) -> list[tuple[str, int]]:
+    found = []
+    for broker in cluster.brokers:
+        host, _, port = broker.ready["amqp"].rpartition(":")
+        found.append((host, int(port)))
+    return found
+
+
+def test_amqp_clients_find_the_queue_owner_and_survive_its_kill9(healthy, workloads_for) -> None:
+    """A connection whose queue another broker owns is closed (CONNECTION_FORCED, naming the owner);
+    the clients cycle through the brokers' addresses until they reach the owner, and again when it dies."""
+    wait_until_balanced(healthy)
+    workloads = workloads_for(None, amqp_addresses(healthy))
+    workloads.wait_for_progress(200)
+    queue = workloads.amqp.queue
+    owner = lease_holders(healthy, queue, 1)[0]
+    victim = healthy.brokers[owner]
+    victim.kill()
+    workloads.fault("kill9-queue-owner", broker=victim.name)
+    wait_for_holders(healthy, queue, 1, lambda h: h[0] not in (None, owner))
+    workloads.wait_for_progress(200)
+    workloads.fault("restart", broker=victim.name)
+    healthy.restart(victim)
+    workloads.wait_for_progress(100)
+    finish(workloads, "kill9-queue-owner")
+    print("AMQP failover after kill -9 of", victim.name, "->",
+          describe(failover_times(workloads.amqp_history, "kill9-queue-owner")))
+
+
 def test_a_consumer_group_goes_on_when_its_coordinator_dies(healthy) -> None:
     bootstrap = ",".join(kafka_address(b) for b in healthy.brokers)
     topic = create_topic(bootstrap, 3)
