@@ -108,7 +108,7 @@ class Core:
         partition = self._partitions.get(key)
         if partition is not None:
             if self.cluster is not None and self.cluster.suspended:
-                raise self._not_owner(name, index)
+                raise self.not_owner(name, index)
             self._partitions.move_to_end(key)
             self._last_used[key] = time.monotonic()
             return partition
@@ -122,7 +122,7 @@ class Core:
             partition = await self._open(name, index)
             if self.cluster is not None and not self._owns(name, index):   # lost while opening
                 await partition.close()
-                raise self._not_owner(name, index)
+                raise self.not_owner(name, index)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: other waiters re-raise it
@@ -153,9 +153,10 @@ class Core:
 
     def _check_owner(self, name: TopicName, index: int) -> None:
         if self.cluster is not None and not self._owns(name, index):
-            raise self._not_owner(name, index)
+            raise self.not_owner(name, index)
 
-    def _not_owner(self, name: TopicName, index: int) -> NotOwner:
+    def not_owner(self, name: TopicName, index: int) -> NotOwner:
+        """The error for a partition another broker serves, naming that broker."""
         owner = self.cluster.owner(partition_bundle(name.tenant, name.namespace, name.topic, index))
         where = "no broker at the moment" if owner is None else owner.describe()
         return NotOwner(f"partition {name}-{index} is served by {where}, not by broker {self.cluster.local.id}")

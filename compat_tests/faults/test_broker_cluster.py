@@ -291,6 +291,37 @@ def test_kill9_of_the_owner_of_busy_partitions_loses_nothing(healthy, workloads_
         assert times[workloads.kafka.key(partition)] is not None
 
 
+async def _leader(cluster) -> int:
+    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
+    try:
+        return json.loads((await store.get("/cluster/leader")).value)["broker"]
+    finally:
+        await store.close()
+
+
+def test_kill9_of_the_leader_broker_elects_another_that_reassigns(healthy, workloads_for) -> None:
+    wait_until_balanced(healthy)
+    leader = asyncio.run(_leader(healthy))
+    victim = healthy.brokers[leader]
+    workloads = workloads_for(others(healthy, victim), None, partitions=6)
+    topic = workloads.kafka.topic
+    owned = [p for p, b in wait_for_holders(healthy, topic, 6, lambda h: None not in h.values()).items()
+             if b == leader]
+    workloads.wait_for_progress(200)
+    victim.kill()
+    workloads.fault("kill9-leader", broker=victim.name, partitions=owned)
+    wait_for_holders(healthy, topic, 6, lambda h: all(b not in (None, leader) for b in h.values()))
+    assert asyncio.run(_leader(healthy)) != leader
+    workloads.wait_for_progress(200)
+    workloads.fault("restart", broker=victim.name)
+    healthy.restart(victim)
+    wait_until_balanced(healthy)      # the restarted broker is given its share again
+    workloads.wait_for_progress(100)
+    finish(workloads, "kill9-leader")
+    print("failover after kill -9 of the leader", victim.name, "owning", owned, "->",
+          describe(failover_times(workloads.kafka_history, "kill9-leader")))
+
+
 def test_an_owner_paused_past_its_session_is_fenced_when_it_wakes(healthy, workloads_for) -> None:
     """The killer scenario: SIGSTOP the owner until another broker took its bundles and acknowledges
     writes; a Produce sent to the paused owner meanwhile must fail when it wakes, and what it

@@ -17,8 +17,9 @@ from dataclasses import replace
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from core.errors import (InequivalentDeclaration, InvalidArgument, NotPermitted, ReservedName, ResourceInUse,
-                         ResourceLocked, TopicExists, UnknownExchange, UnknownQueue, UnknownTopic)
+from core.cluster.bundles import Bundle
+from core.errors import (CoreError, InequivalentDeclaration, InvalidArgument, NotPermitted, ReservedName,
+                         ResourceInUse, ResourceLocked, TopicExists, UnknownExchange, UnknownQueue, UnknownTopic)
 from core.names import TopicName
 from core.partition import storage_errors
 from core.delayed.held import Target
@@ -225,6 +226,23 @@ class QueueNamespace:
             self.queues[name] = queue
             return queue
 
+    async def hand_over(self, bundle: Bundle) -> None:
+        """Another broker serves the queues of `bundle` now: each is replaced by a fresh, unopened
+        copy (refusing publishes and consumers here until the bundle comes back), its position is
+        saved and its consumers are cancelled (basic.cancel), so clients reconnect to the owner."""
+        for name, queue in list(self.queues.items()):
+            if queue.bundle != bundle:
+                continue
+            consumers = list(queue.subscription.consumers) if queue.subscription is not None else []
+            self.queues[name] = self._attach(Queue(self._core, queue.info, queue.topic, self._core.clock,
+                                                   owner=queue.owner, restored=True))
+            try:
+                await queue.close()
+            except CoreError as exc:
+                log.warning("saving the position of queue %s failed: %s", name, exc)
+            for consumer in consumers:
+                consumer.queue_deleted()
+
     def _attach(self, queue: Queue) -> Queue:
         """Give a queue what its policy needs from the namespace: routing for its dead messages, a
         timer that deletes it when unused; one with background work (expiry, limits) opens now."""
@@ -382,6 +400,13 @@ class QueueService:
         # message when it is due (the core never decodes a protocol's properties itself).
         self.message_facts: MessageFacts = _no_facts
         core.delayed.register(HELD_TARGET, self._release)
+        if core.cluster is not None:
+            core.cluster.on_release(self._hand_over)
+
+    async def _hand_over(self, bundle: Bundle) -> None:
+        space = self._namespaces.get((bundle.tenant, bundle.namespace))
+        if space is not None:
+            await space.hand_over(bundle)
 
     async def _release(self, tenant: str, namespace: str, exchange: str, record: Record) -> list[asyncio.Future]:
         space = await self.namespace(tenant, namespace)

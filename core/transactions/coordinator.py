@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from core.cluster.bundles import transaction_bundle
+from core.cluster.bundles import Bundle, transaction_bundle
 from core.errors import CoreError, NotCoordinator, UnknownTopic
 from core.groups.coordinator import GroupCoordinator
 from core.groups.store import GroupKey
@@ -55,6 +55,8 @@ class TransactionCoordinator:
         self._locks: dict[TxnKey, asyncio.Lock] = {}
         self._loaded: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
+        if core.cluster is not None:
+            core.cluster.on_acquire(self._reload_bundle)
 
     # --- life -----------------------------------------------------------------------------------
 
@@ -188,9 +190,23 @@ class TransactionCoordinator:
 
     # --- internals ------------------------------------------------------------------------------
 
+    async def _reload_bundle(self, bundle: Bundle) -> None:
+        """This broker takes over a bundle: what it remembers of its transactional ids may be stale
+        (another broker coordinated them meanwhile), so they are read again from the store."""
+        if self._loaded is None or not self._loaded.done():
+            return   # the first load reads everything anyway
+        stored = await self._store.load_namespace(bundle.tenant, bundle.namespace)
+        for key in [k for k in self._txns if self._bundle(k) == bundle]:
+            del self._txns[key]
+        self._txns.update((key, txn) for key, txn in stored.items() if self._bundle(key) == bundle)
+
+    @staticmethod
+    def _bundle(key: TxnKey) -> Bundle:
+        return transaction_bundle(key.tenant, key.namespace, key.transactional_id)
+
     def _owned(self, key: TxnKey) -> bool:
         cluster = self._core.cluster
-        return cluster is None or cluster.owns(transaction_bundle(key.tenant, key.namespace, key.transactional_id))
+        return cluster is None or cluster.owns(self._bundle(key))
 
     def _check_owner(self, key: TxnKey) -> None:
         if not self._owned(key):

@@ -13,12 +13,14 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
+from core.cluster.assignment import assign
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.bundles import BUNDLES_PER_NAMESPACE, namespace_bundles, partition_bundle
 from core.cluster.members import BrokerInfo
 from core.errors import NotOwner
 from core.clock import SystemClock
 from core.names import TopicName
+from core.queues.service import QueueService
 from core.registry import Registry
 from core.records.builder import Record, build_batch
 from core.service import Core
@@ -95,6 +97,52 @@ async def test_the_core_serves_only_partitions_of_bundles_it_owns(storage) -> No
     with pytest.raises(NotOwner):
         await core.partition(topic, mine[0])
     await core.close()
+
+
+async def test_queues_of_a_moved_bundle_refuse_publishes_and_cancel_their_consumers(storage) -> None:
+    await Registry(storage.metadata, SystemClock()).start()
+    local, other = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
+    core = Core(storage.metadata, storage.logs, cluster=local)
+    await core.start()
+    await local.start()
+    queues = QueueService(core)
+    space = await queues.namespace("public", "default")
+    await until(lambda: local.held == ALL)
+    # A queue whose bundle the leader gives to the second broker once it joins.
+    moving = {b for b, owner in assign([b.path for b in ALL], {b.path: 1 for b in ALL}, [1, 2]).items() if owner == 2}
+    name = next(f"q{i}" for i in range(100) if partition_bundle("public", "default", f"q{i}", 0).path in moving)
+    await space.declare_queue(name)
+    await space.queues[name].publish(Record(0, value=b"kept"))
+    cancelled: list[str] = []
+    subscription = await space.queues[name].open()
+    subscription.consumers.append(_Consumer(cancelled))
+
+    await other.start()
+    await until(lambda: split_evenly(local, other))
+    assert not local.owns(space.queues[name].bundle)
+    assert cancelled == ["cancelled"]
+    with pytest.raises(NotOwner, match="served by broker 2"):
+        space.queues[name].publish(Record(0, value=b"refused"))
+    await other.close()
+    await until(lambda: local.held == ALL)   # back: the fresh queue serves again
+    await space.queues[name].publish(Record(0, value=b"again"))
+    await local.close()
+    await core.close()
+
+
+class _Consumer:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.prefetch, self.auto_ack = 0, False
+
+    def can_deliver(self) -> bool:
+        return False
+
+    def deliver(self, message) -> None:
+        pass
+
+    def queue_deleted(self) -> None:
+        self.log.append("cancelled")
 
 
 def _batch() -> bytes:
