@@ -44,12 +44,13 @@ class Core:
             # A partition is open only while its bundle is owned: closed on release, and anything
             # still cached when a bundle is taken (again) is stale.
             cluster.on_release(self._close_bundle)
-            cluster.on_acquire(self._close_bundle)
+            cluster.on_acquire(self._take_bundle)
         self.registry = Registry(metadata, self.clock)
         self._partitions: OrderedDict[tuple[TopicName, int], Partition] = OrderedDict()
         self._last_used: dict[tuple[TopicName, int], float] = {}
         self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
         self._sweeper: asyncio.Task | None = None
+        self._takeovers: set[asyncio.Task] = set()
         self.delayed = DelayedService(self)     # delayed messages: held until due, then routed
 
     async def start(self) -> None:
@@ -171,6 +172,35 @@ class Core:
             except Exception as exc:
                 log.warning("closing partition %s-%d failed: %s", key[0], key[1], exc)
 
+    async def _take_bundle(self, bundle: Bundle) -> None:
+        await self._close_bundle(bundle)
+        # Called just before the bundle counts as owned: the takeover runs once this acquisition is done.
+        task = asyncio.get_running_loop().create_task(self._open_abandoned(bundle), name=f"take-over-{bundle}")
+        self._takeovers.add(task)
+        task.add_done_callback(self._takeovers.discard)
+
+    async def _open_abandoned(self, bundle: Bundle) -> None:
+        """Open now every partition of the bundle whose log the previous owner left open: opening
+        fences its ledger, so from here on that owner (if it is only paused) cannot append, rather
+        than until the first client asks for the partition here; clients find it open, too. Costs a
+        metadata read per partition of the bundle's topics."""
+        try:
+            for topic in await self.registry.list_topics(bundle.tenant, bundle.namespace):
+                name = TopicName(bundle.tenant, bundle.namespace, topic)
+                try:
+                    info = await self.registry.get_topic(name)
+                except UnknownTopic:
+                    continue
+                for index in range(info.partitions):
+                    if (partition_bundle(bundle.tenant, bundle.namespace, topic, index) == bundle
+                            and (name, index) not in self._partitions
+                            and await self.logs.needs_recovery(name.partition_log(index))):
+                        await self.partition(name, index)
+        except NotOwner:
+            pass   # given away again meanwhile
+        except Exception as exc:
+            log.warning("taking over the partitions of bundle %s failed: %s", bundle, exc)
+
     async def _close_oldest(self, count: int) -> None:
         for _ in range(count):
             key, partition = self._partitions.popitem(last=False)
@@ -209,6 +239,8 @@ class Core:
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for task in self._takeovers:
+            task.cancel()
         try:
             await self.delayed.close()
         except Exception as exc:

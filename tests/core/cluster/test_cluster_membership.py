@@ -99,6 +99,32 @@ async def test_the_core_serves_only_partitions_of_bundles_it_owns(storage) -> No
     await core.close()
 
 
+async def test_a_new_owner_fences_at_once_the_logs_a_zombie_left_open(storage) -> None:
+    """A writer that still appends to a partition (a broker paused past its session, here a core that
+    checks no ownership) is fenced as soon as another broker takes the bundle, before any client
+    asks the new owner for that partition."""
+    zombie = Core(storage.metadata, storage.logs)
+    await zombie.start()
+    topic = TopicName.of("busy")
+    await zombie.create_topic(topic, 1)
+    stale = await zombie.partition(topic, 0)
+    await stale.append(_batch())                                  # its ledger is open now
+    owner = BrokerCluster(storage.metadata, broker(2), poll_s=POLL_S)
+    core = Core(storage.metadata, storage.logs, cluster=owner)
+    await core.start()
+    await owner.start()
+    await until(lambda: owner.held == ALL)
+    await until(lambda: (topic, 0) in core._partitions)          # opened by the takeover, unasked
+    with pytest.raises(NotOwner):
+        await stale.append(_batch())
+    taken = await core.partition(topic, 0)
+    assert taken.high_watermark == 1
+    assert await taken.append(_batch()) == 1
+    await owner.close()
+    await core.close()
+    await zombie.close()
+
+
 async def test_queues_of_a_moved_bundle_refuse_publishes_and_cancel_their_consumers(storage) -> None:
     await Registry(storage.metadata, SystemClock()).start()
     local, other = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
