@@ -12,8 +12,9 @@ broker recompute), while one assigner sees one membership and moves only what mu
 the node. Assignment is only intent: a broker serves a bundle only while it holds the bundle's
 ephemeral lease, which it takes once the previous owner released it or lost its session.
 
-Membership and namespaces are polled every `poll_s` (a few cheap reads); the assignment, the leader
-node and leases this broker waits for are watched, so a release is taken over at once.
+New brokers and namespaces are found by polling every `poll_s` (a few cheap reads); the assignment,
+the leader node, every known broker's node and the leases this broker waits for are watched, so a
+departure or a release is acted on at once.
 
 Sessions: on SUSPENDED the broker stops serving at once (`suspended`: the core refuses every
 partition); on CONNECTED with the same session it resumes; on LOST every bundle is dropped (the
@@ -71,6 +72,7 @@ class BrokerCluster:
         self._held: set[Bundle] = set()
         self._dropped: set[Bundle] = set()                        # lost with the session: to release
         self._waiting: dict[Bundle, Callable[[], None]] = {}      # lease watches of bundles held elsewhere
+        self._member_watches: dict[int, Callable[[], None]] = {}
         self._on_release: list[BundleCallback] = []
         self._on_acquire: list[BundleCallback] = []
         self.is_leader = False
@@ -119,9 +121,10 @@ class BrokerCluster:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        for cancel in self._cancels + list(self._waiting.values()):
+        for cancel in self._cancels + list(self._waiting.values()) + list(self._member_watches.values()):
             cancel()
         self._waiting.clear()
+        self._member_watches.clear()
         for bundle in sorted(self._held):
             await self._release(bundle, give_up_lease=self._session is SessionState.CONNECTED)
         self.suspended = True
@@ -218,8 +221,11 @@ class BrokerCluster:
             found[broker_id] = known
         for broker_id in found.keys() - self._brokers.keys():
             log.info("broker %d joined: %s", broker_id, found[broker_id].describe())
+            # Its departure is seen at once (new brokers are found by polling).
+            self._member_watches[broker_id] = self.metadata.watch(f"{BROKERS}/{broker_id}", self._wake)
         for broker_id in self._brokers.keys() - found.keys():
             log.info("broker %d left", broker_id)
+            self._member_watches.pop(broker_id)()
         self._brokers = found
 
     async def _elect(self) -> None:
