@@ -265,6 +265,11 @@ def wait_for_acks(history, key: str, since: float, count: int) -> None:
         time.sleep(0.2)
 
 
+def acknowledged_on_all(workloads, partitions: int) -> None:
+    for partition in range(partitions):
+        wait_for_acks(workloads.kafka_history, workloads.kafka.key(partition), 0.0, 20)
+
+
 def finish(workloads, name: str) -> None:
     workloads.stop()
     workloads.drain()
@@ -276,6 +281,7 @@ def test_kill9_of_the_owner_of_busy_partitions_loses_nothing(healthy, workloads_
     topic = workloads.kafka.topic
     victim, owned = busiest_owner(healthy, topic, 6)
     workloads.wait_for_progress(200)
+    acknowledged_on_all(workloads, 6)       # so every partition's failover can be measured
     victim.kill()
     workloads.fault("kill9-owner", broker=victim.name, partitions=owned)
     wait_for_holders(healthy, topic, 6, lambda h: all(h[p] not in (None, healthy.brokers.index(victim))
@@ -308,6 +314,7 @@ def test_kill9_of_the_leader_broker_elects_another_that_reassigns(healthy, workl
     owned = [p for p, b in wait_for_holders(healthy, topic, 6, lambda h: None not in h.values()).items()
              if b == leader]
     workloads.wait_for_progress(200)
+    acknowledged_on_all(workloads, 6)       # so every partition's failover can be measured
     victim.kill()
     workloads.fault("kill9-leader", broker=victim.name, partitions=owned)
     wait_for_holders(healthy, topic, 6, lambda h: all(b not in (None, leader) for b in h.values()))
@@ -331,6 +338,7 @@ def test_an_owner_paused_past_its_session_is_fenced_when_it_wakes(healthy, workl
     victim, owned = busiest_owner(healthy, topic, 6)
     victim_id = healthy.brokers.index(victim)
     workloads.wait_for_progress(200)
+    acknowledged_on_all(workloads, 6)
     host, _, port = kafka_address(victim).rpartition(":")
     zombie = socket.create_connection((host, int(port)), timeout=60)
     victim.signal(signal.SIGSTOP)

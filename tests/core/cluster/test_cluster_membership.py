@@ -156,6 +156,33 @@ async def test_queues_of_a_moved_bundle_refuse_publishes_and_cancel_their_consum
     await core.close()
 
 
+async def test_a_queue_declared_through_another_broker_keeps_its_messages_when_taken_over(storage) -> None:
+    """Broker 2 loaded the namespace before broker 1 declared the queue; when broker 2 takes the
+    queue's bundle and a client declares it there, the unconsumed messages are still delivered."""
+    await Registry(storage.metadata, SystemClock()).start()
+    first, second = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
+    cores = [Core(storage.metadata, storage.logs, cluster=c) for c in (first, second)]
+    services = [QueueService(core) for core in cores]
+    for core in cores:
+        await core.start()
+    await first.start()
+    await until(lambda: first.held == ALL)
+    early = await services[1].namespace("public", "default")       # before the queue exists
+    space = await services[0].namespace("public", "default")
+    await space.declare_queue("kept")
+    for value in (b"one", b"two", b"three"):
+        await space.queues["kept"].publish(Record(0, value=value))
+    await first.close()                                            # broker 1 goes
+    await second.start()
+    await until(lambda: second.held == ALL)
+    queue = await early.declare_queue("kept")                      # the client declares again
+    got = [await queue.get("client", auto_ack=True) for _ in range(3)]
+    assert [m.value for m in got if m is not None] == [b"one", b"two", b"three"]
+    await second.close()
+    for core in cores:
+        await core.close()
+
+
 class _Consumer:
     def __init__(self, log: list[str]) -> None:
         self.log = log
