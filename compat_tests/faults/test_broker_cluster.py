@@ -329,6 +329,21 @@ def test_kill9_of_the_leader_broker_elects_another_that_reassigns(healthy, workl
           describe(failover_times(workloads.kafka_history, "kill9-leader")))
 
 
+def test_kill9_of_every_broker_one_after_another_loses_nothing(healthy, workloads_for) -> None:
+    workloads = workloads_for([kafka_address(b) for b in healthy.brokers], amqp_addresses(healthy), partitions=6)
+    topic = workloads.kafka.topic
+    for index, victim in enumerate(healthy.brokers):
+        wait_until_balanced(healthy)
+        workloads.wait_for_progress(100)
+        victim.kill()
+        workloads.fault("kill9-broker", broker=victim.name)
+        wait_for_holders(healthy, topic, 6, lambda h: all(b not in (None, index) for b in h.values()))
+        workloads.wait_for_progress(100)
+        healthy.restart(victim)
+    workloads.wait_for_progress(100)
+    finish(workloads, "kill9-every-broker")
+
+
 def test_an_owner_paused_past_its_session_is_fenced_when_it_wakes(healthy, workloads_for) -> None:
     """The killer scenario: SIGSTOP the owner until another broker took its bundles and acknowledges
     writes; a Produce sent to the paused owner meanwhile must fail when it wakes, and what it
