@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from core.delayed.held import Target
 from core.cluster.bundles import Bundle, partition_bundle
+from core.delayed.held import Target
 from core.delayed.store import SYSTEM_TOPIC, Deliverer, DelayedStore
 from core.names import TopicName
 from core.records.builder import Record

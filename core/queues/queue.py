@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.clock import Clock
+from core.cluster.bundles import partition_bundle
 from core.cursor import Cursor
 from core.names import TopicName
-from core.cluster.bundles import partition_bundle
 from core.partition import Partition
 from core.queues import arguments as stored_arguments
 from core.queues.dead_letter import DeadLetterer

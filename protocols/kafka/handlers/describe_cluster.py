@@ -1,10 +1,10 @@
 """DescribeCluster (key 60), version 0.
 
-Behaviour: the live brokers and the controller (the cluster's leader broker) as Metadata names
-them (one process: this broker alone); the cluster id is the configured one. Asked for the cluster's authorized operations, it answers the bit field of
-the cluster operations the client may do, or 0 without DESCRIBE on the cluster, as Kafka 2.8; with
-SASL off (no ACLs enforced) every operation Kafka defines on a cluster, as a Kafka broker without
-an authorizer does.
+Behaviour: the live brokers and the controller (the cluster's leader broker) as Metadata names them
+(one process: this broker alone); the cluster id is the configured one. Asked for the cluster's
+authorized operations, it answers the bit field of the cluster operations the client may do, or 0
+without DESCRIBE on the cluster, as Kafka 2.8; with SASL off (no ACLs enforced) every operation
+Kafka defines on a cluster, as a Kafka broker without an authorizer does.
 Gaps: none known.
 """
 

@@ -1,10 +1,11 @@
 """FindCoordinator (key 10), versions 0-3.
 
-Behaviour: a group (key_type 0) or transactional id (key_type 1) is coordinated by the owner of
-its bundle (one process: this broker); while that bundle has no live owner the answer is
-COORDINATOR_NOT_AVAILABLE, so the client asks again. Another key_type is INVALID_REQUEST, as in Kafka. With
-ACLs enforced (SASL on), a group key needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED), a
-transactional id DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as in Kafka 2.8.
+Behaviour: a group (key_type 0) or transactional id (key_type 1) is coordinated by the owner of its
+bundle (one process: this broker); while that bundle has no live owner the answer is
+COORDINATOR_NOT_AVAILABLE, so the client asks again. Another key_type is INVALID_REQUEST, as in
+Kafka. With ACLs enforced (SASL on), a group key needs DESCRIBE on the group
+(GROUP_AUTHORIZATION_FAILED), a transactional id DESCRIBE on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as in Kafka 2.8.
 Gaps: none for 2.8's range (batched keys are v4).
 """
 

@@ -3,7 +3,8 @@
 Behaviour: the brokers are the live ones (cluster_view.py; one process: this broker alone), the
 controller is the cluster's leader broker, and each partition's leader is the broker owning its
 bundle, with replicas and ISR = [leader] (the bookies hold the copies); a partition whose bundle has
-no live owner yet is LEADER_NOT_AVAILABLE with leader -1, so clients ask again. A null topic list (v1+) or an empty one (v0)
+no live owner yet is LEADER_NOT_AVAILABLE with leader -1, so clients ask again.
+A null topic list (v1+) or an empty one (v0)
 means every topic of the client's tenant/namespace. An unknown topic is created with the default
 partition count when the request allows it (v4+ flag, always before v4) and auto-creation is on.
 Leader epochs are -1 everywhere, so clients skip KIP-320 truncation checks consistently.
