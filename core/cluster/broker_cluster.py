@@ -29,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from core.cluster.assignment import assign
 from core.cluster.bundles import Bundle, namespace_bundles
@@ -52,7 +54,7 @@ def _holder_value(local: BrokerInfo) -> bytes:
 
 
 def _held_by(raw: bytes, local: BrokerInfo) -> bool:
-    """Whether a leader or lease node was made by this very process."""
+    """Whether a leader or lease node was made by this process in its current session."""
     try:
         return json.loads(raw).get("instance") == local.instance
     except ValueError:
@@ -63,6 +65,8 @@ class BrokerCluster:
     def __init__(self, metadata: MetadataStore, local: BrokerInfo, *, poll_s: float = POLL_S) -> None:
         self.metadata = metadata
         self.local = local
+        self._instance = local.instance or uuid.uuid4().hex
+        self._sessions = 0
         self.suspended = True            # serving nothing: not registered yet, or the session is in doubt
         self._poll_s = poll_s
         self._session = SessionState.CONNECTED
@@ -191,6 +195,10 @@ class BrokerCluster:
         """Create this broker's node. A node of this id from another process (killed, its session not
         expired yet) is waited out: its leases are still held in that session."""
         path = f"{BROKERS}/{self.local.id}"
+        # A token per session: the nodes an expired session of this very process left behind (not
+        # yet deleted by ZooKeeper) must not pass for this session's.
+        self._sessions += 1
+        self.local = replace(self.local, instance=f"{self._instance}.{self._sessions}")
         warned = False
         while True:
             try:
@@ -199,10 +207,10 @@ class BrokerCluster:
             except NodeExists:
                 node = await self.metadata.get(path)
                 if node is not None and BrokerInfo.from_json(node.value).instance == self.local.instance:
-                    break     # made by this process (a create retried across a reconnection)
+                    break     # made in this session (a create retried across a reconnection)
                 if not warned:
-                    log.warning("broker id %d is still registered by another process (its session has not "
-                                "expired yet?): waiting for it to go", self.local.id)
+                    log.warning("broker id %d is still registered by an older session (its expiry is not "
+                                "complete yet?): waiting for it to go", self.local.id)
                     warned = True
                 await asyncio.sleep(self._poll_s / 2)
         self._registered = True

@@ -16,7 +16,7 @@ class BrokerInfo:
     amqp: str                 # "host:port"
     rack: str | None = None
     role: str = SERVING
-    instance: str = ""        # unique per process: tells this process's nodes from a previous one's
+    instance: str = ""        # unique per process and session: tells its nodes from older ones
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
