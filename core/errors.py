@@ -136,6 +136,11 @@ class GroupSubscribedToTopic(GroupError):
     """A committed offset cannot be deleted while a live member consumes its topic."""
 
 
+class NotCoordinator(GroupError):
+    """This broker does not own the bundle of the group or transactional id: another one coordinates it."""
+    retriable = True
+
+
 class OffsetMetadataTooLarge(CoreError):
     pass
 

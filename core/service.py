@@ -14,9 +14,11 @@ from collections import OrderedDict
 
 from core.broker_configs import BrokerConfigs
 from core.clock import Clock, SystemClock
+from core.cluster.broker_cluster import BrokerCluster
+from core.cluster.bundles import Bundle, partition_bundle
 from core.cursor import Cursor
 from core.delayed.service import DelayedService
-from core.errors import UnknownTopic
+from core.errors import NotOwner, UnknownTopic
 from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
 from core.transactions.aborted_index import AbortedIndexStore
@@ -33,16 +35,26 @@ RETENTION_CHECK_S = 60.0
 
 
 class Core:
-    def __init__(self, metadata: MetadataStore, logs: ManagedLogFactory, clock: Clock | None = None) -> None:
+    def __init__(self, metadata: MetadataStore, logs: ManagedLogFactory, clock: Clock | None = None,
+                 cluster: BrokerCluster | None = None) -> None:
+        """`cluster`: this broker's membership when several brokers share the storage; None (one
+        process) owns every partition."""
         self.metadata = metadata
         self.logs = logs
         self.clock = clock or SystemClock()
+        self.cluster = cluster
+        if cluster is not None:
+            # A partition is open only while its bundle is owned: closed on release, and anything
+            # still cached when a bundle is taken (again) is stale.
+            cluster.on_release(self._close_bundle)
+            cluster.on_acquire(self._take_bundle)
         self.registry = Registry(metadata, self.clock)
         self.broker_configs = BrokerConfigs(metadata)   # broker-level topic defaults, changeable at run time
         self._partitions: OrderedDict[tuple[TopicName, int], Partition] = OrderedDict()
         self._last_used: dict[tuple[TopicName, int], float] = {}
         self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
         self._sweeper: asyncio.Task | None = None
+        self._takeovers: set[asyncio.Task] = set()
         self.delayed = DelayedService(self)     # delayed messages: held until due, then routed
 
     async def start(self) -> None:
@@ -119,16 +131,22 @@ class Core:
         key = (name, index)
         partition = self._partitions.get(key)
         if partition is not None:
+            if self.cluster is not None and self.cluster.suspended:
+                raise self.not_owner(name, index)
             self._partitions.move_to_end(key)
             self._last_used[key] = time.monotonic()
             return partition
         opening = self._opening.get(key)
         if opening is not None:
             return await asyncio.shield(opening)
+        self._check_owner(name, index)
         future = asyncio.get_running_loop().create_future()
         self._opening[key] = future
         try:
             partition = await self._open(name, index)
+            if self.cluster is not None and not self._owns(name, index):   # lost while opening
+                await partition.close()
+                raise self.not_owner(name, index)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: other waiters re-raise it
@@ -153,6 +171,58 @@ class Core:
                               AbortedIndexStore(self.metadata, info.topic_id, index))
         await partition.load_producer_states()
         return partition
+
+    def _owns(self, name: TopicName, index: int) -> bool:
+        return self.cluster.owns(partition_bundle(name.tenant, name.namespace, name.topic, index))
+
+    def _check_owner(self, name: TopicName, index: int) -> None:
+        if self.cluster is not None and not self._owns(name, index):
+            raise self.not_owner(name, index)
+
+    def not_owner(self, name: TopicName, index: int) -> NotOwner:
+        """The error for a partition another broker serves, naming that broker."""
+        owner = self.cluster.owner(partition_bundle(name.tenant, name.namespace, name.topic, index))
+        where = "no broker at the moment" if owner is None else owner.describe()
+        return NotOwner(f"partition {name}-{index} is served by {where}, not by broker {self.cluster.local.id}")
+
+    async def _close_bundle(self, bundle: Bundle) -> None:
+        for key in [k for k in self._partitions
+                    if partition_bundle(k[0].tenant, k[0].namespace, k[0].topic, k[1]) == bundle]:
+            partition = self._partitions.pop(key)
+            self._last_used.pop(key, None)
+            try:
+                await partition.close()
+            except Exception as exc:
+                log.warning("closing partition %s-%d failed: %s", key[0], key[1], exc)
+
+    async def _take_bundle(self, bundle: Bundle) -> None:
+        await self._close_bundle(bundle)
+        # Called just before the bundle counts as owned: the takeover runs once this acquisition is done.
+        task = asyncio.get_running_loop().create_task(self._open_abandoned(bundle), name=f"take-over-{bundle}")
+        self._takeovers.add(task)
+        task.add_done_callback(self._takeovers.discard)
+
+    async def _open_abandoned(self, bundle: Bundle) -> None:
+        """Open now every partition of the bundle whose log the previous owner left open: opening
+        fences its ledger, so from here on that owner (if it is only paused) cannot append, rather
+        than until the first client asks for the partition here; clients find it open, too. Costs a
+        metadata read per partition of the bundle's topics."""
+        try:
+            for topic in await self.registry.list_topics(bundle.tenant, bundle.namespace):
+                name = TopicName(bundle.tenant, bundle.namespace, topic)
+                try:
+                    info = await self.registry.get_topic(name)
+                except UnknownTopic:
+                    continue
+                for index in range(info.partitions):
+                    if (partition_bundle(bundle.tenant, bundle.namespace, topic, index) == bundle
+                            and (name, index) not in self._partitions
+                            and await self.logs.needs_recovery(name.partition_log(index))):
+                        await self.partition(name, index)
+        except NotOwner:
+            pass   # given away again meanwhile
+        except Exception as exc:
+            log.warning("taking over the partitions of bundle %s failed: %s", bundle, exc)
 
     async def _close_oldest(self, count: int) -> None:
         for _ in range(count):
@@ -200,6 +270,8 @@ class Core:
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for task in self._takeovers:
+            task.cancel()
         try:
             await self.delayed.close()
         except Exception as exc:

@@ -16,10 +16,13 @@ import os
 import signal
 import socket
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TextIO
 
 from core.auth import Permission, UserStore
+from core.cluster.broker_cluster import BrokerCluster
+from core.cluster.members import BrokerInfo
 from core.service import Core
 from gateway.admin import AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
@@ -31,11 +34,14 @@ from protocols.kafka.broker import KafkaSettings
 from protocols.kafka.machine.connection import Limits
 from storage.config import REPLICATED
 from storage.embedded import EmbeddedStorage
+from storage.api import MetadataStore
 from storage.replicated import ReplicatedStorage
 
 log = logging.getLogger("gateway")
 
 READY_PREFIX = "GATEWAY READY "
+BROKER_ID_FILE = "broker-id"
+BROKER_ID_COUNTER = "broker-id"
 SHUTDOWN_GRACE_S = 5.0   # how long open connections get to finish their in-flight work
 CLOSE_TIMEOUT_S = 10.0   # bound on core.close() and storage.close(), so a hang cannot stall the exit
 EXIT_OK = 0
@@ -93,10 +99,12 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
-                      kafka_config: KafkaConfig | None = None, *, log_dir: str = "") -> dict[str, ConnectionHandler]:
+                      kafka_config: KafkaConfig | None = None, *, log_dir: str = "", node_id: int = 0,
+                      rack: str | None = None) -> dict[str, ConnectionHandler]:
     """The connection handler of each protocol listener, each built on the core."""
     host, port = sockets["kafka"].getsockname()[:2]
-    kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir))
+    kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir,
+                                                          node_id=node_id, rack=rack))
     amqp = amqp_server.make_broker(core)
     return {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
 
@@ -104,13 +112,14 @@ def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
-def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: str = "") -> KafkaSettings:
+def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: str = "", node_id: int = 0,
+                   rack: str | None = None) -> KafkaSettings:
     """The Kafka broker's settings: the [kafka] config, advertising the bind address unless told otherwise."""
-    host = config.advertised_host or bind_host
+    host = advertised_host(config, bind_host)
     if host in _WILDCARD_HOSTS:
         # Clients would be told to connect to "0.0.0.0"; Kafka refuses such a listener outright.
         log.warning("Kafka listener bound to %r advertises that address; set kafka.advertised_host", host)
-    return KafkaSettings(host=host, port=port, cluster_id=config.cluster_id,
+    return KafkaSettings(host=host, port=port, node_id=node_id, rack=rack, cluster_id=config.cluster_id,
                          auto_create_topics=config.auto_create_topics,
                          default_partitions=config.default_partitions,
                          limits=Limits(max_frame_bytes=config.max_frame_bytes), log_dir=log_dir,
@@ -125,6 +134,25 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
                          given=config.given)
 
 
+def advertised_host(config: KafkaConfig, bind_host: str) -> str:
+    return config.advertised_host or bind_host
+
+
+async def broker_id(config: GatewayConfig, metadata: MetadataStore) -> int:
+    """The configured id, else the one allocated at this data directory's first start."""
+    if config.broker_id is not None:
+        return config.broker_id
+    path = config.data_dir / BROKER_ID_FILE
+    try:
+        return int(path.read_text())
+    except FileNotFoundError:
+        pass
+    # Above Kafka's reserved.broker.max.id (1000), as Kafka's generated ids are.
+    allocated = 1001 + await metadata.next_id(BROKER_ID_COUNTER)
+    path.write_text(f"{allocated}\n")
+    return allocated
+
+
 class Gateway:
     def __init__(self, config: GatewayConfig, *, stdout: TextIO | None = None) -> None:
         self.config = config
@@ -135,6 +163,8 @@ class Gateway:
         self._stop_requested = asyncio.Event()
         self._storage: EmbeddedStorage | ReplicatedStorage | None = None
         self._core: Core | None = None
+        self._cluster: BrokerCluster | None = None
+        self._broker_id = 0
         self._unserved_sockets: dict[str, socket.socket] = {}  # bound, not yet owned by a server
         self._servers: list[_Server] = []
 
@@ -184,7 +214,10 @@ class Gateway:
             self._storage = await EmbeddedStorage.open(config.data_dir, config.storage)
         self._check_stop()
 
-        self._core = Core(self._storage.metadata, self._storage.logs)
+        if config.storage.mode == REPLICATED:
+            self._broker_id = await broker_id(config, self._storage.metadata)
+            self._cluster = BrokerCluster(self._storage.metadata, self._local_broker())
+        self._core = Core(self._storage.metadata, self._storage.logs, cluster=self._cluster)
         await self._core.start()
         users = UserStore(self._core.metadata)
         for user in config.users:   # the config file's logins, (re)stored with fresh salts at every start
@@ -197,7 +230,8 @@ class Gateway:
                 await self._core.registry.ensure_namespace(permission.tenant, permission.namespace)
         self._check_stop()
 
-        handlers = protocol_handlers(self._core, self._unserved_sockets, config.kafka, log_dir=str(config.data_dir))
+        handlers = protocol_handlers(self._core, self._unserved_sockets, config.kafka, log_dir=str(config.data_dir),
+                                     node_id=self._broker_id, rack=config.rack)
         listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp")]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)
@@ -211,7 +245,17 @@ class Gateway:
         self._servers.append(admin)
         for server in (*listeners, admin):
             await server.start()
+        if self._cluster is not None:   # listening first: the registration tells clients to come
+            await self._cluster.start()
         self._check_stop()
+
+    def _local_broker(self) -> BrokerInfo:
+        config = self.config
+        host = advertised_host(config.kafka, config.host)
+        kafka_port = self._unserved_sockets["kafka"].getsockname()[1]
+        amqp_port = self._unserved_sockets["amqp"].getsockname()[1]
+        return BrokerInfo(self._broker_id, host, kafka_port, f"{host}:{amqp_port}", config.rack,
+                          instance=uuid.uuid4().hex)
 
     def _check_stop(self) -> None:
         if self._stop_requested.is_set():
@@ -226,6 +270,8 @@ class Gateway:
             "data_dir": str(self.config.data_dir),
             "pid": os.getpid(),
         }
+        if self._cluster is not None:
+            payload["broker_id"] = self._broker_id
         # The single line on stdout that launchers and tests wait for; everything else is on stderr.
         self._stdout.write(READY_PREFIX + json.dumps(payload) + "\n")
         self._stdout.flush()
@@ -258,6 +304,8 @@ class Gateway:
                 log.error("closing the %s connections failed", server.name, exc_info=outcome)
 
         clean = True
+        if self._cluster is not None:   # hand the bundles over now rather than after the session expires
+            clean &= await _close_step("cluster membership", self._cluster.close)
         if self._core is not None:
             clean &= await _close_step("core", self._core.close)
         if self._storage is not None:

@@ -39,6 +39,11 @@ def serve(
     log_level: Annotated[
         str | None, typer.Option(help="critical, error, warning, info or debug.", show_default="info")
     ] = None,
+    broker_id: Annotated[
+        int | None, typer.Option(help="This broker's id in a cluster (Kafka's broker.id).",
+                                 show_default="allocated at the first start")
+    ] = None,
+    rack: Annotated[str | None, typer.Option(help="This broker's rack (Kafka's broker.rack).")] = None,
     kafka_auto_create_topics: Annotated[
         bool | None,
         typer.Option("--kafka-auto-create-topics/--no-kafka-auto-create-topics",
@@ -102,6 +107,8 @@ def serve(
         "amqp_port": amqp_port,
         "admin_port": admin_port,
         "log_level": log_level,
+        "broker_id": broker_id,
+        "rack": rack,
         "kafka_auto_create_topics": kafka_auto_create_topics,
         "kafka_default_partitions": kafka_default_partitions,
         "kafka_advertised_host": kafka_advertised_host,

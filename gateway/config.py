@@ -29,8 +29,11 @@ ENV_VARS: Mapping[str, str] = {
     "amqp_port": "GATEWAY_AMQP_PORT",
     "admin_port": "GATEWAY_ADMIN_PORT",
     "log_level": "GATEWAY_LOG_LEVEL",
+    "broker_id": "GATEWAY_BROKER_ID",
+    "rack": "GATEWAY_RACK",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
+INT_SETTINGS = (*PORT_SETTINGS, "broker_id")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 USERS_KEY = "users"
@@ -201,6 +204,10 @@ class GatewayConfig:
     storage: StorageConfig = field(default_factory=StorageConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     users: tuple[UserConfig, ...] = ()
+    # In a cluster (replicated storage): this broker's id (Kafka's broker.id; None: one is allocated
+    # at the first start and kept in the data directory) and its rack (Kafka's broker.rack).
+    broker_id: int | None = None
+    rack: str | None = None
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -212,6 +219,9 @@ class GatewayConfig:
             raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if not self.host:
             raise ConfigError("host must not be empty")
+        if self.broker_id is not None and (isinstance(self.broker_id, bool) or not isinstance(self.broker_id, int)
+                                           or not 0 <= self.broker_id < 2**31):
+            raise ConfigError(f"broker_id must be an integer in 0..2147483647, got {self.broker_id!r}")
         if not isinstance(self.data_dir, Path):
             raise ConfigError(f"data_dir must be a path, got {self.data_dir!r}")
 
@@ -286,7 +296,7 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str,
             f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}], [{KAFKA_TABLE}], [[{USERS_KEY}]]"
         )
     for name, value in document.items():
-        expected = int if name in PORT_SETTINGS else str
+        expected = int if name in INT_SETTINGS else str
         if isinstance(value, bool) or not isinstance(value, expected):
             raise ConfigError(f"{path}: {name} must be a {expected.__name__}, got {value!r}")
     return document, storage_table, _check_kafka_table(kafka_table, path), users
@@ -366,11 +376,11 @@ def _settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
         raw = env.get(var, "").strip()
         if not raw:
             continue  # an empty variable (FOO= in a compose file) means "not set"
-        if name in PORT_SETTINGS:
+        if name in INT_SETTINGS:
             try:
                 settings[name] = int(raw)
             except ValueError:
-                raise ConfigError(f"{var} must be an integer port, got {raw!r}") from None
+                raise ConfigError(f"{var} must be an integer, got {raw!r}") from None
         else:
             settings[name] = raw
     return settings

@@ -308,3 +308,7 @@ class ManagedLogFactory(Protocol):
         previous owner can no longer write to it."""
 
     async def delete_log(self, name: str) -> None: ...
+
+    async def needs_recovery(self, name: str) -> bool:
+        """Whether the log's last ledger is still open (its writer crashed or lost ownership), so the
+        next open will fence and recover it."""

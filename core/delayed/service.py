@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from core.cluster.bundles import Bundle, partition_bundle
 from core.delayed.held import Target
-from core.delayed.store import Deliverer, DelayedStore
+from core.delayed.store import SYSTEM_TOPIC, Deliverer, DelayedStore
+from core.names import TopicName
 from core.records.builder import Record
 
 log = logging.getLogger("gateway.core.delayed")
@@ -31,6 +33,8 @@ class DelayedService:
         self._deliverers: dict[str, Deliverer] = {}
         self._registered: dict[str, asyncio.Event] = {}
         self._loader: asyncio.Task | None = None
+        if core.cluster is not None:
+            core.cluster.on_acquire(self._on_acquire)
 
     def register(self, kind: str, deliverer: Deliverer) -> None:
         """`deliverer` routes the held messages of targets of this kind from now on."""
@@ -56,6 +60,16 @@ class DelayedService:
         except Exception as exc:
             log.warning("finding the namespaces with delayed messages failed: %s", exc)
 
+    async def _on_acquire(self, bundle: Bundle) -> None:
+        """A namespace's held messages are delivered by the owner of its system topic's bundle: when
+        this broker takes that bundle, it starts the store (the previous owner's schedule resumes)."""
+        if partition_bundle(bundle.tenant, bundle.namespace, SYSTEM_TOPIC, 0) != bundle:
+            return
+        if await self._core.metadata.get(f"{INDEX}/{bundle.tenant}/{bundle.namespace}") is None:
+            return
+        # Called just before the bundle counts as owned: start once this acquisition is done.
+        asyncio.get_running_loop().call_soon(self.store, bundle.tenant, bundle.namespace)
+
     def store(self, tenant: str, namespace: str) -> DelayedStore:
         key = (tenant, namespace)
         store = self._stores.get(key)
@@ -68,6 +82,9 @@ class DelayedService:
     def hold(self, tenant: str, namespace: str, record: Record, due_ms: int, target: Target) -> asyncio.Future:
         """Keep `record` until `due_ms`, then hand it to the deliverer of `target.kind`. The future
         resolves once the record is durable."""
+        cluster = self._core.cluster
+        if cluster is not None and not cluster.owns(partition_bundle(tenant, namespace, SYSTEM_TOPIC, 0)):
+            raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)   # refused now, not lost
         return self.store(tenant, namespace).hold(record, due_ms, target)
 
     async def close(self) -> None:

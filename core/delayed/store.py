@@ -147,6 +147,7 @@ class DelayedStore:
         self._records, self._dues, self._pending_bytes, self._future = [], [], 0, None
 
     async def _flush(self) -> None:
+        batches: list = []
         try:
             await asyncio.shield(self._opened)
             while True:
@@ -157,9 +158,10 @@ class DelayedStore:
                 partition = await self._core.partition(self.topic, 0)
                 for records, dues, size, future in batches:
                     self._append(partition, records, dues, size, future)
+                batches = []
         except Exception as exc:
             self._seal()
-            batches, self._sealed = self._sealed, []
+            batches, self._sealed = batches + self._sealed, []   # those taken before the failure too
             for _, _, size, future in batches:
                 self._fail(future, size, exc)
         finally:

@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from core.clock import Clock
+from core.cluster.bundles import Bundle, group_bundle
 from core.errors import (CoreError, GroupError, GroupNotFound, GroupSubscribedToTopic, IllegalGeneration,
-                         InvalidGroupId, InvalidName, InvalidSessionTimeout, NonEmptyGroup, OffsetMetadataTooLarge,
-                         UnknownMember, UnknownTopic)
+                         InvalidGroupId, InvalidName, InvalidSessionTimeout, NonEmptyGroup, NotCoordinator,
+                         OffsetMetadataTooLarge, UnknownMember, UnknownTopic)
 from core.groups.group import MembershipGroup, Protocols
 from core.groups.naming import storage_name
 from core.groups.settings import GroupSettings
@@ -82,6 +83,8 @@ class GroupCoordinator:
         self._deadlines: Deadlines[GroupKey] = Deadlines(self._clock, self._on_due)
         self._expiry: asyncio.Task | None = None
         self._settled: dict[GroupKey, tuple[int, GroupState]] = {}   # what the observer last heard
+        if core.cluster is not None:
+            core.cluster.on_release(self._release_bundle)
 
     def start(self) -> None:
         """Run the offset expiry pass every offsets_retention_check_ms (needs a running loop)."""
@@ -259,12 +262,13 @@ class GroupCoordinator:
         return group.summary()
 
     async def list_groups(self, tenant: str, namespace: str, states: Iterable[str] = ()) -> list[GroupOverview]:
-        """The groups of a namespace, optionally only those in `states` (state names, any case)."""
+        """The groups of a namespace this broker coordinates, optionally only those in `states` (state
+        names, any case). Kafka's admin clients ask every broker and merge the answers."""
         wanted = {parse_state(name) for name in states}
         found = {key.group_id: group.overview() for key, group in self._groups.items()
                  if (key.tenant, key.namespace) == (tenant, namespace) and group.state is not GroupState.DEAD}
         for group_id in await self._store.stored_group_ids(tenant, namespace):
-            if group_id in found:
+            if group_id in found or not self.owned(GroupKey(tenant, namespace, group_id)):
                 continue
             record = await self._store.load(GroupKey(tenant, namespace, group_id))   # not in memory: Empty
             if record is not None:
@@ -385,11 +389,24 @@ class GroupCoordinator:
             return False
         return 0 <= tp[1] < info.partitions
 
-    @staticmethod
-    def _check_group_id(key: GroupKey, *, allow_empty: bool) -> None:
+    def _check_group_id(self, key: GroupKey, *, allow_empty: bool) -> None:
         if key.group_id == "" and not allow_empty:
             raise InvalidGroupId("the group id must not be empty")
         storage_name(key.group_id)   # InvalidGroupId if it cannot be stored
+        cluster = self._core.cluster
+        if cluster is not None and not cluster.owns(group_bundle(key.tenant, key.namespace, key.group_id)):
+            raise NotCoordinator(f"broker {cluster.local.id} does not coordinate group {key.group_id}")
+
+    def owned(self, key: GroupKey) -> bool:
+        cluster = self._core.cluster
+        return cluster is None or cluster.owns(group_bundle(key.tenant, key.namespace, key.group_id))
+
+    async def _release_bundle(self, bundle: Bundle) -> None:
+        """Another broker coordinates these groups now: forget them (their waiters are answered,
+        their members join again there; offsets are stored, the new coordinator reads them)."""
+        for key in [k for k in self._groups if group_bundle(k.tenant, k.namespace, k.group_id) == bundle]:
+            self._groups[key].hand_over(NotCoordinator(f"group {key.group_id} moved to another broker"))
+            self._drop(key)
 
 
 def _unique(protocols: Sequence[tuple[str, bytes]]) -> Protocols:

@@ -368,6 +368,13 @@ class MembershipGroup:
     def mark_dead(self) -> None:
         self._transition(GroupState.DEAD)
 
+    def hand_over(self, error: GroupError) -> None:
+        """Another coordinator takes the group: dead here, and every waiting join or sync gets `error`."""
+        for member in self.members.values():
+            self._resolve_join(member, error)
+            self._resolve_sync(member, error)
+        self.mark_dead()
+
     # --- time -------------------------------------------------------------------------------------
 
     def expire(self) -> None:

@@ -106,6 +106,7 @@ class BatchPublisher:
         self._records, self._pending_bytes, self._future = [], 0, None
 
     async def _flush(self) -> None:
+        batches: list = []
         try:
             while True:
                 self._seal()
@@ -115,9 +116,10 @@ class BatchPublisher:
                 partition = await self._partition()
                 for records, size, future in batches:
                     self._append(partition, records, size, future)
+                batches = []
         except Exception as exc:   # the partition could not be opened: fail everything waiting
             self._seal()
-            batches, self._sealed = self._sealed, []
+            batches, self._sealed = batches + self._sealed, []   # those taken before the failure too
             for _, size, future in batches:
                 self._fail(future, size, exc)
         finally:

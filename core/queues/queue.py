@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.clock import Clock
+from core.cluster.bundles import partition_bundle
 from core.cursor import Cursor
 from core.names import TopicName
 from core.partition import Partition
@@ -81,6 +82,7 @@ class Queue:
         self._clock = clock
         self.publisher = BatchPublisher(self.partition, on_durable=self._on_durable,
                                         deliver_first=self._deliver_durable)
+        self.bundle = partition_bundle(topic.tenant, topic.namespace, topic.topic, 0)   # its owner serves it
         self.subscription: SharedSubscription | None = None
         self._opening: asyncio.Future | None = None
         self.had_consumers = False            # auto-delete applies only once someone consumed
@@ -164,6 +166,9 @@ class Queue:
     # --- publishing -----------------------------------------------------------------------------
 
     def publish(self, record: Record) -> asyncio.Future:
+        cluster = self._core.cluster
+        if cluster is not None and not cluster.owns(self.bundle):   # refused now, not nacked later
+            raise self._core.not_owner(self.topic, 0)
         if self.length_limit is not None:
             return self.length_limit.publish(record)
         return self.publisher.publish(record)

@@ -17,8 +17,9 @@ from dataclasses import replace
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from core.errors import (InequivalentDeclaration, InvalidArgument, NotPermitted, ReservedName, ResourceInUse,
-                         ResourceLocked, TopicExists, UnknownExchange, UnknownQueue, UnknownTopic)
+from core.cluster.bundles import Bundle, partition_bundle
+from core.errors import (CoreError, InequivalentDeclaration, InvalidArgument, NotPermitted, ReservedName,
+                         ResourceInUse, ResourceLocked, TopicExists, UnknownExchange, UnknownQueue, UnknownTopic)
 from core.names import TopicName
 from core.partition import storage_errors
 from core.delayed.held import Target
@@ -209,6 +210,16 @@ class QueueNamespace:
                                  (durable, auto_delete, arguments))
                 existing.touch()
                 return existing
+            if self._core.cluster is not None:
+                # Declared through another broker of the cluster since this one loaded the namespace:
+                # attach the stored queue (its topic and position) instead of declaring it anew.
+                stored = await self._store.get_queue(name)
+                if stored is not None and stored.durable and not stored.exclusive:
+                    check_equivalent(name, (stored.durable, stored.auto_delete, stored.arguments),
+                                     (durable, auto_delete, arguments))
+                    queue = self._adopt(stored)
+                    queue.touch()
+                    return queue
             if name.startswith(RESERVED_PREFIX) and not server_named:
                 raise ReservedName(f"queue name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'")
             policy = QueuePolicy.of(name, arguments, durable=durable, exclusive=exclusive, auto_delete=auto_delete)
@@ -220,6 +231,45 @@ class QueueNamespace:
             await self._store.put_queue(info)
             self.queues[name] = queue
             return queue
+
+    def _adopt(self, info: QueueInfo) -> Queue:
+        queue = self.queues[info.name] = self._attach(
+            Queue(self._core, info, self._topic(info), self._core.clock, restored=True))
+        return queue
+
+    async def take_over(self, bundle: Bundle) -> None:
+        """This broker now serves `bundle`: what other brokers declared since this namespace was
+        loaded (the bundle's queues, exchanges, bindings) is read from the store and added."""
+        stored = await self._store.load()
+        for exchange in stored.exchanges:
+            if exchange.durable and exchange.name not in self.routing.exchanges:
+                self.routing.put_exchange(exchange)
+        for info in stored.queues:
+            if info.durable and not info.exclusive and info.name not in self.queues \
+                    and partition_bundle(self.tenant, self.namespace, info.topic, 0) == bundle:
+                self._adopt(info)
+        for binding in stored.bindings:
+            known = (binding.destination in self.queues if binding.kind is DestinationKind.QUEUE
+                     else binding.destination in self.routing.exchanges)
+            if known and binding.source in self.routing.exchanges:
+                self.routing.add_binding(binding)
+
+    async def hand_over(self, bundle: Bundle) -> None:
+        """Another broker serves the queues of `bundle` now: each is replaced by a fresh, unopened
+        copy (refusing publishes and consumers here until the bundle comes back), its position is
+        saved and its consumers are cancelled (basic.cancel), so clients reconnect to the owner."""
+        for name, queue in list(self.queues.items()):
+            if queue.bundle != bundle:
+                continue
+            consumers = list(queue.subscription.consumers) if queue.subscription is not None else []
+            self.queues[name] = self._attach(Queue(self._core, queue.info, queue.topic, self._core.clock,
+                                                   owner=queue.owner, restored=True))
+            try:
+                await queue.close()
+            except CoreError as exc:
+                log.warning("saving the position of queue %s failed: %s", name, exc)
+            for consumer in consumers:
+                consumer.queue_deleted()
 
     def _attach(self, queue: Queue) -> Queue:
         """Give a queue what its policy needs from the namespace: routing for its dead messages, a
@@ -379,6 +429,19 @@ class QueueService:
         self._loading: dict[tuple[str, str], asyncio.Future] = {}
         self.message_facts: MessageFacts = message_facts or _no_facts
         core.delayed.register(HELD_TARGET, self._release)
+        if core.cluster is not None:
+            core.cluster.on_release(self._hand_over)
+            core.cluster.on_acquire(self._take_over)
+
+    async def _take_over(self, bundle: Bundle) -> None:
+        space = self._namespaces.get((bundle.tenant, bundle.namespace))
+        if space is not None:   # else loaded from the store when first used
+            await space.take_over(bundle)
+
+    async def _hand_over(self, bundle: Bundle) -> None:
+        space = self._namespaces.get((bundle.tenant, bundle.namespace))
+        if space is not None:
+            await space.hand_over(bundle)
 
     async def _release(self, tenant: str, namespace: str, exchange: str, record: Record) -> list[asyncio.Future]:
         space = await self.namespace(tenant, namespace)

@@ -57,6 +57,11 @@ class NamespaceStore:
     async def delete_exchange(self, name: str) -> None:
         await self._delete("exchanges", storage_key(name))
 
+    async def get_queue(self, name: str) -> QueueInfo | None:
+        with storage_errors():
+            node = await self._metadata.get(self._path("queues", storage_key(name)))
+        return None if node is None else QueueInfo.from_doc(json.loads(node.value))
+
     async def put_queue(self, info: QueueInfo) -> None:
         await self._put("queues", storage_key(info.name), info.to_doc())
 

@@ -21,7 +21,8 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from core.errors import CoreError, UnknownTopic
+from core.cluster.bundles import Bundle, transaction_bundle
+from core.errors import CoreError, NotCoordinator, UnknownTopic
 from core.groups.coordinator import GroupCoordinator
 from core.groups.store import GroupKey
 from core.groups.values import OffsetAndMetadata
@@ -54,6 +55,8 @@ class TransactionCoordinator:
         self._locks: dict[TxnKey, asyncio.Lock] = {}
         self._loaded: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
+        if core.cluster is not None:
+            core.cluster.on_acquire(self._reload_bundle)
 
     # --- life -----------------------------------------------------------------------------------
 
@@ -91,7 +94,7 @@ class TransactionCoordinator:
         """Abort transactions past their timeout; finish decisions left half-done."""
         now = self._core.clock.now_ms()
         for key, txn in list(self._txns.items()):
-            if not (txn.timed_out(now) or txn.state.completing):
+            if not (txn.timed_out(now) or txn.state.completing) or not self._owned(key):
                 continue
             try:
                 async with self._lock(key):
@@ -113,6 +116,7 @@ class TransactionCoordinator:
         (fencing every older producer), after aborting a transaction the previous one left open.
         `producer_id`/`producer_epoch` (KIP-360) name the caller's current ones, -1 if none."""
         stored_name(key.transactional_id)
+        self._check_owner(key)
         if not 0 < timeout_ms <= self.settings.max_timeout_ms:
             raise InvalidTransactionTimeout(f"transaction timeout {timeout_ms} ms is outside "
                                             f"1..{self.settings.max_timeout_ms} ms")
@@ -164,6 +168,7 @@ class TransactionCoordinator:
 
     async def end(self, key: TxnKey, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """Commit or abort; returns once the markers are written and the offsets applied."""
+        self._check_owner(key)
         await self._ready()
         self._current(key, producer_id, producer_epoch)
         async with self._lock(key):
@@ -185,6 +190,28 @@ class TransactionCoordinator:
 
     # --- internals ------------------------------------------------------------------------------
 
+    async def _reload_bundle(self, bundle: Bundle) -> None:
+        """This broker takes over a bundle: what it remembers of its transactional ids may be stale
+        (another broker coordinated them meanwhile), so they are read again from the store."""
+        if self._loaded is None or not self._loaded.done():
+            return   # the first load reads everything anyway
+        stored = await self._store.load_namespace(bundle.tenant, bundle.namespace)
+        for key in [k for k in self._txns if self._bundle(k) == bundle]:
+            del self._txns[key]
+        self._txns.update((key, txn) for key, txn in stored.items() if self._bundle(key) == bundle)
+
+    @staticmethod
+    def _bundle(key: TxnKey) -> Bundle:
+        return transaction_bundle(key.tenant, key.namespace, key.transactional_id)
+
+    def _owned(self, key: TxnKey) -> bool:
+        cluster = self._core.cluster
+        return cluster is None or cluster.owns(self._bundle(key))
+
+    def _check_owner(self, key: TxnKey) -> None:
+        if not self._owned(key):
+            raise NotCoordinator(f"this broker does not coordinate transactional id {key.transactional_id}")
+
     def _lock(self, key: TxnKey) -> asyncio.Lock:
         lock = self._locks.get(key)
         if lock is None:
@@ -202,6 +229,7 @@ class TransactionCoordinator:
 
     async def _change(self, key: TxnKey, producer_id: int, producer_epoch: int,
                       change: Callable[[Transaction], bool]) -> None:
+        self._check_owner(key)
         await self._ready()
         self._current(key, producer_id, producer_epoch)
         async with self._lock(key):

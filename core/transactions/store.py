@@ -69,10 +69,15 @@ class TransactionStore:
             for tenant in await self._metadata.children(ROOT):
                 for namespace in await self._metadata.children(f"{ROOT}/{tenant}"):
                     self._listed.add((tenant, namespace))
-                    for name in await self._metadata.children(f"{ROOT}/{tenant}/{namespace}"):
-                        transactional_id = transactional_id_of(name)
-                        node = await self._metadata.get(f"{ROOT}/{tenant}/{namespace}/{name}")
-                        if transactional_id is not None and node is not None:
-                            found[TxnKey(tenant, namespace, transactional_id)] = \
-                                Transaction.from_dict(json.loads(node.value))
+                    found.update(await self.load_namespace(tenant, namespace))
+        return found
+
+    async def load_namespace(self, tenant: str, namespace: str) -> dict[TxnKey, Transaction]:
+        found: dict[TxnKey, Transaction] = {}
+        with storage_errors():
+            for name in await self._metadata.children(f"{ROOT}/{tenant}/{namespace}"):
+                transactional_id = transactional_id_of(name)
+                node = await self._metadata.get(f"{ROOT}/{tenant}/{namespace}/{name}")
+                if transactional_id is not None and node is not None:
+                    found[TxnKey(tenant, namespace, transactional_id)] = Transaction.from_dict(json.loads(node.value))
         return found

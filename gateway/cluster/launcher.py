@@ -1,7 +1,8 @@
 """`gateway cluster up`: a whole replicated cluster on this machine, for development and tests.
 
 A private ZooKeeper (gateway/cluster/zookeeper.py), N `gateway bookie` processes and M `gateway serve`
-processes in replicated mode, each on free ports, under one directory:
+processes in replicated mode (broker ids 0..M-1; they share the partitions by bundle ownership,
+core/cluster/), each on free ports, under one directory:
 
     <data dir>/cluster.toml        the shared config: [storage] mode, metadata, secret (mode 0600), quorums
     <data dir>/zookeeper/          ZooKeeper's data and log
@@ -61,8 +62,8 @@ class ClusterSpec:
             raise ValueError("need --ensemble >= --write-quorum >= --ack-quorum >= 1")
         if self.bookies < self.ensemble:
             raise ValueError(f"--bookies {self.bookies} is fewer than --ensemble {self.ensemble}")
-        if self.brokers != 1:
-            raise ValueError("one broker per cluster for now: topic ownership across brokers is not there yet")
+        if self.brokers < 1:
+            raise ValueError("--brokers must be at least 1")
         if self.racks < 1:
             raise ValueError("--racks must be at least 1")
 
@@ -208,7 +209,8 @@ class LocalCluster:
         kafka, amqp, admin = (str(port) for port in ports)
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
                    "--data-dir", str(self.dir / f"broker-{index}"), "--host", self.spec.host,
-                   "--kafka-port", kafka, "--amqp-port", amqp, "--admin-port", admin, "--log-level", self.spec.log_level]
+                   "--kafka-port", kafka, "--amqp-port", amqp, "--admin-port", admin, "--broker-id", str(index),
+                   "--rack", f"/rack-{index % self.spec.racks}", "--log-level", self.spec.log_level]
         return Process(f"broker-{index}", command, self.dir / f"broker-{index}.log", "GATEWAY READY ")
 
     def add_bookie(self) -> Process:

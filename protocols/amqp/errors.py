@@ -31,6 +31,9 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     core.InvalidArgument: ReplyCode.PRECONDITION_FAILED,
     core.InvalidName: ReplyCode.PRECONDITION_FAILED,
     core.RecordTooLarge: ReplyCode.PRECONDITION_FAILED,
+    # Another broker of the cluster owns the queue: close the connection, naming that broker, so the
+    # client reconnects there (AMQP 0.9.1 has no redirect).
+    core.NotOwner: ReplyCode.CONNECTION_FORCED,
     core.InvalidConfig: ReplyCode.PRECONDITION_FAILED,
     core.InvalidPartitions: ReplyCode.PRECONDITION_FAILED,     # a queue over a topic of several partitions
     core.PolicyViolation: ReplyCode.PRECONDITION_FAILED,
@@ -38,7 +41,6 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     core.CoreError: ReplyCode.INTERNAL_ERROR,
     core.StorageUnavailable: ReplyCode.INTERNAL_ERROR,
     core.NotEnoughReplicas: ReplyCode.INTERNAL_ERROR,
-    core.NotOwner: ReplyCode.INTERNAL_ERROR,
     core.OffsetOutOfRange: ReplyCode.INTERNAL_ERROR,
     core.CorruptRecord: ReplyCode.INTERNAL_ERROR,               # records the gateway built itself
     core.InvalidRecord: ReplyCode.INTERNAL_ERROR,

@@ -37,6 +37,7 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.NonEmptyGroup: ErrorCode.NON_EMPTY_GROUP,
     core.GroupNotFound: ErrorCode.GROUP_ID_NOT_FOUND,
     core.GroupSubscribedToTopic: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+    core.NotCoordinator: ErrorCode.NOT_COORDINATOR,
     core.OffsetMetadataTooLarge: ErrorCode.OFFSET_METADATA_TOO_LARGE,
     core.InvalidAcl: ErrorCode.INVALID_REQUEST,
     core.UnknownQueue: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

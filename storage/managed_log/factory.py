@@ -18,6 +18,10 @@ class ManagedLogFactoryImpl:
     async def open_log(self, name: str, policy: RetentionPolicy) -> ManagedLogImpl:
         return await ManagedLogImpl.open(name, self._ledgers, self._metadata, policy, self.tail_cache)
 
+    async def needs_recovery(self, name: str) -> bool:
+        node = await self._metadata.get(f"/logs/{name}")
+        return node is not None and any(r.is_open for r in LedgerList.from_json(node.value).ledgers)
+
     async def delete_log(self, name: str) -> None:
         """Delete a log that is not open: its ledgers, then its list."""
         node = await self._metadata.get(f"/logs/{name}")

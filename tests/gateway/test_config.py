@@ -346,3 +346,18 @@ def test_group_settings_take_kafkas_names_and_defaults_from_every_source(tmp_pat
     with pytest.raises(ConfigError, match="is above"):
         resolve_config(env={"GATEWAY_KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS": "7000",
                             "GATEWAY_KAFKA_GROUP_MAX_SESSION_TIMEOUT_MS": "6000"})
+
+
+def test_broker_id_and_rack_from_each_source(tmp_path):
+    assert resolve_config(env={}).broker_id is None
+    toml = write_toml(tmp_path, 'broker_id = 3\nrack = "/dc1"\n')
+    assert (resolve_config(config_file=toml, env={}).broker_id, resolve_config(config_file=toml, env={}).rack) \
+        == (3, "/dc1")
+    assert resolve_config(config_file=toml, env={"GATEWAY_BROKER_ID": "4"}).broker_id == 4
+    assert resolve_config(config_file=toml, env={}, flags={"broker_id": 5, "rack": "/dc2"}).rack == "/dc2"
+
+
+@pytest.mark.parametrize("source", [{"env": {"GATEWAY_BROKER_ID": "one"}}, {"flags": {"broker_id": -1}}])
+def test_a_bad_broker_id_is_refused(source):
+    with pytest.raises(ConfigError, match="(?i)broker_id"):
+        resolve_config(**{"env": {}, **source})

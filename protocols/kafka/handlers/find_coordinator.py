@@ -1,16 +1,20 @@
 """FindCoordinator (key 10), versions 0-3.
 
-Behaviour: this broker coordinates every group (key_type 0) and every transactional id (key_type
-1), so the answer is always this node. A group key creates the namespace's __consumer_offsets
-topic if need be (protocols/kafka/consumer_offsets.py), as Kafka does. Another key_type is INVALID_REQUEST, as in Kafka. With
-ACLs enforced (SASL on), a group key needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED), a
-transactional id DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as in Kafka 2.8.
+Behaviour: a group (key_type 0) or transactional id (key_type 1) is coordinated by the owner of its
+bundle (one process: this broker); while that bundle has no live owner the answer is
+COORDINATOR_NOT_AVAILABLE, so the client asks again. A group key creates the namespace's
+__consumer_offsets topic if need be (protocols/kafka/consumer_offsets.py), as Kafka does. Another
+key_type is INVALID_REQUEST, as in Kafka. With ACLs enforced (SASL on), a group key needs DESCRIBE on
+the group (GROUP_AUTHORIZATION_FAILED), a transactional id DESCRIBE on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as in Kafka 2.8.
 Gaps: none for 2.8's range (batched keys are v4).
 """
 
+from core.cluster.bundles import group_bundle, transaction_bundle
 from core.errors import CoreError
 from protocols.kafka.authorization import Operation, ResourceType, check
 from protocols.kafka.broker import RequestContext
+from protocols.kafka.cluster_view import coordinator
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.find_coordinator import FIND_COORDINATOR as API
@@ -40,6 +44,10 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         except CoreError as exc:   # as Kafka while it cannot create its offsets topic
             return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
                     "error_message": str(exc), "node_id": -1, "host": "", "port": -1}
-    settings = ctx.broker.settings
+    bundle_of = group_bundle if request.key_type == GROUP else transaction_bundle
+    node = coordinator(ctx, bundle_of(ctx.tenant, ctx.namespace, request.key))
+    if node is None:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "the coordinator is moving to another broker", "node_id": -1, "host": "", "port": -1}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
-            "node_id": settings.node_id, "host": settings.host, "port": settings.port}
+            "node_id": node.node_id, "host": node.host, "port": node.port}

@@ -1,7 +1,10 @@
 """Metadata (key 3), versions 0-11.
 
-Behaviour: this broker is the whole cluster: the only broker, the controller and the leader of
-every partition (replicas and ISR = [this broker]). A null topic list (v1+) or an empty one (v0)
+Behaviour: the brokers are the live ones (cluster_view.py; one process: this broker alone), the
+controller is the cluster's leader broker, and each partition's leader is the broker owning its
+bundle, with replicas and ISR = [leader] (the bookies hold the copies); a partition whose bundle has
+no live owner yet is LEADER_NOT_AVAILABLE with leader -1, so clients ask again.
+A null topic list (v1+) or an empty one (v0)
 means every topic of the client's tenant/namespace. An unknown topic is created with the default
 partition count when the request allows it (v4+ flag, always before v4) and auto-creation is on.
 Leader epochs are -1 everywhere, so clients skip KIP-320 truncation checks consistently.
@@ -24,6 +27,7 @@ from core.names import TopicName
 from protocols.kafka.authorization import (Operation, ResourceType, authorized_operations, check, check_cluster,
                                            enforced)
 from protocols.kafka.broker import RequestContext
+from protocols.kafka.cluster_view import NO_LEADER, brokers, controller_id, partition_leader
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.consumer_offsets import INTERNAL_TOPICS
@@ -55,9 +59,9 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             described.append(topic)
     response = {
         "throttle_time_ms": 0,
-        "brokers": [{"node_id": settings.node_id, "host": settings.host, "port": settings.port, "rack": settings.rack}],
+        "brokers": [{"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack} for n in brokers(ctx)],
         "cluster_id": settings.cluster_id,
-        "controller_id": settings.node_id,
+        "controller_id": controller_id(ctx),
         "topics": topics,
     }
     if request.include_topic_authorized_operations:
@@ -92,7 +96,6 @@ def _unauthorized(name: str | None) -> dict:
 
 
 async def _describe(name: str | None, ctx: RequestContext, may_create: bool, acl: _Decisions | None) -> dict:
-    node = ctx.broker.settings.node_id
     try:
         try:
             topic = TopicName.of(name or "", ctx.tenant, ctx.namespace)
@@ -125,7 +128,13 @@ async def _describe(name: str | None, ctx: RequestContext, may_create: bool, acl
         "name": name,
         "topic_id": uuid.UUID(hex=info.topic_id),
         "is_internal": name in INTERNAL_TOPICS,
-        "partitions": [{"error_code": ErrorCode.NONE, "partition_index": index, "leader_id": node,
-                        "leader_epoch": -1, "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
-                       for index in range(info.partitions)],
+        "partitions": [_partition(index, partition_leader(ctx, topic, index)) for index in range(info.partitions)],
     }
+
+
+def _partition(index: int, leader: int) -> dict:
+    if leader == NO_LEADER:
+        return {"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "partition_index": index, "leader_id": NO_LEADER,
+                "leader_epoch": -1, "replica_nodes": [], "isr_nodes": [], "offline_replicas": []}
+    return {"error_code": ErrorCode.NONE, "partition_index": index, "leader_id": leader,
+            "leader_epoch": -1, "replica_nodes": [leader], "isr_nodes": [leader], "offline_replicas": []}

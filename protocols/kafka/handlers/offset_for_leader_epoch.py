@@ -5,7 +5,8 @@ A Kafka broker whose log has no epoch history (its epoch cache is empty, or the 
 -1) answers NONE with leader_epoch -1 and end_offset -1 ("undefined"), so this one does too, for
 every existing partition. A current_leader_epoch other than -1 (v2+) is checked as Kafka checks
 it against the leader's epoch, here -1: a larger one is UNKNOWN_LEADER_EPOCH. An unknown topic or
-partition is UNKNOWN_TOPIC_OR_PARTITION. Clients ask only when they hold an epoch >= 0, which
+partition is UNKNOWN_TOPIC_OR_PARTITION; a partition another broker of the cluster serves is
+NOT_LEADER_OR_FOLLOWER. Clients ask only when they hold an epoch >= 0, which
 this gateway never hands out, so they do not normally send this request at all.
 With ACLs enforced (SASL on), as in Kafka: CLUSTER_ACTION on the cluster allows every topic, else
 each topic needs DESCRIBE (TOPIC_AUTHORIZATION_FAILED, before the existence check).
@@ -15,6 +16,7 @@ Gaps: none known.
 from protocols.kafka.admin.topics import find_topic
 from protocols.kafka.authorization import Operation, ResourceType, authorized_names, check_cluster, enforced
 from protocols.kafka.broker import RequestContext
+from protocols.kafka.cluster_view import serves
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH as API
@@ -37,6 +39,8 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
                 answer["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif info is None or not 0 <= asked.partition < info.partitions:
                 answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not serves(ctx, info.name, asked.partition):
+                answer["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             elif asked.current_leader_epoch > NO_EPOCH:
                 answer["error_code"] = ErrorCode.UNKNOWN_LEADER_EPOCH
             partitions.append(answer)

@@ -1,0 +1,472 @@
+"""Three brokers on three bookies (`gateway cluster up` as a library), the partitions spread over the
+brokers by bundle ownership, and the faults that move ownership: kill -9 of the owner of busy
+partitions, the owner paused past its ZooKeeper session (its late writes must fail: fenced), and the
+death of a consumer group's coordinator. Kafka clients bootstrap from one broker and follow the
+leaders Metadata names. Each fault test ends with the checkers' verdict (nothing acknowledged lost,
+no offset holding two values, no reordering, no duplicate from the idempotent producer) and prints
+the failover time of every partition (last acknowledgement before the fault -> first one after).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import struct
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+from compat_tests.faults.harness.failover import describe, failover_times
+from compat_tests.faults.harness.history import INVOKE, OK
+from compat_tests.faults.harness.scenarios import settle
+from core.cluster.bundles import partition_bundle
+from gateway.cluster.launcher import ClusterSpec, LocalCluster
+from storage.metadata.zookeeper import ZooKeeperMetadataStore
+
+SESSION_TIMEOUT_MS = 3000
+MIN_ACKED = 200
+DEADLINE_S = 90.0
+NOT_LEADER_OR_FOLLOWER = 6
+ERROR_NONE = 0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    spec = ClusterSpec(data_dir=tmp_path_factory.mktemp("brokers"), bookies=3, brokers=3, ensemble=3,
+                       write_quorum=3, ack_quorum=2,
+                       extra_storage={"zookeeper_session_timeout_ms": SESSION_TIMEOUT_MS, "bookie_timeout_ms": 1500})
+    local = LocalCluster(spec)
+    local.start()
+    yield local
+    local.stop()
+
+
+@pytest.fixture
+def healthy(cluster):
+    """Every process of the cluster runs again after the test."""
+    yield cluster
+    for process in (*cluster.bookies, *cluster.brokers):
+        process.signal(signal.SIGCONT)
+        if not process.alive():
+            cluster.restart(process)
+
+
+def kafka_address(broker) -> str:
+    return broker.ready["kafka"]
+
+
+def others(cluster, victim) -> list[str]:
+    return [kafka_address(b) for b in cluster.brokers if b is not victim]
+
+
+def create_topic(bootstrap: str, partitions: int) -> str:
+    topic = f"spread-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    return topic
+
+
+# --- ownership as stored in ZooKeeper -------------------------------------------------------------
+
+
+async def _lease_holders(cluster, topic: str, partitions: int) -> dict[int, int | None]:
+    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
+    try:
+        holders = {}
+        for index in range(partitions):
+            node = await store.get(f"/cluster/leases/{partition_bundle('public', 'default', topic, index).path}")
+            holders[index] = None if node is None else json.loads(node.value)["broker"]
+        return holders
+    finally:
+        await store.close()
+
+
+def lease_holders(cluster, topic: str, partitions: int) -> dict[int, int | None]:
+    """Partition -> the broker id holding its bundle's lease (None: nobody)."""
+    return asyncio.run(_lease_holders(cluster, topic, partitions))
+
+
+def wait_for_holders(cluster, topic: str, partitions: int, accept) -> dict[int, int | None]:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        holders = lease_holders(cluster, topic, partitions)
+        if accept(holders):
+            return holders
+        assert time.monotonic() < deadline, f"ownership never settled: {holders}"
+        time.sleep(0.2)
+
+
+async def _balanced(cluster) -> bool:
+    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
+    try:
+        live = {int(name) for name in await store.children("/cluster/brokers")}
+        node = await store.get("/cluster/assignment")
+        if node is None:
+            return False
+        assignment = json.loads(node.value)["bundles"]
+        if set(assignment.values()) != live or len(live) != len(cluster.brokers):
+            return False
+        for bundle, broker in assignment.items():
+            lease = await store.get(f"/cluster/leases/{bundle}")
+            if lease is None or json.loads(lease.value)["broker"] != broker:
+                return False
+        return True
+    finally:
+        await store.close()
+
+
+def wait_until_balanced(cluster) -> None:
+    """Every broker registered, bundles spread over all of them, every lease held by its assignee."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not asyncio.run(_balanced(cluster)):
+        assert time.monotonic() < deadline, "the bundles never settled over every broker"
+        time.sleep(0.3)
+
+
+def busiest_owner(cluster, topic: str, partitions: int):
+    """The broker process holding the most partitions of `topic`, and those partitions."""
+    wait_until_balanced(cluster)
+    holders = wait_for_holders(cluster, topic, partitions, lambda h: None not in h.values())
+    broker_id, _ = Counter(holders.values()).most_common(1)[0]
+    return cluster.brokers[broker_id], [p for p, b in holders.items() if b == broker_id]
+
+
+# --- a raw Produce v3, to send to a chosen broker -------------------------------------------------
+
+
+def produce_v3(topic: str, partition: int, value: bytes, correlation_id: int) -> bytes:
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+    builder.append(timestamp=None, key=None, value=value, headers=[])
+    builder.close()
+    records = bytes(builder.buffer())
+    client = b"zombie-test"
+    header = struct.pack(">hhih", 0, 3, correlation_id, len(client)) + client
+    name = topic.encode()
+    body = (struct.pack(">hhi", -1, -1, 30_000) + struct.pack(">ih", 1, len(name)) + name
+            + struct.pack(">ii", 1, partition) + struct.pack(">i", len(records)) + records)
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def read_produce_v3_error(sock: socket.socket) -> int:
+    """The error code of the single partition of a Produce v3 response."""
+    size = struct.unpack(">i", _recv(sock, 4))[0]
+    payload = _recv(sock, size)
+    at = 4 + 4                                            # correlation id, topic count
+    name_length = struct.unpack_from(">h", payload, at)[0]
+    at += 2 + name_length + 4 + 4                         # name, partition count, partition index
+    return struct.unpack_from(">h", payload, at)[0]
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError("connection closed")
+        data += chunk
+    return bytes(data)
+
+
+# --- tests ----------------------------------------------------------------------------------------
+
+
+def test_every_broker_registers_and_leads_a_share_of_the_partitions(healthy) -> None:
+    bootstrap = kafka_address(healthy.brokers[0])
+    topic = create_topic(bootstrap, 12)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + DEADLINE_S
+    while True:   # membership is polled each second: a broker that just started may not be listed yet
+        holders = lease_holders(healthy, topic, 12)
+        metadata = admin.list_topics(topic, timeout=20)
+        leaders = {p.id: p.leader for p in metadata.topics[topic].partitions.values()}
+        if sorted(metadata.brokers) == [0, 1, 2] and leaders == holders:
+            break
+        assert time.monotonic() < deadline, f"brokers {sorted(metadata.brokers)}, leaders {leaders} vs {holders}"
+        time.sleep(0.2)
+    for index, broker in enumerate(healthy.brokers):
+        host, _, port = kafka_address(broker).rpartition(":")
+        assert (metadata.brokers[index].host, metadata.brokers[index].port) == (host, int(port))
+    assert len(set(leaders.values())) >= 2, f"one broker leads everything: {leaders}"
+
+
+def test_a_broker_refuses_partitions_it_does_not_own(healthy) -> None:
+    bootstrap = kafka_address(healthy.brokers[0])
+    topic = create_topic(bootstrap, 6)
+    holders = wait_for_holders(healthy, topic, 6, lambda h: None not in h.values())
+    partition, owner = next(iter(holders.items()))
+    stranger = next(b for i, b in enumerate(healthy.brokers) if i != owner)
+    host, _, port = kafka_address(stranger).rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(produce_v3(topic, partition, b"astray", 1))
+        assert read_produce_v3_error(sock) == NOT_LEADER_OR_FOLLOWER
+
+
+def test_confluent_and_kafka_python_follow_the_leaders(healthy) -> None:
+    bootstrap = kafka_address(healthy.brokers[1])
+    topic = create_topic(bootstrap, 6)
+    wait_for_holders(healthy, topic, 6, lambda h: None not in h.values())
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    failed = []
+    for i in range(300):
+        producer.produce(topic, f"ck-{i}".encode(), partition=i % 6,
+                         on_delivery=lambda e, m: failed.append(e) if e else None)
+    assert producer.flush(60) == 0 and not failed, failed[:3]
+    kp = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i in range(300):
+        kp.send(topic, f"kp-{i}".encode(), partition=i % 6)
+    kp.flush(60)
+    kp.close()
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    seen: dict[int, list[str]] = {}
+    deadline = time.monotonic() + DEADLINE_S
+    while sum(map(len, seen.values())) < 600:
+        assert time.monotonic() < deadline, f"consumed {sum(map(len, seen.values()))} of 600"
+        for message in consumer.consume(200, 0.5):
+            if message.error() is None:
+                seen.setdefault(message.partition(), []).append(message.value().decode())
+    consumer.close()
+    for partition, values in seen.items():   # per partition: each producer's values in send order
+        for prefix in ("ck-", "kp-"):
+            numbers = [int(v[3:]) for v in values if v.startswith(prefix)]
+            assert numbers == sorted(numbers) and len(numbers) == 50, (partition, prefix, numbers)
+
+    reader = KafkaConsumer(topic, bootstrap_servers=kafka_address(healthy.brokers[2]), group_id=f"kp-{topic}",
+                           auto_offset_reset="earliest", consumer_timeout_ms=20_000)
+    count = 0
+    for _ in reader:
+        count += 1
+        if count == 600:
+            break
+    reader.close()
+    assert count == 600
+
+
+def wait_for_acks(history, key: str, since: float, count: int) -> None:
+    """Until `count` sends to `key` were acknowledged after the monotonic time `since`."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        events = history.events
+        ops = {e["op"] for e in events if e["type"] == INVOKE and e["key"] == key}
+        acked = sum(1 for e in events if e["type"] == OK and e["op"] in ops and e["t"] > since)
+        if acked >= count:
+            return
+        assert time.monotonic() < deadline, f"{key}: {acked} of {count} acknowledgements"
+        time.sleep(0.2)
+
+
+def acknowledged_on_all(workloads, partitions: int) -> None:
+    for partition in range(partitions):
+        wait_for_acks(workloads.kafka_history, workloads.kafka.key(partition), 0.0, 20)
+
+
+def finish(workloads, name: str) -> None:
+    workloads.stop()
+    workloads.drain()
+    settle(workloads.verdicts(name), MIN_ACKED)
+
+
+def test_kill9_of_the_owner_of_busy_partitions_loses_nothing(healthy, workloads_for) -> None:
+    workloads = workloads_for([kafka_address(healthy.brokers[0])], None, partitions=6)
+    topic = workloads.kafka.topic
+    victim, owned = busiest_owner(healthy, topic, 6)
+    workloads.wait_for_progress(200)
+    acknowledged_on_all(workloads, 6)       # so every partition's failover can be measured
+    victim.kill()
+    workloads.fault("kill9-owner", broker=victim.name, partitions=owned)
+    wait_for_holders(healthy, topic, 6, lambda h: all(h[p] not in (None, healthy.brokers.index(victim))
+                                                      for p in owned))
+    workloads.wait_for_progress(200)
+    workloads.fault("restart", broker=victim.name)
+    healthy.restart(victim)
+    workloads.wait_for_progress(100)
+    finish(workloads, "kill9-owner")
+    times = failover_times(workloads.kafka_history, "kill9-owner")
+    print("failover after kill -9 of", victim.name, "owning", owned, "->", describe(times))
+    for partition in owned:
+        assert times[workloads.kafka.key(partition)] is not None
+
+
+async def _leader(cluster) -> int | None:
+    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
+    try:
+        node = await store.get("/cluster/leader")
+        return None if node is None else json.loads(node.value)["broker"]
+    finally:
+        await store.close()
+
+
+def test_kill9_of_the_leader_broker_elects_another_that_reassigns(healthy, workloads_for) -> None:
+    wait_until_balanced(healthy)
+    leader = asyncio.run(_leader(healthy))
+    victim = healthy.brokers[leader]
+    workloads = workloads_for(others(healthy, victim), None, partitions=6)
+    topic = workloads.kafka.topic
+    owned = [p for p, b in wait_for_holders(healthy, topic, 6, lambda h: None not in h.values()).items()
+             if b == leader]
+    workloads.wait_for_progress(200)
+    acknowledged_on_all(workloads, 6)       # so every partition's failover can be measured
+    victim.kill()
+    workloads.fault("kill9-leader", broker=victim.name, partitions=owned)
+    deadline = time.monotonic() + DEADLINE_S
+    while asyncio.run(_leader(healthy)) in (None, leader):   # another broker is elected
+        assert time.monotonic() < deadline, "no other broker became the leader"
+        time.sleep(0.2)
+    wait_for_holders(healthy, topic, 6, lambda h: all(b not in (None, leader) for b in h.values()))
+    workloads.wait_for_progress(200)
+    workloads.fault("restart", broker=victim.name)
+    healthy.restart(victim)
+    wait_until_balanced(healthy)      # the restarted broker is given its share again
+    workloads.wait_for_progress(100)
+    finish(workloads, "kill9-leader")
+    print("failover after kill -9 of the leader", victim.name, "owning", owned, "->",
+          describe(failover_times(workloads.kafka_history, "kill9-leader")))
+
+
+def test_kill9_of_every_broker_one_after_another_loses_nothing(healthy, workloads_for) -> None:
+    workloads = workloads_for([kafka_address(b) for b in healthy.brokers], amqp_addresses(healthy), partitions=6)
+    topic = workloads.kafka.topic
+    for index, victim in enumerate(healthy.brokers):
+        wait_until_balanced(healthy)
+        workloads.wait_for_progress(100)
+        victim.kill()
+        workloads.fault("kill9-broker", broker=victim.name)
+        wait_for_holders(healthy, topic, 6, lambda h: all(b not in (None, index) for b in h.values()))
+        workloads.wait_for_progress(100)
+        healthy.restart(victim)
+    workloads.wait_for_progress(100)
+    finish(workloads, "kill9-every-broker")
+
+
+def test_an_owner_paused_past_its_session_is_fenced_when_it_wakes(healthy, workloads_for) -> None:
+    """The killer scenario: SIGSTOP the owner until another broker took its bundles and acknowledges
+    writes; a Produce sent to the paused owner meanwhile must fail when it wakes, and what it
+    holds must never be acknowledged or read."""
+    workloads = workloads_for([kafka_address(healthy.brokers[0])], None, partitions=6)
+    topic = workloads.kafka.topic
+    victim, owned = busiest_owner(healthy, topic, 6)
+    victim_id = healthy.brokers.index(victim)
+    workloads.wait_for_progress(200)
+    acknowledged_on_all(workloads, 6)
+    host, _, port = kafka_address(victim).rpartition(":")
+    zombie = socket.create_connection((host, int(port)), timeout=60)
+    victim.signal(signal.SIGSTOP)
+    try:
+        workloads.fault("sigstop-owner", broker=victim.name, partitions=owned)
+        wait_for_holders(healthy, topic, 6, lambda h: all(h[p] not in (None, victim_id) for p in owned))
+        # The new owner of the partition acknowledges writes: it opened (fenced) the log.
+        wait_for_acks(workloads.kafka_history, workloads.kafka.key(owned[0]), time.monotonic(), 20)
+        zombie.sendall(produce_v3(topic, owned[0], b"zombie-write", 7))   # waits in the paused owner's socket
+    finally:
+        victim.signal(signal.SIGCONT)
+    workloads.fault("sigcont-owner", broker=victim.name)
+    with zombie:
+        try:
+            code = read_produce_v3_error(zombie)
+        except (EOFError, ConnectionError, TimeoutError):
+            code = None                         # closed without an answer: not acknowledged either
+    assert code != ERROR_NONE, "the paused owner acknowledged a write after another broker took over"
+    workloads.wait_for_progress(100)
+    finish(workloads, "sigstop-owner")
+    stored = [r for r in workloads.kafka_history.reads() if r.value == "zombie-write"]
+    assert not stored, f"the zombie's write is in the log: {stored}"
+    times = failover_times(workloads.kafka_history, "sigstop-owner")
+    print("failover after SIGSTOP of", victim.name, "owning", owned, "->", describe(times),
+          "; the zombie's produce got error", code)
+
+
+def amqp_addresses(cluster) -> list[tuple[str, int]]:
+    found = []
+    for broker in cluster.brokers:
+        host, _, port = broker.ready["amqp"].rpartition(":")
+        found.append((host, int(port)))
+    return found
+
+
+def test_amqp_clients_find_the_queue_owner_and_survive_its_kill9(healthy, workloads_for) -> None:
+    """A connection whose queue another broker owns is closed (CONNECTION_FORCED, naming the owner);
+    the clients cycle through the brokers' addresses until they reach the owner, and again when it dies."""
+    wait_until_balanced(healthy)
+    workloads = workloads_for(None, amqp_addresses(healthy))
+    workloads.wait_for_progress(200)
+    queue = workloads.amqp.queue
+    owner = lease_holders(healthy, queue, 1)[0]
+    victim = healthy.brokers[owner]
+    victim.kill()
+    workloads.fault("kill9-queue-owner", broker=victim.name)
+    wait_for_holders(healthy, queue, 1, lambda h: h[0] not in (None, owner))
+    workloads.wait_for_progress(200)
+    workloads.fault("restart", broker=victim.name)
+    healthy.restart(victim)
+    workloads.wait_for_progress(100)
+    finish(workloads, "kill9-queue-owner")
+    print("AMQP failover after kill -9 of", victim.name, "->",
+          describe(failover_times(workloads.amqp_history, "kill9-queue-owner")))
+
+
+def test_a_consumer_group_goes_on_when_its_coordinator_dies(healthy) -> None:
+    bootstrap = ",".join(kafka_address(b) for b in healthy.brokers)
+    topic = create_topic(bootstrap, 3)
+    group = f"moving-{topic}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "session.timeout.ms": 10_000,
+                         "reconnect.backoff.max.ms": 500})
+    consumer.subscribe([topic])
+    received: set[str] = set()
+
+    def produce_and_read(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            producer.produce(topic, f"m-{i}".encode(), partition=i % 3)
+        assert producer.flush(60) == 0
+        wanted = {f"m-{i}" for i in range(first, first + count)}
+        deadline = time.monotonic() + DEADLINE_S
+        while not wanted <= received:
+            assert time.monotonic() < deadline, f"{len(wanted - received)} of {count} never consumed"
+            for message in consumer.consume(100, 0.5):
+                if message.error() is None:
+                    received.add(message.value().decode())
+            try:
+                consumer.commit(asynchronous=False)
+            except Exception:
+                pass    # no offsets yet, or the coordinator is moving: committed again next round
+
+    produce_and_read(0, 90)
+    description = admin.describe_consumer_groups([group])[group].result(30)
+    coordinator = description.coordinator.id
+    victim = healthy.brokers[coordinator]
+    victim.kill()
+    produce_and_read(90, 90)
+    # The group finds its new coordinator (rejoining there) and its offsets commit through it.
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        for message in consumer.consume(100, 0.5):
+            if message.error() is None:
+                received.add(message.value().decode())
+        committed = []
+        try:
+            consumer.commit(asynchronous=False)
+        except KafkaException:
+            pass        # still moving, or nothing consumed since the last commit
+        try:
+            committed = consumer.committed(consumer.assignment(), timeout=10) if consumer.assignment() else []
+        except KafkaException:
+            pass        # the coordinator is moving: asked again
+        if sum(max(tp.offset, 0) for tp in committed) == 180:
+            break
+        assert time.monotonic() < deadline, f"offsets never committed through another broker: {committed}"
+    after = admin.describe_consumer_groups([group])[group].result(30)
+    assert after.coordinator.id != coordinator
+    consumer.close()
+    healthy.restart(victim)

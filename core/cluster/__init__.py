@@ -1,0 +1,1 @@
+"""Brokers sharing one metadata store: membership, bundles of partitions, and their ownership."""

@@ -1,0 +1,331 @@
+"""This broker's part in a cluster of brokers sharing one metadata store (ZooKeeper).
+
+    /cluster/brokers/<id>             ephemeral  BrokerInfo: who is alive and where
+    /cluster/leader                   ephemeral  {"broker": id}: the one broker that assigns bundles
+    /cluster/assignment               {"bundles": {"<t>/<ns>/<i>": broker id}}, written by the leader
+    /cluster/leases/<t>/<ns>/<i>      ephemeral  {"broker": id}: who owns the bundle right now
+
+Why a leader assigns instead of every broker claiming a fair share: claims race (two brokers that
+both see three live brokers may both claim the same spare bundle, and each join or death makes every
+broker recompute), while one assigner sees one membership and moves only what must move
+(assignment.py). The leader is whoever holds the ephemeral leader node; if it dies another takes
+the node. Assignment is only intent: a broker serves a bundle only while it holds the bundle's
+ephemeral lease, which it takes once the previous owner released it or lost its session.
+
+New brokers and namespaces are found by polling every `poll_s` (a few cheap reads); the assignment,
+the leader node, every known broker's node and the leases this broker waits for are watched, so a
+departure or a release is acted on at once.
+
+Sessions: on SUSPENDED the broker stops serving at once (`suspended`: the core refuses every
+partition); on CONNECTED with the same session it resumes; on LOST every bundle is dropped (the
+release callbacks close its partitions and groups), the registration is made again in the new
+session and bundles are taken again as assigned. A broker paused past its session timeout learns of
+the loss only when it runs again; until then its writes fail because the new owner fenced its
+ledgers when it opened the partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from core.cluster.assignment import assign
+from core.cluster.bundles import Bundle, namespace_bundles
+from core.cluster.members import SERVING, BrokerInfo
+from storage.api import MetadataStore, NodeExists, NoNode, SessionState, StorageError
+
+log = logging.getLogger("gateway.cluster")
+
+BROKERS = "/cluster/brokers"
+LEADER = "/cluster/leader"
+ASSIGNMENT = "/cluster/assignment"
+LEASES = "/cluster/leases"
+POLL_S = 1.0
+
+BundleCallback = Callable[[Bundle], Awaitable[None]]
+
+
+def _holder_value(local: BrokerInfo) -> bytes:
+    return json.dumps({"broker": local.id, "instance": local.instance}).encode()
+
+
+def _held_by(raw: bytes, local: BrokerInfo) -> bool:
+    """Whether a leader or lease node was made by this process in its current session."""
+    try:
+        return json.loads(raw).get("instance") == local.instance
+    except ValueError:
+        return False
+
+
+class BrokerCluster:
+    def __init__(self, metadata: MetadataStore, local: BrokerInfo, *, poll_s: float = POLL_S) -> None:
+        self.metadata = metadata
+        self.local = local
+        self._instance = local.instance or uuid.uuid4().hex
+        self._sessions = 0
+        self.suspended = True            # serving nothing: not registered yet, or the session is in doubt
+        self._poll_s = poll_s
+        self._session = SessionState.CONNECTED
+        self._registered = False
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._assignment: dict[Bundle, int] = {}
+        self._held: set[Bundle] = set()
+        self._dropped: set[Bundle] = set()                        # lost with the session: to release
+        self._waiting: dict[Bundle, Callable[[], None]] = {}      # lease watches of bundles held elsewhere
+        self._member_watches: dict[int, Callable[[], None]] = {}
+        self._on_release: list[BundleCallback] = []
+        self._on_acquire: list[BundleCallback] = []
+        self.is_leader = False
+        self.leader_id: int | None = None   # the leader as last seen
+        self._changed = asyncio.Event()
+        self._cancels: list[Callable[[], None]] = []
+        self._task: asyncio.Task | None = None
+
+    # --- what the rest of the broker asks -------------------------------------------------------
+
+    def owns(self, bundle: Bundle) -> bool:
+        return not self.suspended and bundle in self._held
+
+    def owner(self, bundle: Bundle) -> BrokerInfo | None:
+        """The live broker the bundle is assigned to (it may still be taking the lease), or None."""
+        broker_id = self._assignment.get(bundle)
+        return None if broker_id is None else self._brokers.get(broker_id)
+
+    def brokers(self) -> list[BrokerInfo]:
+        return [self._brokers[broker_id] for broker_id in sorted(self._brokers)]
+
+    @property
+    def held(self) -> frozenset[Bundle]:
+        return frozenset(self._held)
+
+    def on_release(self, callback: BundleCallback) -> None:
+        """`callback(bundle)` runs when this broker stops owning a bundle, before the lease is given up."""
+        self._on_release.append(callback)
+
+    def on_acquire(self, callback: BundleCallback) -> None:
+        """`callback(bundle)` runs when this broker takes a bundle, before it serves it."""
+        self._on_acquire.append(callback)
+
+    # --- life -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._cancels.append(self.metadata.on_session_event(self._on_session))
+        for path in (ASSIGNMENT, LEADER):
+            self._cancels.append(self.metadata.watch(path, self._wake))
+        await self._register()
+        await self._step()
+        self._task = asyncio.create_task(self._run(), name="broker-cluster")
+
+    async def close(self) -> None:
+        """Give every bundle back (closing what it serves) so other brokers take over at once."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for cancel in self._cancels + list(self._waiting.values()) + list(self._member_watches.values()):
+            cancel()
+        self._waiting.clear()
+        self._member_watches.clear()
+        for bundle in sorted(self._held):
+            await self._release(bundle, give_up_lease=self._session is SessionState.CONNECTED)
+        self.suspended = True
+        for path in (LEADER if self.is_leader else None, f"{BROKERS}/{self.local.id}" if self._registered else None):
+            if path is not None:
+                try:
+                    await self.metadata.delete(path)
+                except (NoNode, StorageError):
+                    pass
+
+    def _wake(self, _path: str = "") -> None:
+        self._changed.set()
+
+    def _on_session(self, state: SessionState) -> None:
+        self._session = state
+        if state is not SessionState.CONNECTED:
+            if not self.suspended:
+                log.warning("metadata session %s: serving nothing until it is back", state.value)
+            self.suspended = True
+        if state is SessionState.LOST:
+            # Every ephemeral node went with the session: the leases, the registration, the leadership.
+            self._dropped |= self._held
+            self._held = set()
+            self._registered = False
+            self.is_leader = False
+            for cancel in self._waiting.values():
+                cancel()
+            self._waiting.clear()
+        self._wake()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._changed.wait(), self._poll_s)
+            except TimeoutError:
+                pass
+            self._changed.clear()
+            try:
+                await self._step()
+            except StorageError as exc:
+                log.warning("cluster membership step failed, will retry: %s", exc)
+            except Exception:
+                log.exception("cluster membership step failed")
+
+    async def _step(self) -> None:
+        for bundle in sorted(self._dropped):
+            self._dropped.discard(bundle)
+            await self._release(bundle, give_up_lease=False)
+        if self._session is not SessionState.CONNECTED:
+            return
+        if not self._registered:
+            await self._register()
+        self.suspended = False
+        await self._read_brokers()
+        await self._elect()
+        if self.is_leader:
+            await self._assign()
+        await self._read_assignment()
+        await self._reconcile()
+
+    # --- membership and leadership --------------------------------------------------------------
+
+    async def _register(self) -> None:
+        """Create this broker's node. A node of this id from another process (killed, its session not
+        expired yet) is waited out: its leases are still held in that session."""
+        path = f"{BROKERS}/{self.local.id}"
+        # A token per session: the nodes an expired session of this very process left behind (not
+        # yet deleted by ZooKeeper) must not pass for this session's.
+        self._sessions += 1
+        self.local = replace(self.local, instance=f"{self._instance}.{self._sessions}")
+        warned = False
+        while True:
+            try:
+                await self.metadata.create(path, self.local.to_json(), ephemeral=True)
+                break
+            except NodeExists:
+                node = await self.metadata.get(path)
+                if node is not None and BrokerInfo.from_json(node.value).instance == self.local.instance:
+                    break     # made in this session (a create retried across a reconnection)
+                if not warned:
+                    log.warning("broker id %d is still registered by an older session (its expiry is not "
+                                "complete yet?): waiting for it to go", self.local.id)
+                    warned = True
+                await asyncio.sleep(self._poll_s / 2)
+        self._registered = True
+        log.info("registered as %s", self.local.describe())
+
+    async def _read_brokers(self) -> None:
+        found: dict[int, BrokerInfo] = {}
+        for name in await self.metadata.children(BROKERS):
+            broker_id = int(name)
+            known = self._brokers.get(broker_id)
+            if known is None:
+                node = await self.metadata.get(f"{BROKERS}/{name}")
+                if node is None:
+                    continue
+                known = BrokerInfo.from_json(node.value)
+            found[broker_id] = known
+        for broker_id in found.keys() - self._brokers.keys():
+            log.info("broker %d joined: %s", broker_id, found[broker_id].describe())
+            # Its departure is seen at once (new brokers are found by polling).
+            self._member_watches[broker_id] = self.metadata.watch(f"{BROKERS}/{broker_id}", self._wake)
+        for broker_id in self._brokers.keys() - found.keys():
+            log.info("broker %d left", broker_id)
+            self._member_watches.pop(broker_id)()
+        self._brokers = found
+
+    async def _elect(self) -> None:
+        if self.is_leader:
+            return
+        try:
+            await self.metadata.create(LEADER, _holder_value(self.local), ephemeral=True)
+        except NodeExists:
+            node = await self.metadata.get(LEADER)
+            if node is None:
+                self._wake()      # gone meanwhile: try again at once
+                return
+            self.leader_id = json.loads(node.value).get("broker")
+            if not _held_by(node.value, self.local):
+                return
+        self.is_leader = True
+        self.leader_id = self.local.id
+        log.info("broker %d is the cluster leader: it assigns bundles", self.local.id)
+
+    async def _assign(self) -> None:
+        bundles = []
+        for tenant in await self.metadata.children("/tenants"):   # as core/registry.py keeps them
+            for namespace in await self.metadata.children(f"/namespaces/{tenant}"):
+                bundles.extend(bundle.path for bundle in namespace_bundles(tenant, namespace))
+        node = await self.metadata.get(ASSIGNMENT)
+        current = json.loads(node.value)["bundles"] if node is not None else {}
+        live = [broker.id for broker in self._brokers.values() if broker.role == SERVING]
+        wanted = assign(bundles, current, live)
+        if wanted == current:
+            return
+        value = json.dumps({"bundles": wanted}, separators=(",", ":"), sort_keys=True).encode()
+        try:
+            if node is None:
+                await self.metadata.create(ASSIGNMENT, value)
+            else:
+                await self.metadata.put(ASSIGNMENT, value, node.version)
+        except (NodeExists, StorageError) as exc:
+            log.info("assignment not written (written meanwhile?): %s", exc)
+            self._wake()
+            return
+        moved = sum(1 for bundle, broker in wanted.items() if current.get(bundle) not in (None, broker))
+        log.info("assigned %d bundles over brokers %s (%d moved)", len(wanted), sorted(live), moved)
+
+    async def _read_assignment(self) -> None:
+        node = await self.metadata.get(ASSIGNMENT)
+        raw = json.loads(node.value)["bundles"] if node is not None else {}
+        self._assignment = {Bundle.parse(path): broker for path, broker in raw.items()}
+
+    # --- leases ---------------------------------------------------------------------------------
+
+    async def _reconcile(self) -> None:
+        mine = {bundle for bundle, broker in self._assignment.items() if broker == self.local.id}
+        for bundle in sorted(self._held - mine):
+            await self._release(bundle, give_up_lease=True)
+        for bundle in [b for b in self._waiting if b not in mine]:
+            self._waiting.pop(bundle)()
+        for bundle in sorted(mine - self._held):
+            if self.suspended:
+                return
+            await self._acquire(bundle)
+
+    async def _acquire(self, bundle: Bundle) -> None:
+        path = f"{LEASES}/{bundle.path}"
+        try:
+            await self.metadata.create(path, _holder_value(self.local), ephemeral=True)
+        except NodeExists:
+            node = await self.metadata.get(path)
+            if node is None:
+                self._wake()
+                return
+            if not _held_by(node.value, self.local):
+                if bundle not in self._waiting:   # the previous owner still holds it: wait for its release
+                    self._waiting[bundle] = self.metadata.watch(path, self._wake)
+                return
+        cancel = self._waiting.pop(bundle, None)
+        if cancel is not None:
+            cancel()
+        for callback in self._on_acquire:
+            await callback(bundle)
+        self._held.add(bundle)
+        log.info("owning bundle %s", bundle)
+
+    async def _release(self, bundle: Bundle, *, give_up_lease: bool) -> None:
+        self._held.discard(bundle)
+        for callback in self._on_release:
+            try:
+                await callback(bundle)
+            except Exception:
+                log.exception("releasing bundle %s failed", bundle)
+        if give_up_lease:
+            try:
+                await self.metadata.delete(f"{LEASES}/{bundle.path}")
+            except NoNode:
+                pass
+        log.info("released bundle %s", bundle)

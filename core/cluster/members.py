@@ -1,0 +1,29 @@
+"""A broker as the others see it: what its registration node holds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+SERVING = "serving"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    id: int
+    kafka_host: str
+    kafka_port: int
+    amqp: str                 # "host:port"
+    rack: str | None = None
+    role: str = SERVING
+    instance: str = ""        # unique per process and session: tells its nodes from older ones
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> "BrokerInfo":
+        return cls(**json.loads(raw))
+
+    def describe(self) -> str:
+        return f"broker {self.id} (kafka {self.kafka_host}:{self.kafka_port}, amqp {self.amqp})"

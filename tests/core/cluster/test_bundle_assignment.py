@@ -1,0 +1,54 @@
+"""The leader's assignment rule and the bundle hash, as pure functions."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from core.cluster.assignment import assign
+from core.cluster.bundles import BUNDLES_PER_NAMESPACE, Bundle, bundle_of, namespace_bundles, partition_bundle
+
+BUNDLES = [b.path for b in namespace_bundles("public", "default")]
+
+
+def counts(assignment: dict[str, int]) -> list[int]:
+    return sorted(Counter(assignment.values()).values())
+
+
+def test_bundles_are_spread_evenly_over_the_live_brokers() -> None:
+    assignment = assign(BUNDLES, {}, [0, 1, 2])
+    assert set(assignment) == set(BUNDLES)
+    assert counts(assignment) == [5, 5, 6]
+
+
+def test_a_balanced_assignment_never_moves() -> None:
+    first = assign(BUNDLES, {}, [0, 1, 2])
+    assert assign(BUNDLES, first, [0, 1, 2]) == first
+    assert assign(BUNDLES, first, [2, 1, 0]) == first
+
+
+def test_only_the_bundles_of_a_dead_broker_move() -> None:
+    before = assign(BUNDLES, {}, [0, 1, 2])
+    after = assign(BUNDLES, before, [0, 2])
+    moved = {b for b in BUNDLES if before[b] != after[b]}
+    assert moved == {b for b in BUNDLES if before[b] == 1}
+    assert counts(after) == [8, 8]
+
+
+def test_a_joining_broker_takes_its_share_and_no_more() -> None:
+    alone = assign(BUNDLES, {}, [0])
+    joined = assign(BUNDLES, alone, [0, 1])
+    assert counts(joined) == [8, 8]
+    assert sum(1 for b in BUNDLES if alone[b] != joined[b]) == 8
+
+
+def test_no_live_broker_assigns_nothing() -> None:
+    assert assign(BUNDLES, {BUNDLES[0]: 3}, []) == {}
+
+
+def test_keys_hash_into_stable_bundles_of_their_namespace() -> None:
+    bundle = partition_bundle("t", "ns", "orders", 3)
+    assert bundle == partition_bundle("t", "ns", "orders", 3)
+    assert (bundle.tenant, bundle.namespace) == ("t", "ns") and 0 <= bundle.index < BUNDLES_PER_NAMESPACE
+    assert Bundle.parse(bundle.path) == bundle
+    spread = Counter(bundle_of("t", "ns", f"topic-{i}").index for i in range(1600))
+    assert len(spread) == BUNDLES_PER_NAMESPACE and min(spread.values()) > 50

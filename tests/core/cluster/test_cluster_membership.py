@@ -1,0 +1,253 @@
+"""Brokers sharing a metadata store: registration, a leader that spreads the bundles, leases, the
+core refusing partitions of bundles it does not own, and hand-over when a broker goes.
+
+Two brokers on one embedded (SQLite) store show the ownership rules in one process; the session
+events that only ZooKeeper has (SUSPENDED, LOST) run against a real private ZooKeeper."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from kazoo.client import KazooClient
+
+from core.cluster.assignment import assign
+from core.cluster.broker_cluster import BrokerCluster
+from core.cluster.bundles import BUNDLES_PER_NAMESPACE, namespace_bundles, partition_bundle
+from core.cluster.members import BrokerInfo
+from core.errors import NotOwner
+from core.clock import SystemClock
+from core.names import TopicName
+from core.queues.service import QueueService
+from core.registry import Registry
+from core.records.builder import Record, build_batch
+from core.service import Core
+from gateway.cluster.zookeeper import ZooKeeperServer
+from storage.config import StorageConfig
+from storage.embedded import EmbeddedStorage
+from storage.metadata.zookeeper import ZooKeeperMetadataStore
+
+POLL_S = 0.05
+ALL = set(namespace_bundles("public", "default"))
+
+
+def broker(broker_id: int) -> BrokerInfo:
+    return BrokerInfo(broker_id, "127.0.0.1", 9000 + broker_id, f"127.0.0.1:{5600 + broker_id}",
+                      instance=f"instance-{broker_id}-{time.monotonic_ns()}")
+
+
+async def until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+def split_evenly(*members: BrokerCluster) -> bool:
+    held = [m.held for m in members]
+    return (set().union(*held) == ALL and sum(map(len, held)) == len(ALL)
+            and max(map(len, held)) - min(map(len, held)) <= 1)
+
+
+@pytest.fixture
+async def storage(tmp_path):
+    opened = await EmbeddedStorage.open(tmp_path / "data", StorageConfig())
+    yield opened
+    await opened.close()
+
+
+async def test_two_brokers_split_the_bundles_and_the_survivor_takes_them_all(storage) -> None:
+    await Registry(storage.metadata, SystemClock()).start()   # the default namespace
+    first, second = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
+    await first.start()
+    await second.start()
+    await until(lambda: split_evenly(first, second))
+    assert [b.id for b in first.brokers()] == [1, 2] and first.is_leader and not second.is_leader
+    assert first.owner(next(iter(second.held))).id == 2
+
+    await first.close()   # the leader goes: the other one is elected and takes every bundle
+    await until(lambda: second.held == ALL and second.is_leader)
+    await second.close()
+
+
+async def test_the_core_serves_only_partitions_of_bundles_it_owns(storage) -> None:
+    await Registry(storage.metadata, SystemClock()).start()   # the default namespace
+    local, other = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
+    core = Core(storage.metadata, storage.logs, cluster=local)
+    await core.start()
+    await local.start()
+    await other.start()
+    await until(lambda: split_evenly(local, other))
+    topic = TopicName.of("orders")
+    await core.create_topic(topic, 32)
+    mine = [i for i in range(32) if local.owns(partition_bundle("public", "default", "orders", i))]
+    theirs = [i for i in range(32) if i not in mine]
+    assert mine and theirs
+    await (await core.partition(topic, mine[0])).append(_batch())
+    with pytest.raises(NotOwner, match="served by broker 2"):
+        await core.partition(topic, theirs[0])
+
+    await other.close()
+    await until(lambda: local.held == ALL)
+    partition = await core.partition(topic, theirs[0])
+    assert partition.high_watermark == 0
+    await local.close()   # releasing closes what the core has open
+    with pytest.raises(NotOwner):
+        await core.partition(topic, mine[0])
+    await core.close()
+
+
+async def test_a_new_owner_fences_at_once_the_logs_a_zombie_left_open(storage) -> None:
+    """A writer that still appends to a partition (a broker paused past its session, here a core that
+    checks no ownership) is fenced as soon as another broker takes the bundle, before any client
+    asks the new owner for that partition."""
+    zombie = Core(storage.metadata, storage.logs)
+    await zombie.start()
+    topic = TopicName.of("busy")
+    await zombie.create_topic(topic, 1)
+    stale = await zombie.partition(topic, 0)
+    await stale.append(_batch())                                  # its ledger is open now
+    owner = BrokerCluster(storage.metadata, broker(2), poll_s=POLL_S)
+    core = Core(storage.metadata, storage.logs, cluster=owner)
+    await core.start()
+    await owner.start()
+    await until(lambda: owner.held == ALL)
+    await until(lambda: (topic, 0) in core._partitions)          # opened by the takeover, unasked
+    with pytest.raises(NotOwner):
+        await stale.append(_batch())
+    taken = await core.partition(topic, 0)
+    assert taken.high_watermark == 1
+    assert await taken.append(_batch()) == 1
+    await owner.close()
+    await core.close()
+    await zombie.close()
+
+
+async def test_queues_of_a_moved_bundle_refuse_publishes_and_cancel_their_consumers(storage) -> None:
+    await Registry(storage.metadata, SystemClock()).start()
+    local, other = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
+    core = Core(storage.metadata, storage.logs, cluster=local)
+    await core.start()
+    await local.start()
+    queues = QueueService(core)
+    space = await queues.namespace("public", "default")
+    await until(lambda: local.held == ALL)
+    # A queue whose bundle the leader gives to the second broker once it joins.
+    moving = {b for b, owner in assign([b.path for b in ALL], {b.path: 1 for b in ALL}, [1, 2]).items() if owner == 2}
+    name = next(f"q{i}" for i in range(100) if partition_bundle("public", "default", f"q{i}", 0).path in moving)
+    await space.declare_queue(name)
+    await space.queues[name].publish(Record(0, value=b"kept"))
+    cancelled: list[str] = []
+    subscription = await space.queues[name].open()
+    subscription.consumers.append(_Consumer(cancelled))
+
+    await other.start()
+    await until(lambda: split_evenly(local, other))
+    assert not local.owns(space.queues[name].bundle)
+    assert cancelled == ["cancelled"]
+    with pytest.raises(NotOwner, match="served by broker 2"):
+        space.queues[name].publish(Record(0, value=b"refused"))
+    await other.close()
+    await until(lambda: local.held == ALL)   # back: the fresh queue serves again
+    await space.queues[name].publish(Record(0, value=b"again"))
+    await local.close()
+    await core.close()
+
+
+async def test_a_queue_declared_through_another_broker_keeps_its_messages_when_taken_over(storage) -> None:
+    """Broker 2 loaded the namespace before broker 1 declared the queue; when broker 2 takes the
+    queue's bundle and a client declares it there, the unconsumed messages are still delivered."""
+    await Registry(storage.metadata, SystemClock()).start()
+    first, second = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
+    cores = [Core(storage.metadata, storage.logs, cluster=c) for c in (first, second)]
+    services = [QueueService(core) for core in cores]
+    for core in cores:
+        await core.start()
+    await first.start()
+    await until(lambda: first.held == ALL)
+    early = await services[1].namespace("public", "default")       # before the queue exists
+    space = await services[0].namespace("public", "default")
+    await space.declare_queue("kept")
+    for value in (b"one", b"two", b"three"):
+        await space.queues["kept"].publish(Record(0, value=value))
+    await first.close()                                            # broker 1 goes
+    await second.start()
+    await until(lambda: second.held == ALL)
+    queue = await early.declare_queue("kept")                      # the client declares again
+    got = [await queue.get("client", auto_ack=True) for _ in range(3)]
+    assert [m.value for m in got if m is not None] == [b"one", b"two", b"three"]
+    await second.close()
+    for core in cores:
+        await core.close()
+
+
+class _Consumer:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.prefetch, self.auto_ack = 0, False
+
+    def can_deliver(self) -> bool:
+        return False
+
+    def deliver(self, message) -> None:
+        pass
+
+    def queue_deleted(self) -> None:
+        self.log.append("cancelled")
+
+
+def _batch() -> bytes:
+    return build_batch([Record(0, value=b"v")])
+
+
+# --- sessions, against ZooKeeper ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory) -> ZooKeeperServer:
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    yield server
+    server.stop()
+
+
+def _expire(store: ZooKeeperMetadataStore, address: str) -> None:
+    """Expire the store's session: a second client attaches to it and closes it."""
+    session_id, password = store._client.client_id
+    intruder = KazooClient(hosts=address, client_id=(session_id, password))
+    intruder.start(timeout=15)
+    intruder.stop()
+    intruder.close()
+
+
+async def test_a_lost_session_drops_every_bundle_and_the_broker_competes_again(zookeeper) -> None:
+    url = f"zk://{zookeeper.address}/lost-{time.monotonic_ns()}"
+    stores = [await ZooKeeperMetadataStore.open(url) for _ in range(2)]
+    await Registry(stores[0], SystemClock()).start()
+    members = [BrokerCluster(store, broker(i), poll_s=POLL_S) for i, store in enumerate(stores)]
+    released: list = []
+    for member in members:
+        await member.start()
+    members[0].on_release(lambda bundle: _record(released, bundle))
+    try:
+        await until(lambda: split_evenly(*members))
+        had = members[0].held
+        await asyncio.to_thread(_expire, stores[0], zookeeper.address)
+        await until(lambda: set(had) <= set(released))          # dropped with the session
+        await until(lambda: split_evenly(*members) and not members[0].suspended, 60)   # back, a share again
+        assert len(members[0].brokers()) == 2
+    finally:
+        for member in members:
+            await member.close()
+        for store in stores:
+            await store.close()
+
+
+async def _record(into: list, bundle) -> None:
+    into.append(bundle)
+
+
+def test_bundle_count_is_what_the_docs_say() -> None:
+    assert len(ALL) == BUNDLES_PER_NAMESPACE == 16
