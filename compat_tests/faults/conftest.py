@@ -56,3 +56,10 @@ def workloads_for(tmp_path, request) -> Iterator:
         for workload in workloads.running:
             workload.stopping.set()
         workloads.dump(tmp_path, request.node.name)
+
+
+@pytest.fixture
+def healthy(cluster):
+    """For modules with a shared `cluster` (a LocalCluster): every process runs again after the test."""
+    yield cluster
+    cluster.heal()

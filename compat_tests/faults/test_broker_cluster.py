@@ -49,16 +49,6 @@ def cluster(tmp_path_factory):
     local.stop()
 
 
-@pytest.fixture
-def healthy(cluster):
-    """Every process of the cluster runs again after the test."""
-    yield cluster
-    for process in (*cluster.bookies, *cluster.brokers):
-        process.signal(signal.SIGCONT)
-        if not process.alive():
-            cluster.restart(process)
-
-
 def kafka_address(broker) -> str:
     return broker.ready["kafka"]
 

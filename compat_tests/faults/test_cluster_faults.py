@@ -41,16 +41,6 @@ def cluster(tmp_path_factory):
     local.stop()
 
 
-@pytest.fixture
-def healthy(cluster):
-    """Every process of the cluster runs again after the test."""
-    yield cluster
-    for process in (*cluster.bookies, *cluster.brokers):
-        process.signal(signal.SIGCONT)
-        if not process.alive():
-            cluster.restart(process)
-
-
 def bootstrap(cluster) -> list[str]:
     return [cluster.brokers[0].ready["kafka"]]
 

@@ -235,6 +235,13 @@ class LocalCluster:
             process.command = self._broker(index, ports).command
         return process.start()
 
+    def heal(self) -> None:
+        """Resume every paused process and start again every one that is not running."""
+        for process in (*self.bookies, *self.brokers):
+            process.signal(signal.SIGCONT)
+            if not process.alive():
+                self.restart(process)
+
     def stop(self) -> None:
         for process in (*self.brokers, *self.bookies):
             process.stop()
