@@ -13,6 +13,7 @@ import time
 from collections import OrderedDict
 
 from core.clock import Clock, SystemClock
+from core.connections import ClientConnections
 from core.cursor import Cursor
 from core.delayed.service import DelayedService
 from core.errors import UnknownTopic
@@ -20,6 +21,7 @@ from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
 from core.transactions.aborted_index import AbortedIndexStore
 from core.registry import Registry, TopicInfo
+from core.tenancy import Tenancy
 from storage.api import ManagedLogFactory, MetadataStore
 
 log = logging.getLogger("gateway.core")
@@ -40,6 +42,8 @@ class Core:
         self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
         self._sweeper: asyncio.Task | None = None
         self.delayed = DelayedService(self)     # delayed messages: held until due, then routed
+        self.connections = ClientConnections(metadata)   # this process's client connections
+        self.tenancy = Tenancy(self)            # tenants and namespaces at runtime, their policies
 
     async def start(self) -> None:
         await self.registry.start()

@@ -21,7 +21,7 @@ from typing import Protocol, TextIO
 
 from core.auth import Permission, UserStore
 from core.service import Core
-from gateway.admin import AdminServer, GatewayInfo, create_admin_app
+from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
 from gateway.metrics import GatewayMetrics
@@ -183,7 +183,7 @@ class Gateway:
             permissions = None if user.permissions is None else [
                 Permission(*p.tenant_namespace, p.configure, p.write, p.read) for p in user.permissions]
             await users.put_user(user.name, user.password, tenant=user.tenant, namespace=user.namespace,
-                                 permissions=permissions)
+                                 permissions=permissions, tags=user.tags)
             await self._core.registry.ensure_namespace(user.tenant, user.namespace)
             for permission in permissions or ():
                 await self._core.registry.ensure_namespace(permission.tenant, permission.namespace)
@@ -199,7 +199,10 @@ class Gateway:
             listeners={**{l.name: l.address for l in listeners}, "admin": format_address(admin_socket)},
             data_dir=config.data_dir,
         )
-        admin = AdminServer(admin_socket, create_admin_app(info, self.metrics), SHUTDOWN_GRACE_S)
+        kafka_broker, amqp_broker = handlers["kafka"].broker, handlers["amqp"].broker
+        self._core.tenancy.on_namespace_deleted(amqp_broker.queues.forget)
+        context = AdminContext(self._core, kafka=kafka_broker, amqp=amqp_broker)
+        admin = AdminServer(admin_socket, create_admin_app(info, self.metrics, context), SHUTDOWN_GRACE_S)
         self._servers.append(admin)
         for server in (*listeners, admin):
             await server.start()

@@ -150,11 +150,14 @@ class UserConfig:
     tenant: str = "public"
     namespace: str = "default"
     permissions: tuple[PermissionConfig, ...] | None = None
+    tags: tuple[str, ...] = ()   # RabbitMQ's user tags: "administrator" may use the admin API
 
     def __post_init__(self) -> None:
         for key in ("name", "password", "tenant", "namespace"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise ConfigError(f"users: {key} must be a non-empty string")
+        if not isinstance(self.tags, tuple) or not all(isinstance(tag, str) and tag for tag in self.tags):
+            raise ConfigError(f"users: {self.name}: tags must be a list of non-empty strings")
         if self.permissions is not None:
             vhosts = [permission.vhost for permission in self.permissions]
             if len(set(vhosts)) != len(vhosts):
@@ -275,13 +278,15 @@ def _read_users(entries: Any, path: Path) -> tuple[UserConfig, ...]:
         raise ConfigError(f"{path}: users must be an array of tables ([[users]])")
     users = []
     for entry in entries:
-        unknown = set(entry) - {"name", "password", "tenant", "namespace", PERMISSIONS_KEY}
+        unknown = set(entry) - {"name", "password", "tenant", "namespace", "tags", PERMISSIONS_KEY}
         if unknown:
             raise ConfigError(f"{path}: [[users]]: unknown key(s) {', '.join(sorted(unknown))}")
         if "name" not in entry or "password" not in entry:
             raise ConfigError(f"{path}: [[users]] needs a name and a password")
         if PERMISSIONS_KEY in entry:
             entry = {**entry, PERMISSIONS_KEY: _read_permissions(entry[PERMISSIONS_KEY], path)}
+        if isinstance(entry.get("tags"), list):
+            entry = {**entry, "tags": tuple(entry["tags"])}
         try:
             users.append(UserConfig(**entry))
         except ConfigError as exc:

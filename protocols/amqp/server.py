@@ -34,6 +34,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from core.auth import Principal, User, UserStore
+from core.connections import ClientConnection, peer_address
 from core.errors import CoreError
 from core.queues.queue import Queue
 from core.queues.service import QueueNamespace, QueueService
@@ -142,6 +143,8 @@ class AmqpConnection:
         self._output: list[bytes] = []       # written this event-loop turn, not yet in the transport
         self._output_bytes = 0
         self._flush_scheduled = False
+        self.client = broker.core.connections.add(ClientConnection("amqp", peer_address(self._peer),
+                                                                    self._close_for_operator))
 
     @property
     def username(self) -> str:
@@ -162,6 +165,7 @@ class AmqpConnection:
         except Exception:
             log.exception("AMQP connection from %s failed", self._peer)
         finally:
+            self.broker.core.connections.remove(self.client)
             timer.cancel()
             if self._drainer is not None:
                 self._drainer.cancel()
@@ -226,6 +230,11 @@ class AmqpConnection:
             self.write(self.machine.refuse_authentication())
             raise _Stop
         self.user, self.principal = user, user.principal
+        self.broker.core.connections.logged_in(self.client, user.principal.user, user.principal.tenant,
+                                               user.principal.namespace)
+        properties = self.machine.client_properties
+        name = properties.get("connection_name") or properties.get("product")
+        self.client.client_id = name if isinstance(name, str) else None
         self.write(self.machine.accept_authentication())
 
     async def _open_vhost(self, event: VhostOpenRequested) -> None:
@@ -321,6 +330,14 @@ class AmqpConnection:
                 await self.space.consumer_removed(queue)
             except CoreError as exc:
                 log.warning("auto-deleting queue %s failed: %s", queue.name, exc)
+
+    def _close_for_operator(self, reason: str) -> None:
+        """connection.close with CONNECTION_FORCED (as RabbitMQ closes a connection from its
+        management API); the timer drops the connection if no close-ok comes back in time."""
+        self.write(self.machine.send_error(0, AmqpConnectionError(ReplyCode.CONNECTION_FORCED, reason)))
+        self.flush()
+        if self._close_deadline is None:
+            self._close_deadline = self._loop.time() + CLOSE_OK_TIMEOUT_S
 
     async def _closing(self) -> None:
         """We sent connection.close: release everything now, wait a little for the close-ok."""

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.connections import ClientConnection, peer_address
 from protocols.kafka import registry
 from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings, RequestContext
 from protocols.kafka.codec.errors import ErrorCode
@@ -110,6 +111,10 @@ class KafkaConnection:
         self._sender: asyncio.Task[None] | None = None
         self._failed = False   # a failure was logged and counted: the connection's one log line
         self._throttled_until = 0.0   # loop time before which nothing more is read (quota exceeded)
+        self._session.client = ClientConnection("kafka", peer_address(self._peer), self._close_for_operator)
+        self._registry = getattr(broker.core, "connections", None)   # None: a broker without a core (tests)
+        if self._registry is not None:
+            self._registry.add(self._session.client)
 
     @property
     def pending_responses(self) -> int:
@@ -133,10 +138,18 @@ class KafkaConnection:
                 self._internal_error(exc)
             await self._finish_sending()
         finally:
+            if self._registry is not None:
+                self._registry.remove(self._session.client)
             if not self._sender.done():
                 self._sender.cancel()   # cancelled from outside (shutdown): drop what is queued
             self._discard_queued()
             self._writer.close()
+
+    def _close_for_operator(self, reason: str) -> None:
+        # Kafka has no way to tell a client why: drop the connection, as a broker does for a
+        # re-authentication that fails (KIP-368).
+        log.info("closing Kafka connection from %s: %s", self._peer, reason)
+        self._writer.transport.abort()
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -149,7 +162,12 @@ class KafkaConnection:
                 if self._throttled_until:
                     await self._wait_out_throttle()
                 await self._enqueue((event, await self._respond(event)))
-                self._conn.authenticated = self._conn.authenticated or self._session.authenticated
+                if self._session.authenticated and not self._conn.authenticated:
+                    self._conn.authenticated = True
+                    principal = self._session.principal
+                    if self._registry is not None:
+                        self._registry.logged_in(self._session.client, principal.user, principal.tenant,
+                                                 principal.namespace)
                 if self._session.close_after_response:
                     # A failed login: as Kafka (connection.failed.authentication.delay.ms), answer
                     # after a short delay, then close.
@@ -164,6 +182,7 @@ class KafkaConnection:
             own_range = [entry for entry in self._broker.api_versions if entry["api_key"] == API_VERSIONS.key]
             body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": own_range}
             return self._conn.response(API_VERSIONS, event.header, body, version=0)
+        self._session.client.client_id = event.header.client_id
         try:
             ctx = RequestContext(self._broker, event.header, self._session)
             result = await self._handlers[event.api.key](event.body, ctx)
