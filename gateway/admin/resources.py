@@ -160,7 +160,7 @@ def router(context, authenticate) -> APIRouter:
             group_id = group_id_of(cursor)
             if group_id is not None:
                 consumers = await group_consumers(tenant, namespace, group_id, topic)
-                members.update((c["client_id"], c["address"].rsplit(":", 1)[0]) for c in consumers)
+                members.update((c["client_id"], c["address"]) for c in consumers)
                 found.append({"kind": "kafka-group", "name": group_id, "partitions": positions,
                               "consumers": consumers})
             elif cursor == CURSOR_NAME:
@@ -173,7 +173,7 @@ def router(context, authenticate) -> APIRouter:
                 entry["consumers"] = queue_consumers(tenant, namespace, entry["name"])
         assigned = [consumer_doc(c, c.fetching_now(topic)) for c in core.connections.all()
                     if (c.tenant or "public", c.namespace or "default") == (tenant, namespace)
-                    and c.fetching_now(topic) and (c.client_id, c.address.rsplit(":", 1)[0]) not in members]
+                    and c.fetching_now(topic) and (c.client_id, _host(c.address)) not in members]
         if assigned:
             found.append({"kind": "kafka-assign", "name": None, "partitions": [], "consumers": assigned})
         return found
@@ -184,11 +184,12 @@ def router(context, authenticate) -> APIRouter:
         summary = await context.kafka.groups.describe(GroupKey(tenant, namespace, group_id))
         consumers = []
         for member in summary.members:
+            host = member.client_host.lstrip("/")   # Kafka shows "/1.2.3.4"
             partitions = sorted({p for c in core.connections.all()
-                                 if c.client_id == member.client_id and c.address.rsplit(":", 1)[0] == member.client_host
+                                 if c.client_id == member.client_id and _host(c.address) == host
                                  for p in c.fetching_now(topic)})
             consumers.append({"member_id": member.member_id, "client_id": member.client_id,
-                              "address": member.client_host, "partitions": partitions})
+                              "address": host, "partitions": partitions})
         return consumers
 
     def queue_consumers(tenant: str, namespace: str, queue_name: str) -> list[dict[str, Any]]:
@@ -218,3 +219,7 @@ def consumer_doc(client, partitions: list[int]) -> dict[str, Any]:
 async def _cursor_position(core, tenant: str, namespace: str, topic: str, partition: int, cursor: str) -> int | None:
     node = await core.metadata.get(f"/cursors/{tenant}/{namespace}/{topic}/{partition}/{cursor}")
     return None if node is None else json.loads(node.value)["committed"]
+
+
+def _host(address: str) -> str:
+    return address.rsplit(":", 1)[0].strip("[]")
