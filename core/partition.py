@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from core.clock import Clock
 from core.errors import (CoreError, CorruptRecord, InvalidRecord, NotEnoughReplicas, NotOwner, OffsetOutOfRange,
                          RecordTooLarge, StorageUnavailable)
+from core.meters import NamespaceMeter
 from core.producer_state import ProducerStates
 from core.records import batch as record_batch
 from core.records.decoder import decode_batch
@@ -99,6 +100,7 @@ class Partition:
         self.aborted = AbortedIndex()
         self._aborted_store = aborted_store   # None: the aborted index is rebuilt from the log tail only
         self._stable_waiters: list[asyncio.Future] = []
+        self.meter = NamespaceMeter(*topic.split("/")[:2])   # the core gives partitions of a namespace one meter
 
     @property
     def log_start_offset(self) -> int:
@@ -142,6 +144,7 @@ class Partition:
             if header.is_transactional and header.producer_id < 0:
                 raise InvalidRecord("a transactional batch needs a producer id")
             headers.append(header)
+        self.meter.published(len(records), sum(header.record_count for header in headers))
         pending: list[Awaitable[int]] = []
         first_queued = self.log.next_offset
         with storage_errors():
@@ -259,8 +262,9 @@ class Partition:
     async def read(self, offset: int, max_bytes: int) -> ReadResult:
         with storage_errors():
             entries = await self.log.read(offset, max_bytes)
-        return ReadResult(b"".join(entry.payload for entry in entries), self.log.high_watermark,
-                          self.log.log_start_offset)
+        records = b"".join(entry.payload for entry in entries)
+        self.meter.dispatched(len(records))
+        return ReadResult(records, self.log.high_watermark, self.log.log_start_offset)
 
     async def read_committed(self, offset: int, max_bytes: int) -> CommittedRead:
         """Whole batches from `offset` below the last stable offset (none when it is not below it)."""
@@ -273,7 +277,9 @@ class Partition:
                 entries = [entry for entry in await self.log.read(offset, max_bytes) if entry.base_offset < stable]
         end = entries[-1].next_offset if entries else offset
         self.aborted.trim_before(self.log.log_start_offset)
-        return CommittedRead(b"".join(entry.payload for entry in entries), self.log.high_watermark, stable,
+        records = b"".join(entry.payload for entry in entries)
+        self.meter.dispatched(len(records))
+        return CommittedRead(records, self.log.high_watermark, stable,
                              self.log.log_start_offset, self.aborted.overlapping(offset, end) if entries else [])
 
     async def wait_for_data(self, offset: int, timeout_s: float, *, committed: bool = False) -> bool:

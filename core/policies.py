@@ -27,7 +27,7 @@ class NamespacePolicies:
     default_partitions: int | None = None    # of topics created without a partition count
     max_topics: int | None = None
     max_connections: int | None = None
-    publish_rate_bytes: int | None = None    # per second, Kafka and AMQP producers together
+    publish_rate_messages: int | None = None  # per second, Kafka and AMQP producers together
     dispatch_rate_bytes: int | None = None   # per second, Kafka fetches and AMQP deliveries together
 
     def __post_init__(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.names import TopicName
+from core.partition import storage_errors
 from core.records.batch import read_header, split_batches
 from core.records.decoder import DecodedRecord, decode_batch
 
@@ -73,11 +74,14 @@ async def find_messages(core, topic: TopicName, query: MessageQuery) -> QueryRes
             if budget <= 0:
                 result.complete = False
                 break
-            read = await partition.read(offset, READ_BYTES)
-            if not read.records:
+            # From the log itself: an operator's query is no consumer's dispatch (Partition.read meters that).
+            with storage_errors():
+                entries = await partition.log.read(offset, READ_BYTES)
+            records = b"".join(entry.payload for entry in entries)
+            if not records:
                 break
-            budget -= len(read.records)
-            offset, past_end = _collect(index, read.records, offset, query, result)
+            budget -= len(records)
+            offset, past_end = _collect(index, records, offset, query, result)
             if past_end:
                 break
         if len(result.messages) >= query.limit and offset < partition.high_watermark:

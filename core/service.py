@@ -16,6 +16,7 @@ from core.clock import Clock, SystemClock
 from core.connections import ClientConnections
 from core.cursor import Cursor
 from core.delayed.service import DelayedService
+from core.meters import NamespaceMeters
 from core.errors import UnknownTopic
 from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
@@ -44,6 +45,7 @@ class Core:
         self.delayed = DelayedService(self)     # delayed messages: held until due, then routed
         self.connections = ClientConnections(metadata)   # this process's client connections
         self.tenancy = Tenancy(self)            # tenants and namespaces at runtime, their policies
+        self.meters = NamespaceMeters(metadata)  # each namespace's rates and rate limits
 
     async def start(self) -> None:
         await self.registry.start()
@@ -132,6 +134,7 @@ class Core:
             managed = await self.logs.open_log(name.partition_log(index), retention_policy(config))
         partition = Partition(name.path, index, managed, config, self.clock,
                               AbortedIndexStore(self.metadata, info.topic_id, index))
+        partition.meter = await self.meters.load(name.tenant, name.namespace)
         await partition.load_producer_states()
         return partition
 

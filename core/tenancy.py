@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from core.auth import UserStore
-from core.errors import CoreError, UnknownTenant, UnknownTopic
+from core.errors import UnknownTenant, UnknownTopic
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, TopicName, check_name
 from core.policies import NamespacePolicies, PolicyStore
 from storage.api import NodeExists, NoNode
@@ -29,11 +29,15 @@ Progress = Callable[[int, int], None]          # (done, total) while topics are 
 Forget = Callable[[str, str], Awaitable[None]]  # drops a namespace's state held in memory
 
 
-class NotEmpty(CoreError):
+class TenancyConflict(Exception):
+    """A change the tenancy refuses as it stands. Never reaches a client protocol (no wire code)."""
+
+
+class NotEmpty(TenancyConflict):
     """The tenant or namespace still holds topics or queues; only a forced deletion removes them."""
 
 
-class Reserved(CoreError):
+class Reserved(TenancyConflict):
     """The default tenant/namespace cannot be deleted: unauthenticated clients land there."""
 
 

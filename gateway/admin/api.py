@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from core.auth import UserStore
 from core.errors import (CoreError, InvalidAcl, InvalidArgument, InvalidConfig, InvalidName, InvalidPartitions,
                          UnknownExchange, UnknownQueue, UnknownTenant, UnknownTopic)
-from core.tenancy import NotEmpty, Reserved, Tenancy
+from core.tenancy import Tenancy, TenancyConflict
 from gateway.admin.security import Authenticator
 from gateway.metrics import GatewayMetrics
 
@@ -54,7 +54,7 @@ class AdminContext:
 _STATUS = (
     ((InvalidName, InvalidConfig, InvalidPartitions, InvalidAcl, InvalidArgument), 400),
     ((UnknownTenant, UnknownTopic, UnknownQueue, UnknownExchange), 404),
-    ((NotEmpty, Reserved), 409),
+    ((TenancyConflict,), 409),
 )
 
 
@@ -80,7 +80,8 @@ def create_admin_app(info: GatewayInfo, metrics: GatewayMetrics, context: AdminC
         return app
 
     @app.exception_handler(CoreError)
-    async def core_error(request: Request, exc: CoreError) -> JSONResponse:
+    @app.exception_handler(TenancyConflict)
+    async def core_error(request: Request, exc: Exception) -> JSONResponse:
         for classes, code in _STATUS:
             if isinstance(exc, classes):
                 return JSONResponse({"detail": str(exc)}, status_code=code)

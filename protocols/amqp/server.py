@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from core.auth import Principal, User, UserStore
 from core.connections import ClientConnection, peer_address
 from core.errors import CoreError
+from core.meters import NamespaceMeter
 from core.queues.queue import Queue
 from core.queues.service import QueueNamespace, QueueService
 from protocols.amqp import delayed
@@ -73,6 +74,7 @@ OUTPUT_FLUSH_BYTES = 128 << 10
 OUTPUT_PAUSE_READING = 16 << 20
 CLOSE_OK_TIMEOUT_S = 3.0
 BLOCKED_REASON = "publish backlog above its limit: the storage is not keeping up"
+RATE_LIMITED_REASON = "the namespace's publish rate limit is reached"
 TICK_S = 1.0
 _CHANNEL_LIFECYCLE = ("channel.open", "channel.close", "channel.close-ok")
 
@@ -130,6 +132,7 @@ class AmqpConnection:
         self.principal: Principal | None = None
         self.user: User | None = None
         self.access: ResourceAccess | None = None   # set when the vhost is open
+        self.meter: NamespaceMeter | None = None     # the vhost's namespace's rates, set when it is open
         self.owner = self                    # the owner of the exclusive queues it declares
         self.writable = True                 # False while the output is backed up
         self._reader = reader
@@ -250,6 +253,7 @@ class AmqpConnection:
             return
         self.access = ResourceAccess(permission, event.vhost, self.username)
         self.space = await self.broker.queues.namespace(*mapped)
+        self.meter = await self.broker.core.meters.load(*mapped)
         self.write(self.machine.accept_vhost())
 
     # --- methods --------------------------------------------------------------------------------
@@ -403,10 +407,25 @@ class AmqpConnection:
                     self._set_blocked(True)
                 await queue.publisher.wait_writable()
             self._set_blocked(False)
+            if self.meter is not None and self.meter.publish_limit is not None:
+                await self._wait_for_publish_rate()
         if self._writer.transport.get_write_buffer_size() > OUTPUT_PAUSE_READING:
             await self._writer.drain()
 
-    def _set_blocked(self, blocked: bool) -> None:
+    async def _wait_for_publish_rate(self) -> None:
+        """The namespace's publish rate (core/meters.py, shared with Kafka) is used up: read nothing
+        more until it allows again."""
+        await asyncio.sleep(0)   # the queues' publishers append (and so meter) what was just read
+        delay = self.meter.publish_delay_s()
+        if delay <= 0:
+            return
+        self._set_blocked(True, RATE_LIMITED_REASON)
+        while delay > 0:
+            await asyncio.sleep(delay)
+            delay = self.meter.publish_delay_s()
+        self._set_blocked(False)
+
+    def _set_blocked(self, blocked: bool, reason: str = BLOCKED_REASON) -> None:
         """Tell a client that understands it (capability connection.blocked) why it is not read."""
         if blocked == self._blocked:
             return
@@ -414,7 +433,7 @@ class AmqpConnection:
         if self.machine.client_capabilities.get("connection.blocked") is not True:
             return
         if blocked:
-            self.write(self.machine.send_method(0, "connection.blocked", reason=BLOCKED_REASON))
+            self.write(self.machine.send_method(0, "connection.blocked", reason=reason))
         else:
             self.write(self.machine.send_method(0, "connection.unblocked"))
 
