@@ -9,8 +9,9 @@ ARGS ?=
 # Debian packages the tests need beyond Python itself (kcat: a librdkafka client for the Kafka
 # compatibility tests; rabbitmq-server: the reference the AMQP tests compare against, started as a
 # private node by the tests and the AMQP benchmark; zookeeper: the cluster's metadata store, its jars
-# run as a private server by the tests and `gateway cluster up`). Installed only when missing.
-SYSTEM_PACKAGES := kcat rabbitmq-server zookeeper
+# run as a private server by the tests and `gateway cluster up`; chromium + chromium-driver: the
+# headless browser the web console's tests drive through selenium). Installed only when missing.
+SYSTEM_PACKAGES := kcat rabbitmq-server zookeeper chromium chromium-driver
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.

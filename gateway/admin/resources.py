@@ -113,6 +113,23 @@ def router(context, authenticate) -> APIRouter:
         return [{**exchange.to_doc(), "bindings": [b for b in bindings if b.get("source") == exchange.name]}
                 for exchange in stored.exchanges]
 
+    @api.get("/overview")
+    async def overview(caller: Authenticated) -> dict[str, Any]:
+        """Counts, connections per protocol, and per namespace the totals published and dispatched
+        since this process started (a rate is the difference of two calls over their interval)."""
+        tenants = [t for t in await context.tenancy.tenants() if caller.sees(t)]
+        namespaces = sum([len(await context.tenancy.namespaces(t)) for t in tenants])
+        connections: dict[str, int] = {}
+        for connection in core.connections.all():
+            if connection.tenant is None and caller.tenant_scope is None or \
+                    connection.tenant is not None and caller.sees(connection.tenant):
+                connections[connection.protocol] = connections.get(connection.protocol, 0) + 1
+        meters = [{"tenant": m.tenant, "namespace": m.namespace, "published_messages": m.published_messages,
+                   "published_bytes": m.published_bytes, "dispatched_bytes": m.dispatched_bytes}
+                  for m in core.meters.all() if caller.sees(m.tenant)]
+        return {"tenants": len(tenants), "namespaces": namespaces, "connections": connections,
+                "meters": sorted(meters, key=lambda m: (m["tenant"], m["namespace"]))}
+
     @api.get("/connections")
     async def list_connections(caller: Authenticated) -> list[dict[str, Any]]:
         return [c.to_doc() for c in core.connections.all() if c.tenant is None and caller.tenant_scope is None

@@ -22,6 +22,7 @@ ADMINISTRATOR = "administrator"
 TENANT_ADMIN = "tenant-admin"
 _REMEMBER_S = 10.0
 _REMEMBERED_MAX = 1024
+_CHALLENGE = {"WWW-Authenticate": 'Basic realm="gateway"'}
 
 basic = HTTPBasic(realm="gateway", auto_error=False)
 
@@ -49,14 +50,14 @@ class Authenticator:
         self._remembered: dict[tuple[str, bytes], tuple[float, User]] = {}
 
     async def __call__(self, request: Request) -> Caller:
+        # The console asks without the challenge, which would make a browser pop up its own login dialog.
+        challenge = {} if request.headers.get("x-requested-with") == "XMLHttpRequest" else _CHALLENGE
         credentials: HTTPBasicCredentials | None = await basic(request)
         if credentials is None:
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "authentication required",
-                                headers={"WWW-Authenticate": 'Basic realm="gateway"'})
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "authentication required", headers=challenge)
         user = await self._verify(credentials.username, credentials.password)
         if user is None:
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong user name or password",
-                                headers={"WWW-Authenticate": 'Basic realm="gateway"'})
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong user name or password", headers=challenge)
         if ADMINISTRATOR in user.tags:
             return Caller(user.principal.user, None)
         if TENANT_ADMIN in user.tags:
