@@ -15,7 +15,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from storage.api import MetadataStore
@@ -68,8 +68,10 @@ class ClientConnection:
 class ClientConnections:
     """Owned by the event loop."""
 
-    def __init__(self, metadata: MetadataStore) -> None:
+    def __init__(self, metadata: MetadataStore,
+                 max_connections: Callable[[str, str], Awaitable[int | None]] | None = None) -> None:
         self._metadata = metadata
+        self._max_connections = max_connections   # a namespace's limit (its policies), None: none
         self._ids = itertools.count(1)
         self._open: dict[int, ClientConnection] = {}
         self._user_watches: dict[str, Callable[[], None]] = {}
@@ -92,6 +94,17 @@ class ClientConnections:
         connection.user, connection.tenant, connection.namespace = user, tenant, namespace
         if user not in self._user_watches:
             self._user_watches[user] = self._metadata.watch(f"/users/{user}", self._user_changed)
+
+    async def enter(self, connection: ClientConnection, tenant: str, namespace: str) -> bool:
+        """The connection works in tenant/namespace from now on (Kafka: its principal's; AMQP: its
+        vhost's), unless the namespace's max_connections are open already: then False."""
+        limit = None if self._max_connections is None else await self._max_connections(tenant, namespace)
+        # No await from the count to the assignment: two connections cannot both take the last place.
+        if limit is not None and sum(1 for c in self._open.values() if c is not connection
+                                     and (c.tenant, c.namespace) == (tenant, namespace)) >= limit:
+            return False
+        connection.tenant, connection.namespace = tenant, namespace
+        return True
 
     def all(self) -> list[ClientConnection]:
         return sorted(self._open.values(), key=lambda c: c.id)

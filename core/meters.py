@@ -1,4 +1,5 @@
-"""What each namespace publishes and dispatches, whatever the protocol, and its rate limits.
+"""What each namespace publishes and dispatches, whatever the protocol, its rate limits, and its
+policies as this process last read them.
 
 Every partition of a namespace shares one NamespaceMeter: Partition.start_append counts what is
 stored (Kafka produce and AMQP publish alike, per batch, never per record) and Partition.read
@@ -18,7 +19,9 @@ import asyncio
 import logging
 import time
 
-from core.policies import PolicyStore
+from collections.abc import Callable
+
+from core.policies import NamespacePolicies, PolicyStore
 from storage.api import MetadataStore
 
 log = logging.getLogger("gateway.core.meters")
@@ -48,7 +51,7 @@ class RateBucket:
 
 class NamespaceMeter:
     __slots__ = ("tenant", "namespace", "published_bytes", "published_messages", "dispatched_bytes",
-                 "publish_limit", "dispatch_limit")
+                 "publish_limit", "dispatch_limit", "policies")
 
     def __init__(self, tenant: str, namespace: str) -> None:
         self.tenant = tenant
@@ -58,6 +61,7 @@ class NamespaceMeter:
         self.dispatched_bytes = 0      # bytes read for consumers
         self.publish_limit: RateBucket | None = None    # messages per second
         self.dispatch_limit: RateBucket | None = None   # bytes per second
+        self.policies = NamespacePolicies()             # as last read from the metadata store
 
     def published(self, size: int, messages: int) -> None:
         self.published_bytes += size
@@ -92,6 +96,11 @@ class NamespaceMeters:
         self._meters: dict[tuple[str, str], NamespaceMeter] = {}
         self._watches: dict[tuple[str, str], object] = {}
         self._reloads: set[asyncio.Task] = set()
+        self._listeners: list[Callable[[NamespaceMeter], None]] = []
+
+    def on_policies(self, listener: Callable[[NamespaceMeter], None]) -> None:
+        """Call `listener` with the meter whenever its namespace's policies were (re)read."""
+        self._listeners.append(listener)
 
     def of(self, tenant: str, namespace: str) -> NamespaceMeter:
         """The namespace's meter (limits arrive once `load` ran)."""
@@ -130,4 +139,8 @@ class NamespaceMeters:
         except Exception as exc:   # unreadable: keep the limits we have; the next change fires again
             log.warning("reading the policies of %s/%s failed: %s", tenant, namespace, exc)
             return
-        self.of(tenant, namespace).set_limits(policies.publish_rate_messages, policies.dispatch_rate_bytes)
+        meter = self.of(tenant, namespace)
+        meter.policies = policies
+        meter.set_limits(policies.publish_rate_messages, policies.dispatch_rate_bytes)
+        for listener in self._listeners:
+            listener(meter)

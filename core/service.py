@@ -16,13 +16,15 @@ from core.clock import Clock, SystemClock
 from core.connections import ClientConnections
 from core.cursor import Cursor
 from core.delayed.service import DelayedService
-from core.meters import NamespaceMeters
 from core.errors import UnknownTopic
+from core.meters import NamespaceMeter, NamespaceMeters
 from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
-from core.transactions.aborted_index import AbortedIndexStore
+from core.policies import NamespacePolicies
 from core.registry import Registry, TopicInfo
 from core.tenancy import Tenancy
+from core.topic_config import EffectiveConfig
+from core.transactions.aborted_index import AbortedIndexStore
 from storage.api import ManagedLogFactory, MetadataStore
 
 log = logging.getLogger("gateway.core")
@@ -43,9 +45,10 @@ class Core:
         self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
         self._sweeper: asyncio.Task | None = None
         self.delayed = DelayedService(self)     # delayed messages: held until due, then routed
-        self.connections = ClientConnections(metadata)   # this process's client connections
+        self.connections = ClientConnections(metadata, self._max_connections)   # this process's clients
         self.tenancy = Tenancy(self)            # tenants and namespaces at runtime, their policies
-        self.meters = NamespaceMeters(metadata)  # each namespace's rates and rate limits
+        self.meters = NamespaceMeters(metadata)  # each namespace's rates, rate limits and policies
+        self.meters.on_policies(self._apply_policies)
 
     async def start(self) -> None:
         await self.registry.start()
@@ -129,14 +132,27 @@ class Core:
         info = await self.registry.get_topic(name)
         if not 0 <= index < info.partitions:
             raise UnknownTopic(f"topic {name} has no partition {index}")
-        config = info.effective
+        meter = await self.meters.load(name.tenant, name.namespace)
+        config = _with_namespace_defaults(info, meter.policies)
         with storage_errors():
             managed = await self.logs.open_log(name.partition_log(index), retention_policy(config))
         partition = Partition(name.path, index, managed, config, self.clock,
                               AbortedIndexStore(self.metadata, info.topic_id, index))
-        partition.meter = await self.meters.load(name.tenant, name.namespace)
+        partition.meter = meter
         await partition.load_producer_states()
         return partition
+
+    async def _max_connections(self, tenant: str, namespace: str) -> int | None:
+        return (await self.meters.load(tenant, namespace)).policies.max_connections
+
+    def _apply_policies(self, meter: NamespaceMeter) -> None:
+        """A namespace's retention policy changed: its open partitions retain accordingly."""
+        for (name, _), partition in self._partitions.items():
+            if (name.tenant, name.namespace) == (meter.tenant, meter.namespace):
+                info = self.registry.cached(name)
+                if info is not None:
+                    partition.config = _with_namespace_defaults(info, meter.policies)
+                    partition.log.policy = retention_policy(partition.config)
 
     async def _close_oldest(self, count: int) -> None:
         for _ in range(count):
@@ -187,3 +203,13 @@ class Core:
                 await partition.close()
             except Exception as exc:
                 log.warning("closing partition %s-%d failed: %s", partition.topic, partition.index, exc)
+
+
+def _with_namespace_defaults(info: TopicInfo, policies: NamespacePolicies) -> EffectiveConfig:
+    """The topic's settings, its namespace's retention where the topic sets none of its own."""
+    defaults = {}
+    if policies.retention_ms is not None:
+        defaults["retention.ms"] = str(policies.retention_ms)
+    if policies.retention_bytes is not None:
+        defaults["retention.bytes"] = str(policies.retention_bytes)
+    return EffectiveConfig.of({**defaults, **info.configs}) if defaults else info.effective

@@ -247,6 +247,8 @@ class AmqpConnection:
             refusal = f"vhost {event.vhost} not found"
         elif self.user is None or (permission := self.user.permission_on(*mapped)) is None:
             refusal = f"access to vhost '{event.vhost}' refused for user '{self.username}'"
+        elif not await self.broker.core.connections.enter(self.client, *mapped):
+            refusal = f"vhost '{event.vhost}' is at its max_connections"
         if refusal is not None:
             self.write(self.machine.refuse_vhost(refusal))
             await self._closing()

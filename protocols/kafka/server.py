@@ -171,6 +171,11 @@ class KafkaConnection:
                     if self._registry is not None:
                         self._registry.logged_in(self._session.client, principal.user, principal.tenant,
                                                  principal.namespace)
+                        if not await self._registry.enter(self._session.client, principal.tenant,
+                                                          principal.namespace):
+                            log.info("closing Kafka connection from %s: namespace %s/%s is at its "
+                                     "max_connections", self._peer, principal.tenant, principal.namespace)
+                            return
                 if self._session.close_after_response:
                     # A failed login: as Kafka (connection.failed.authentication.delay.ms), answer
                     # after a short delay, then close.

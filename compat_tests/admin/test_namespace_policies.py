@@ -1,0 +1,70 @@
+"""Namespace policies with real clients: max_connections (Kafka SASL and AMQP), max_topics (Kafka
+CreateTopics and AMQP queue.declare), and one publish rate held across Kafka and AMQP together."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+
+def fresh_namespace(api, **policies) -> str:
+    tenant = f"pol-{uuid.uuid4().hex[:6]}"
+    api.put(f"/tenants/{tenant}").raise_for_status()
+    api.put(f"/tenants/{tenant}/namespaces/ns", json={"policies": policies}).raise_for_status()
+    api.put("/users/writer", json={"password": "w", "tenant": tenant, "namespace": "ns"}).raise_for_status()
+    return tenant
+
+
+def test_max_connections_refuses_one_more_over_either_protocol(admin_gateway, api):
+    import pika
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    tenant = fresh_namespace(api, max_connections=1)
+    parameters = pika.ConnectionParameters(*admin_gateway.amqp, virtual_host=f"{tenant}/ns",
+                                           credentials=pika.PlainCredentials("writer", "w"), connection_attempts=1)
+    first = pika.BlockingConnection(parameters)
+    with pytest.raises((pika.exceptions.ProbableAccessDeniedError, pika.exceptions.ConnectionClosedByBroker)):
+        pika.BlockingConnection(parameters)
+    with pytest.raises(KafkaError):
+        KafkaProducer(bootstrap_servers="%s:%d" % admin_gateway.kafka, security_protocol="SASL_PLAINTEXT",
+                      sasl_mechanism="PLAIN", sasl_plain_username="writer", sasl_plain_password="w",
+                      bootstrap_timeout_ms=3000, max_block_ms=3000).send("t", b"x").get(timeout=10)
+    first.close()
+    pika.BlockingConnection(parameters).close()   # the place is free again
+    api.delete("/users/writer").raise_for_status()
+
+
+def test_max_topics_refuses_one_more_over_either_protocol(admin_gateway, api):
+    import pika
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import PolicyViolationError
+
+    tenant = fresh_namespace(api, max_topics=2)
+    admin = KafkaAdminClient(bootstrap_servers="%s:%d" % admin_gateway.kafka, security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="PLAIN", sasl_plain_username="writer", sasl_plain_password="w")
+    admin.create_topics([NewTopic("a", 1, 1)])
+    with pytest.raises(PolicyViolationError):
+        admin.create_topics([NewTopic("b", 1, 1), NewTopic("c", 1, 1)])
+    admin.close()
+    assert api.get(f"/tenants/{tenant}/namespaces/ns/topics").json()["total"] == 2
+    connection = pika.BlockingConnection(pika.ConnectionParameters(
+        *admin_gateway.amqp, virtual_host=f"{tenant}/ns", credentials=pika.PlainCredentials("writer", "w")))
+    with pytest.raises((pika.exceptions.ChannelClosedByBroker, pika.exceptions.ConnectionClosedByBroker)):
+        connection.channel().queue_declare("one-too-many")
+    if connection.is_open:
+        connection.close()
+    api.delete("/users/writer").raise_for_status()
+
+
+def test_one_publish_rate_holds_across_kafka_and_amqp(gateway_launcher, tmp_path):
+    """A loose bound for a loaded machine; bench/namespace_rate.py measures the accuracy."""
+    from bench.namespace_rate import ADMIN, CONFIG, measure
+
+    config = tmp_path / "gateway.toml"
+    config.write_text(CONFIG)
+    gateway = gateway_launcher.start("--config", str(config))
+    result = measure(gateway.admin_url, "%s:%d" % gateway.kafka, gateway.amqp, ADMIN, rate=500, seconds=4)
+    assert 0.6 * 500 <= result["measured_rate"] <= 1.3 * 500, result
+    assert result["amqp_blocked_notices"] >= 1, result   # AMQP's client was told why it was slowed
