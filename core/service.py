@@ -160,6 +160,10 @@ class Core:
             self._last_used.pop(key, None)
             await partition.close()
 
+    def open_partitions(self) -> list[Partition]:
+        """The partitions open in this process now (for metrics)."""
+        return list(self._partitions.values())
+
     # --- cursors ------------------------------------------------------------------------------
 
     async def cursor(self, name: TopicName, index: int, cursor_name: str, *, initial_offset: int = 0) -> Cursor:

@@ -193,6 +193,8 @@ class Gateway:
         listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp")]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)
+        self.metrics.track_namespaces(self._core, per_topic=config.metrics.per_topic,
+                                      max_series=config.metrics.max_series)
         admin_socket = self._unserved_sockets.pop("admin")
         info = GatewayInfo(
             version=self.version,

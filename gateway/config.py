@@ -33,6 +33,7 @@ ENV_VARS: Mapping[str, str] = {
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
+METRICS_TABLE = "metrics"
 USERS_KEY = "users"
 PERMISSIONS_KEY = "permissions"
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -173,6 +174,20 @@ def _is_int(value: Any) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """The `[metrics]` table: how many labelled series /metrics may grow to."""
+
+    per_topic: bool = False     # also series per topic (open partitions only); off: per namespace only
+    max_series: int = 1000      # per family: namespaces (or topics) beyond are summed into "_other"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.per_topic, bool):
+            raise ConfigError(f"metrics.per_topic must be true or false, got {self.per_topic!r}")
+        if not _is_int(self.max_series) or not 1 <= self.max_series <= 1_000_000:
+            raise ConfigError(f"metrics.max_series must be an integer in 1..1000000, got {self.max_series!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayConfig:
     data_dir: Path = Path("data")
     host: str = "127.0.0.1"
@@ -183,6 +198,7 @@ class GatewayConfig:
     storage: StorageConfig = field(default_factory=StorageConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     users: tuple[UserConfig, ...] = ()
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -214,8 +230,9 @@ def resolve_config(
     storage_table: Mapping[str, Any] = {}
     kafka_settings: dict[str, Any] = {}
     users: tuple[UserConfig, ...] = ()
+    metrics = MetricsConfig()
     if config_file is not None:
-        file_settings, storage_table, kafka_table, users = _read_toml(config_file)
+        file_settings, storage_table, kafka_table, users, metrics = _read_toml(config_file)
         settings.update(file_settings)
         kafka_settings.update(kafka_table)
     settings.update(_settings_from_env(env))
@@ -239,12 +256,13 @@ def resolve_config(
         settings["log_level"] = settings["log_level"].lower()
 
     config = GatewayConfig(**settings, storage=_storage_config(storage_table, config_file),
-                           kafka=KafkaConfig(**kafka_settings), users=users)
+                           kafka=KafkaConfig(**kafka_settings), users=users, metrics=metrics)
     # The READY line and the storage layer want one unambiguous directory, whatever the cwd later is.
     return dataclasses.replace(config, data_dir=Path(os.path.abspath(config.data_dir)))
 
 
-def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str, Any], tuple[UserConfig, ...]]:
+def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str, Any], tuple[UserConfig, ...],
+                                    MetricsConfig]:
     try:
         with path.open("rb") as file:
             document = tomllib.load(file)
@@ -260,17 +278,25 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str,
     if not isinstance(kafka_table, dict):
         raise ConfigError(f"{path}: [{KAFKA_TABLE}] must be a table")
     users = _read_users(document.pop(USERS_KEY, []), path)
+    metrics_table = document.pop(METRICS_TABLE, {})
+    unknown_metrics = set(metrics_table) - {"per_topic", "max_series"} if isinstance(metrics_table, dict) else None
+    if unknown_metrics is None or unknown_metrics:
+        raise ConfigError(f"{path}: [{METRICS_TABLE}] must be a table of per_topic and max_series")
+    try:
+        metrics = MetricsConfig(**metrics_table)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     unknown = set(document) - set(ENV_VARS)
     if unknown:
         raise ConfigError(
             f"{path}: unknown key(s) {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}], [{KAFKA_TABLE}], [[{USERS_KEY}]]"
+            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}], [{KAFKA_TABLE}], [{METRICS_TABLE}], [[{USERS_KEY}]]"
         )
     for name, value in document.items():
         expected = int if name in PORT_SETTINGS else str
         if isinstance(value, bool) or not isinstance(value, expected):
             raise ConfigError(f"{path}: {name} must be a {expected.__name__}, got {value!r}")
-    return document, storage_table, _check_kafka_table(kafka_table, path), users
+    return document, storage_table, _check_kafka_table(kafka_table, path), users, metrics
 
 
 def _read_users(entries: Any, path: Path) -> tuple[UserConfig, ...]:
