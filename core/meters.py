@@ -51,7 +51,7 @@ class RateBucket:
 
 class NamespaceMeter:
     __slots__ = ("tenant", "namespace", "published_bytes", "published_messages", "dispatched_bytes",
-                 "publish_limit", "dispatch_limit", "policies")
+                 "publish_limit", "dispatch_limit", "policies", "tracer")
 
     def __init__(self, tenant: str, namespace: str) -> None:
         self.tenant = tenant
@@ -62,6 +62,7 @@ class NamespaceMeter:
         self.publish_limit: RateBucket | None = None    # messages per second
         self.dispatch_limit: RateBucket | None = None   # bytes per second
         self.policies = NamespacePolicies()             # as last read from the metadata store
+        self.tracer = None                              # a core.trace.Tracer while the policy says trace
 
     def published(self, size: int, messages: int) -> None:
         self.published_bytes += size

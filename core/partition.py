@@ -170,6 +170,8 @@ class Partition:
                                           header.record_count, base_offset, header.max_timestamp)
                     if header.is_transactional:
                         self.producers.begin_transaction(header.producer_id, base_offset)
+        if self.meter.tracer is not None and self.log.next_offset > first_queued:
+            self.meter.tracer.produced(self.topic, self.index, first_queued, self.log.next_offset - 1)
         return self._first_offset(pending, first_queued)
 
     async def write_marker(self, marker: Marker) -> int:
@@ -264,6 +266,8 @@ class Partition:
             entries = await self.log.read(offset, max_bytes)
         records = b"".join(entry.payload for entry in entries)
         self.meter.dispatched(len(records))
+        if self.meter.tracer is not None and entries:
+            self.meter.tracer.read(self.topic, self.index, offset, entries[-1].next_offset - 1)
         return ReadResult(records, self.log.high_watermark, self.log.log_start_offset)
 
     async def read_committed(self, offset: int, max_bytes: int) -> CommittedRead:
@@ -279,6 +283,8 @@ class Partition:
         self.aborted.trim_before(self.log.log_start_offset)
         records = b"".join(entry.payload for entry in entries)
         self.meter.dispatched(len(records))
+        if self.meter.tracer is not None and entries:
+            self.meter.tracer.read(self.topic, self.index, offset, entries[-1].next_offset - 1)
         return CommittedRead(records, self.log.high_watermark, stable,
                              self.log.log_start_offset, self.aborted.overlapping(offset, end) if entries else [])
 

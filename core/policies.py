@@ -29,10 +29,15 @@ class NamespacePolicies:
     max_connections: int | None = None
     publish_rate_messages: int | None = None  # per second, Kafka and AMQP producers together
     dispatch_rate_bytes: int | None = None   # per second, Kafka fetches and AMQP deliveries together
+    trace: bool = False                      # message trace (core/trace.py)
 
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
+            if field.name == "trace":
+                if not isinstance(value, bool):
+                    raise InvalidConfig(f"trace must be true or false, got {value!r}")
+                continue
             if field.name == "backlog_quota_action":
                 if value not in BACKLOG_ACTIONS:
                     raise InvalidConfig(f"backlog_quota_action must be one of {', '.join(BACKLOG_ACTIONS)}, "
@@ -61,7 +66,7 @@ class NamespacePolicies:
         return cls(**doc)
 
     def to_doc(self) -> dict:
-        return {name: value for name, value in asdict(self).items() if value is not None}
+        return {name: value for name, value in asdict(self).items() if value is not None and value is not False}
 
 
 class PolicyStore:

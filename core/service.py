@@ -24,6 +24,7 @@ from core.policies import NamespacePolicies
 from core.registry import Registry, TopicInfo
 from core.tenancy import Tenancy
 from core.topic_config import EffectiveConfig
+from core.trace import Tracer
 from core.transactions.aborted_index import AbortedIndexStore
 from storage.api import ManagedLogFactory, MetadataStore
 
@@ -146,7 +147,11 @@ class Core:
         return (await self.meters.load(tenant, namespace)).policies.max_connections
 
     def _apply_policies(self, meter: NamespaceMeter) -> None:
-        """A namespace's retention policy changed: its open partitions retain accordingly."""
+        """A namespace's policies were read: trace on or off, open partitions retain accordingly."""
+        if meter.policies.trace and meter.tracer is None:
+            meter.tracer = Tracer(self, meter.tenant, meter.namespace)
+        elif not meter.policies.trace:
+            meter.tracer = None
         for (name, _), partition in self._partitions.items():
             if (name.tenant, name.namespace) == (meter.tenant, meter.namespace):
                 info = self.registry.cached(name)
@@ -200,6 +205,9 @@ class Core:
             await self.delayed.close()
         except Exception as exc:
             log.warning("closing the delayed messages failed: %s", exc)
+        for meter in self.meters.all():   # trace events still pending go to their topic first
+            if meter.tracer is not None:
+                await meter.tracer.close()
         partitions, self._partitions = list(self._partitions.values()), OrderedDict()
         self._last_used.clear()
         for partition in partitions:

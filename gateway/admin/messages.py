@@ -23,6 +23,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, status
 
 from core.names import TopicName
 from core.query import MAX_LIMIT, MessageQuery, find_messages
+from core.trace import trace_message
 from core.records.decoder import DecodedRecord
 from gateway.admin.security import Caller
 from protocols.amqp.codec.properties import BasicProperties
@@ -61,6 +62,19 @@ def router(context, authenticate) -> APIRouter:
         result = await find_messages(context.core, name, query)
         return {"messages": [message_doc(found.partition, found.record) for found in result.messages],
                 "next_offsets": result.next_offsets, "complete": result.complete}
+
+    @api.get("/tenants/{tenant}/namespaces/{namespace}/topics/{topic}/partitions/{partition}/offsets/{offset}")
+    async def trace(tenant: str, namespace: str, topic: str, partition: int, offset: int,
+                    caller: Authenticated) -> dict[str, Any]:
+        """One message and its trace: produced when and by whom, read by whom, acknowledged by which
+        subscriptions (the events exist only while the namespace's `trace` policy is on)."""
+        caller.check_tenant(tenant)
+        name = TopicName.of(topic, tenant, namespace)
+        found = await find_messages(context.core, name, MessageQuery(partition=partition, offset=offset, limit=1))
+        if not found.messages or found.messages[0].record.offset != offset:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no message at {topic}-{partition}@{offset}")
+        return {"message": message_doc(partition, found.messages[0].record),
+                **await trace_message(context.core, name, partition, offset)}
 
     return api
 

@@ -37,6 +37,7 @@ from core.auth import Principal, User, UserStore
 from core.connections import ClientConnection, peer_address
 from core.errors import CoreError
 from core.meters import NamespaceMeter
+from core.trace import CURRENT_CLIENT
 from core.queues.queue import Queue
 from core.queues.service import QueueNamespace, QueueService
 from protocols.amqp import delayed
@@ -160,6 +161,7 @@ class AmqpConnection:
     # --- the connection's life ------------------------------------------------------------------
 
     async def run(self) -> None:
+        CURRENT_CLIENT.set(self.client)   # who this task's appends and reads are for (core/trace.py)
         timer = asyncio.create_task(self._keep_time(), name=f"amqp-timer {self._peer}")
         try:
             await self._serve()

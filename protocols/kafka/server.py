@@ -28,6 +28,7 @@ from typing import Any
 
 from core.connections import ClientConnection, peer_address
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
+from core.trace import CURRENT_CLIENT
 from protocols.kafka import registry
 from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings, RequestContext
 from protocols.kafka.codec.errors import ErrorCode
@@ -124,6 +125,7 @@ class KafkaConnection:
         return self._pending.qsize()
 
     async def run(self) -> None:
+        CURRENT_CLIENT.set(self._session.client)   # who this task's appends and reads are for (core/trace.py)
         self._sender = asyncio.create_task(self._send_responses(), name=f"kafka-send {self._peer}")
         try:
             try:
