@@ -24,7 +24,7 @@ import json
 import logging
 from typing import Any
 
-from core.errors import CoreError, TopicExists
+from core.errors import CoreError, TopicExists, UnknownTopic
 from core.names import TopicName
 from core.query import MessageQuery, find_messages
 from core.records.builder import Record, build_batch
@@ -87,10 +87,13 @@ class Tracer:
 
     async def _partition(self):
         try:
-            await self._core.registry.create_topic(self._topic, 1)
-        except TopicExists:
-            pass
-        return await self._core.partition(self._topic, 0)
+            return await self._core.partition(self._topic, 0)
+        except UnknownTopic:
+            try:
+                await self._core.registry.create_topic(self._topic, 1)
+            except TopicExists:
+                pass   # created meanwhile
+            return await self._core.partition(self._topic, 0)
 
     async def close(self) -> None:
         if self._flusher is not None:
