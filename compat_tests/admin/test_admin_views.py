@@ -68,9 +68,11 @@ def test_subscriptions_of_both_protocols_with_their_consumers(admin_gateway, api
         found = {(s["kind"], s["topic"], s["name"]): s
                  for s in api.get(f"/tenants/{tenant}/namespaces/ns/subscriptions").json()}
         group = found.get(("kafka-group", "orders", "billing"))
-        ready = group and group["consumers"] and ("kafka-assign", "orders", None) in found
+        # A queue's cursor is stored once its consumer got something: a moment after the publishes.
+        ready = group and group["consumers"] and ("kafka-assign", "orders", None) in found and \
+            any(kind == "amqp-queue" for kind, _, _ in found)
         return found if ready else None
-    found = wait_for(subscriptions, "the group's member and the assign()-mode consumer")
+    found = wait_for(subscriptions, "the group's member, the assign()-mode consumer and the queue")
 
     group = found[("kafka-group", "orders", "billing")]
     assert group["partitions"] == [{"partition": 0, "position": 5, "backlog": 0}]

@@ -26,6 +26,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, status
 
 from core.groups.naming import group_id_of
 from core.groups.store import GroupKey
+from core.errors import UnknownTopic
 from core.names import TopicName, check_name
 from core.queues.queue import CURSOR_NAME
 from core.queues.store import NamespaceStore
@@ -80,11 +81,15 @@ def router(context, authenticate) -> APIRouter:
     async def list_subscriptions(tenant: str, namespace: str, caller: Authenticated) -> list[dict[str, Any]]:
         await visible_namespace(caller, tenant, namespace)
         found = []
+        # Each topic's first partition is asked for its cursors (the store has no index across topics).
         for topic in await core.registry.list_topics(tenant, namespace):
-            info = await core.registry.get_topic(TopicName(tenant, namespace, topic))
+            try:
+                info = await core.registry.get_topic(TopicName(tenant, namespace, topic))
+            except UnknownTopic:
+                continue   # deleted meanwhile
             if not await core.metadata.children(f"/cursors/{tenant}/{namespace}/{topic}/0") and \
                     not any(c.fetching_now(topic) for c in core.connections.all()):
-                continue   # no subscription: skip opening its partitions
+                continue   # no subscription: its partitions stay closed
             ends = [{"partition": i, "end_offset": (await core.partition(info.name, i)).high_watermark}
                     for i in range(info.partitions)]
             for subscription in await topic_subscriptions(tenant, namespace, topic, ends):
