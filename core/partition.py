@@ -100,7 +100,7 @@ class Partition:
         self.aborted = AbortedIndex()
         self._aborted_store = aborted_store   # None: the aborted index is rebuilt from the log tail only
         self._stable_waiters: list[asyncio.Future] = []
-        self.meter = NamespaceMeter(*topic.split("/")[:2])   # the core gives partitions of a namespace one meter
+        self.meter = NamespaceMeter("", "")   # the core gives every partition of a namespace that namespace's meter
 
     @property
     def log_start_offset(self) -> int:

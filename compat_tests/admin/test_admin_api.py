@@ -10,8 +10,6 @@ import uuid
 import httpx
 import pytest
 
-from compat_tests.admin.conftest import ADMIN
-
 DEADLINE_S = 20.0
 
 
@@ -55,6 +53,7 @@ def test_tenants_and_namespaces_are_created_listed_and_deleted(api):
     assert api.put(f"/tenants/{tenant}/namespaces/orders",
                    json={"policies": {"max_topics": 10, "retention_ms": 3_600_000}}).status_code == 201
     assert api.get(f"/tenants/{tenant}/namespaces").json() == ["orders", "payments"]
+    assert api.put(f"/tenants/{tenant}/namespaces/orders").status_code == 200   # existed
     assert api.get(f"/tenants/{tenant}/namespaces/orders/policies").json() == {
         "max_topics": 10, "retention_ms": 3_600_000, "backlog_quota_action": "refuse_producers"}
     assert api.delete(f"/tenants/{tenant}/namespaces/orders").status_code == 204
@@ -185,6 +184,12 @@ def test_a_tenant_admin_sees_only_its_own_tenant(admin_gateway, api):
         assert erin.put(f"/tenants/{mine}/namespaces/x").status_code == 201
         assert {u["name"] for u in erin.get("/users").json()} == {"erin"}
         assert erin.put("/users/eve", json={"password": "p", "tags": ["administrator"]}).status_code == 403
+        api.put("/users/boss", json={"password": "boss-secret", "tenant": mine, "namespace": "ns",
+                                     "tags": ["administrator"]}).raise_for_status()
+        assert erin.put("/users/boss", json={"password": "taken-over"}).status_code == 403
+        assert erin.delete("/users/boss").status_code == 403
+        assert erin.put("/users/erin", json={"tags": ["tenant-admin", "x"]}).status_code == 200
+        api.delete("/users/boss").raise_for_status()
         assert all(p["tenant"] == mine for p in erin.get("/permissions").json())
         assert erin.put(f"/tenants/{other}").status_code == 403
         assert other not in str(erin.get("/connections").json())

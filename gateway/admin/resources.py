@@ -19,6 +19,7 @@ fetched the topic's partitions in the last minute without being a member of one 
 # No `from __future__ import annotations` here: FastAPI must see the routes' annotations as
 # objects (they name dependencies local to router()).
 
+import functools
 import json
 from typing import Annotated, Any
 
@@ -27,9 +28,10 @@ from fastapi import APIRouter, Depends, HTTPException, Query, status
 from core.groups.naming import group_id_of
 from core.groups.store import GroupKey
 from core.errors import UnknownTopic
-from core.names import TopicName, check_name
+from core.names import TopicName
 from core.queues.queue import CURSOR_NAME
 from core.queues.store import NamespaceStore
+from gateway.admin import security
 from gateway.admin.security import Caller
 
 MAX_PAGE = 10_000
@@ -40,12 +42,7 @@ def router(context, authenticate) -> APIRouter:
     core = context.core
     Authenticated = Annotated[Caller, Depends(authenticate)]
 
-    async def visible_namespace(caller: Caller, tenant: str, namespace: str) -> None:
-        check_name("tenant", tenant)
-        check_name("namespace", namespace)
-        caller.check_tenant(tenant)
-        if not await context.tenancy.namespace_exists(tenant, namespace):
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"namespace {tenant}/{namespace} does not exist")
+    visible_namespace = functools.partial(security.visible_namespace, context.tenancy)
 
     @api.get("/tenants/{tenant}/namespaces/{namespace}/topics")
     async def list_topics(tenant: str, namespace: str, caller: Authenticated,

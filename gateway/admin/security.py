@@ -17,6 +17,7 @@ from fastapi import HTTPException, Request, status
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 
 from core.auth import User, UserStore
+from core.names import check_name
 
 ADMINISTRATOR = "administrator"
 TENANT_ADMIN = "tenant-admin"
@@ -42,6 +43,20 @@ class Caller:
     def check_administrator(self) -> None:
         if self.tenant_scope is not None:
             raise HTTPException(status.HTTP_403_FORBIDDEN, "only an administrator may do this")
+
+
+async def visible_tenant(tenancy, caller: Caller, tenant: str) -> None:
+    """404 unless the tenant exists and the caller may see it (the same answer either way)."""
+    check_name("tenant", tenant)
+    caller.check_tenant(tenant)
+    if not await tenancy.tenant_exists(tenant):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"tenant {tenant} does not exist")
+
+
+async def visible_namespace(tenancy, caller: Caller, tenant: str, namespace: str) -> None:
+    await visible_tenant(tenancy, caller, tenant)
+    if not await tenancy.namespace_exists(tenant, namespace):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"namespace {tenant}/{namespace} does not exist")
 
 
 class Authenticator:

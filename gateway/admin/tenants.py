@@ -14,12 +14,13 @@
 # No `from __future__ import annotations` here: FastAPI must see the routes' annotations as
 # objects (they name dependencies local to router()).
 
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Response, status
 
-from core.names import check_name
 from core.policies import NamespacePolicies
+from gateway.admin import security
 from gateway.admin.security import Caller
 
 
@@ -28,16 +29,8 @@ def router(context, authenticate) -> APIRouter:
     tenancy = context.tenancy
     Authenticated = Annotated[Caller, Depends(authenticate)]
 
-    async def visible_tenant(caller: Caller, tenant: str) -> None:
-        check_name("tenant", tenant)
-        caller.check_tenant(tenant)
-        if not await tenancy.tenant_exists(tenant):
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"tenant {tenant} does not exist")
-
-    async def visible_namespace(caller: Caller, tenant: str, namespace: str) -> None:
-        await visible_tenant(caller, tenant)
-        if not await tenancy.namespace_exists(tenant, namespace):
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"namespace {tenant}/{namespace} does not exist")
+    visible_tenant = functools.partial(security.visible_tenant, tenancy)
+    visible_namespace = functools.partial(security.visible_namespace, tenancy)
 
     @api.get("/tenants")
     async def list_tenants(caller: Authenticated) -> list[str]:

@@ -20,7 +20,7 @@ applies to logins from then on; a deleted user's connections are closed in every
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi import APIRouter, Depends, HTTPException, Response, status
 from pydantic import BaseModel, Field
 
 from core.auth import Permission, User
@@ -79,11 +79,13 @@ def router(context, authenticate) -> APIRouter:
     tenancy = context.tenancy
     Authenticated = Annotated[Caller, Depends(authenticate)]
 
-    async def visible_user(caller: Caller, name: str) -> User:
+    async def visible_user(caller: Caller, name: str, *, changing: bool = False) -> User:
         check_name("user", name)
         user = await users.get(name)
         if user is None or not caller.sees(user.principal.tenant):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {name} does not exist")
+        if changing and ADMINISTRATOR in user.tags:
+            caller.check_administrator()   # a tenant admin may not take over an administrator
         return user
 
     async def existing_namespace(caller: Caller, tenant: str, namespace: str) -> None:
@@ -101,11 +103,15 @@ def router(context, authenticate) -> APIRouter:
         return user_doc(await visible_user(caller, name))
 
     @api.put("/users/{name}", status_code=status.HTTP_201_CREATED)
-    async def put_user(name: str, body: UserBody, caller: Authenticated) -> dict[str, Any]:
+    async def put_user(name: str, body: UserBody, caller: Authenticated, response: Response) -> dict[str, Any]:
+        """Create (201) or change (200) a user."""
         check_name("user", name)
         existing = await users.get(name)
         if existing is not None and not caller.sees(existing.principal.tenant):
             raise HTTPException(status.HTTP_409_CONFLICT, f"user name {name} is taken")
+        if existing is not None:
+            await visible_user(caller, name, changing=True)
+            response.status_code = status.HTTP_200_OK
         if existing is None and body.password is None:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "a new user needs a password")
         tenant = body.tenant or (existing.principal.tenant if existing else caller.tenant_scope or DEFAULT_TENANT)
@@ -138,7 +144,7 @@ def router(context, authenticate) -> APIRouter:
 
     @api.delete("/users/{name}", status_code=status.HTTP_204_NO_CONTENT)
     async def delete_user(name: str, caller: Authenticated) -> None:
-        await visible_user(caller, name)
+        await visible_user(caller, name, changing=True)
         if name == caller.user:
             raise HTTPException(status.HTTP_409_CONFLICT, "a user cannot delete itself")
         await users.delete_user(name)
@@ -161,7 +167,7 @@ def router(context, authenticate) -> APIRouter:
     @api.put("/permissions/{tenant}/{namespace}/{name}")
     async def put_permission(tenant: str, namespace: str, name: str, body: PermissionBody,
                              caller: Authenticated) -> dict[str, Any]:
-        user = await visible_user(caller, name)
+        user = await visible_user(caller, name, changing=True)
         await existing_namespace(caller, tenant, namespace)
         permission = Permission(tenant, namespace, body.configure, body.write, body.read)
         _check_patterns(permission)
@@ -170,7 +176,7 @@ def router(context, authenticate) -> APIRouter:
 
     @api.delete("/permissions/{tenant}/{namespace}/{name}", status_code=status.HTTP_204_NO_CONTENT)
     async def delete_permission(tenant: str, namespace: str, name: str, caller: Authenticated) -> None:
-        user = await visible_user(caller, name)
+        user = await visible_user(caller, name, changing=True)
         caller.check_tenant(tenant)
         if user.permission_on(tenant, namespace) is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {name} has no permission on {tenant}/{namespace}")

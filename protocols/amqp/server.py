@@ -37,9 +37,9 @@ from core.auth import Principal, User, UserStore
 from core.connections import ClientConnection, peer_address
 from core.errors import CoreError
 from core.meters import NamespaceMeter
-from core.trace import CURRENT_CLIENT
 from core.queues.queue import Queue
 from core.queues.service import QueueNamespace, QueueService
+from core.trace import CURRENT_CLIENT
 from protocols.amqp import delayed
 from protocols.amqp.channel import Channel
 from protocols.amqp.codec.errors import DecodeError
