@@ -1,13 +1,16 @@
-"""Serves the console's static files under /console (no build step: plain HTML, CSS and JavaScript)."""
+"""Serves the console's static files: `/` leads to `/console/`, the page and its two assets (plain
+HTML, CSS and JavaScript: nothing is built at install time). The page itself needs no login; every
+API call it makes does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
 
 STATIC = Path(__file__).parent / "static"
+_ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}
 
 
 def router() -> APIRouter:
@@ -23,13 +26,8 @@ def router() -> APIRouter:
 
     @api.get("/console/{name}")
     async def asset(name: str) -> FileResponse:
-        path = STATIC / name
-        if name not in _ASSETS:
-            from fastapi import HTTPException
+        if name not in _ASSETS:   # a fixed list: no path from the request reaches the file system
             raise HTTPException(404, "not found")
-        return FileResponse(path, media_type=_ASSETS[name])
+        return FileResponse(STATIC / name, media_type=_ASSETS[name])
 
     return api
-
-
-_ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}
