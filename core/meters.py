@@ -6,8 +6,9 @@ stored (Kafka produce and AMQP publish alike, per batch, never per record) and P
 what is read for consumers (Kafka fetch and AMQP delivery). The meter holds the namespace's
 publish and dispatch limits (its policies, core/policies.py) as token buckets that both protocols
 draw from, so one limit holds across Kafka and AMQP together; each protocol slows its own clients
-in its own terms (Kafka: throttle_time_ms and not reading the connection; AMQP:
-connection.blocked and not reading the connection) for as long as `publish_delay_s` says.
+in its own terms for as long as `publish_delay_s` / `dispatch_delay_s` say: Kafka answers
+throttle_time_ms and does not read the connection meanwhile; AMQP publishers get connection.blocked
+and are not read, AMQP consumers get no deliveries.
 
 Limits are per process: in a cluster each broker enforces the whole limit on what it serves.
 A policy change reaches every process through a watch on /policies/<tenant>/<namespace>.

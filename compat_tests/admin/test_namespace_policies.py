@@ -68,3 +68,62 @@ def test_one_publish_rate_holds_across_kafka_and_amqp(gateway_launcher, tmp_path
     result = measure(gateway.admin_url, "%s:%d" % gateway.kafka, gateway.amqp, ADMIN, rate=500, seconds=4)
     assert 0.6 * 500 <= result["measured_rate"] <= 1.3 * 500, result
     assert result["amqp_blocked_notices"] >= 1, result   # AMQP's client was told why it was slowed
+
+
+def test_one_dispatch_rate_holds_across_kafka_and_amqp(admin_gateway, api):
+    """Reading 200 KB through both protocols at once takes at least what the shared rate allows
+    (a lower bound on time: a slow machine only makes it longer; unlimited, it takes ~0.3 s)."""
+    import threading
+    import time
+
+    import pika
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    tenant = fresh_namespace(api)
+    kafka = dict(bootstrap_servers="%s:%d" % admin_gateway.kafka, security_protocol="SASL_PLAINTEXT",
+                 sasl_mechanism="PLAIN", sasl_plain_username="writer", sasl_plain_password="w")
+    body = b"d" * 1000
+    producer = KafkaProducer(**kafka)
+    for _ in range(100):
+        producer.send("stream", body)
+    producer.flush(timeout=20)
+    producer.close()
+    parameters = pika.ConnectionParameters(*admin_gateway.amqp, virtual_host=f"{tenant}/ns",
+                                           credentials=pika.PlainCredentials("writer", "w"))
+    connection = pika.BlockingConnection(parameters)
+    channel = connection.channel()
+    channel.queue_declare("work")
+    channel.confirm_delivery()
+    for _ in range(100):
+        channel.basic_publish("", "work", body)
+    rate = 50_000
+    api.put(f"/tenants/{tenant}/namespaces/ns/policies", json={"dispatch_rate_bytes": rate}).raise_for_status()
+    time.sleep(0.5)   # the policy reaches the gateway through a watch
+
+    received = {"kafka": 0, "amqp": 0}
+
+    def read_kafka() -> None:
+        consumer = KafkaConsumer(max_partition_fetch_bytes=4096, fetch_max_bytes=4096, **kafka)
+        consumer.assign([TopicPartition("stream", 0)])
+        consumer.seek(TopicPartition("stream", 0), 0)
+        deadline = time.monotonic() + 60
+        while received["kafka"] < 100 and time.monotonic() < deadline:
+            received["kafka"] += sum(len(records) for records in consumer.poll(500).values())
+        consumer.close()
+
+    began = time.monotonic()
+    reader = threading.Thread(target=read_kafka)
+    reader.start()
+    deadline = time.monotonic() + 60
+    for method, _properties, _body in channel.consume("work", auto_ack=True, inactivity_timeout=1):
+        if method is not None:
+            received["amqp"] += 1
+        if received["amqp"] >= 100 or time.monotonic() > deadline:
+            break
+    channel.cancel()
+    reader.join(70)
+    elapsed = time.monotonic() - began
+    connection.close()
+    assert received == {"kafka": 100, "amqp": 100}
+    assert elapsed >= 0.8 * (200 * len(body)) / rate, elapsed   # 4 s at the rate, less a burst
+    api.delete("/users/writer").raise_for_status()

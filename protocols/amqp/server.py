@@ -135,7 +135,8 @@ class AmqpConnection:
         self.access: ResourceAccess | None = None   # set when the vhost is open
         self.meter: NamespaceMeter | None = None     # the vhost's namespace's rates, set when it is open
         self.owner = self                    # the owner of the exclusive queues it declares
-        self.writable = True                 # False while the output is backed up
+        self.writable = True                 # False while the output is backed up or the dispatch rate is spent
+        self._rate_paused = False            # the namespace's dispatch rate holds deliveries back
         self._reader = reader
         self._writer = writer
         self._loop = asyncio.get_running_loop()
@@ -389,14 +390,35 @@ class AmqpConnection:
         if self.writable and transport.get_write_buffer_size() > OUTPUT_HIGH_WATER:
             self.writable = False
             self._drainer = asyncio.create_task(self._wait_drained(), name=f"amqp-drain {self._peer}")
+        if self.writable and self.meter is not None and self.meter.dispatch_limit is not None:
+            self._check_dispatch_rate()
 
     async def _wait_drained(self) -> None:
         try:
             await self._writer.drain()
         except ConnectionError:
             return
-        self.writable = True
         self._drainer = None
+        self._resume_deliveries()
+
+    def _check_dispatch_rate(self) -> None:
+        """The namespace's dispatch rate (core/meters.py, shared with Kafka fetches) is spent: the
+        consumers of this connection get nothing more until it allows again (checked per flush, not
+        per delivery)."""
+        delay = self.meter.dispatch_delay_s()
+        if delay > 0:
+            self.writable = False
+            self._rate_paused = True
+            self._loop.call_later(delay, self._end_rate_pause)
+
+    def _end_rate_pause(self) -> None:
+        self._rate_paused = False
+        self._resume_deliveries()
+
+    def _resume_deliveries(self) -> None:
+        if self._drainer is not None or self._rate_paused:
+            return   # still held back for the other reason
+        self.writable = True
         for channel in list(self.channels.values()):
             channel.wake_consumers()
 
