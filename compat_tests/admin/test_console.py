@@ -88,6 +88,7 @@ def test_log_in_create_a_namespace_and_watch_a_message_arrive(admin_gateway, api
     find(By.ID, "login-submit").click()
     steps.wait_for(lambda: find(By.ID, "overview").is_displayed(), "the overview")
     steps.wait_for(lambda: int(steps.text_of("#card-tenants .value")) >= 1, "the tenant count")
+    assert steps.text_of("#who") == "root"
     steps.shot("overview")
 
     tenant, namespace = f"web-{uuid.uuid4().hex[:6]}", "shop"

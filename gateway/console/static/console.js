@@ -233,6 +233,7 @@ async function route() {
   if (!sessionStorage.getItem(AUTH_KEY)) return logout();
   document.getElementById("login").hidden = true;
   document.getElementById("nav").hidden = false;
+  document.getElementById("who").textContent = loggedInUser();
   const hash = location.hash || "#/overview";
   const found = ROUTES.find(([pattern]) => pattern.test(hash));
   if (!found) { location.hash = "#/overview"; return; }
@@ -246,6 +247,11 @@ async function route() {
   }
   // Views of live state refresh themselves; forms do not (they would lose what is being typed).
   if (refreshes) refreshTimer = setTimeout(() => { if (location.hash === hash || (!location.hash && hash === "#/overview")) route(); }, REFRESH_MS);
+}
+
+function loggedInUser() {
+  const auth = sessionStorage.getItem(AUTH_KEY) || "";
+  try { return decodeURIComponent(escape(atob(auth.replace(/^Basic /, "")))).split(":")[0]; } catch (e) { return ""; }
 }
 
 function logout(reason) {
@@ -269,7 +275,6 @@ document.addEventListener("DOMContentLoaded", () => {
       if (sessionStorage.getItem(AUTH_KEY)) logout(String(error.message));
       return;
     }
-    document.getElementById("who").textContent = user;
     location.hash = location.hash || "#/overview";
     route();
   });
