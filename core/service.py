@@ -143,6 +143,10 @@ class Core:
         await partition.load_producer_states()
         return partition
 
+    async def default_partitions(self, tenant: str, namespace: str, fallback: int) -> int:
+        """Partitions of a topic created without a count: the namespace's policy, else `fallback`."""
+        return (await self.meters.load(tenant, namespace)).policies.default_partitions or fallback
+
     async def _max_connections(self, tenant: str, namespace: str) -> int | None:
         return (await self.meters.load(tenant, namespace)).policies.max_connections
 

@@ -58,6 +58,18 @@ def test_max_topics_refuses_one_more_over_either_protocol(admin_gateway, api):
     api.delete("/users/writer").raise_for_status()
 
 
+def test_default_partitions_of_auto_created_topics(admin_gateway, api):
+    from kafka import KafkaProducer
+
+    tenant = fresh_namespace(api, default_partitions=3)
+    producer = KafkaProducer(bootstrap_servers="%s:%d" % admin_gateway.kafka, security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="PLAIN", sasl_plain_username="writer", sasl_plain_password="w")
+    producer.send("auto", b"x").get(timeout=20)
+    producer.close()
+    assert len(api.get(f"/tenants/{tenant}/namespaces/ns/topics/auto").json()["partitions"]) == 3
+    api.delete("/users/writer").raise_for_status()
+
+
 def test_one_publish_rate_holds_across_kafka_and_amqp(gateway_launcher, tmp_path):
     """A loose bound for a loaded machine; bench/namespace_rate.py measures the accuracy."""
     from bench.namespace_rate import ADMIN, CONFIG, measure

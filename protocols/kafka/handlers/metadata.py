@@ -107,7 +107,9 @@ async def _describe(name: str | None, ctx: RequestContext, may_create: bool, acl
             if acl is not None and not await acl.may_create(name or ""):
                 return _unauthorized(name)
             try:
-                info = await ctx.core.create_topic(topic, ctx.broker.settings.default_partitions)
+                partitions = await ctx.core.default_partitions(topic.tenant, topic.namespace,
+                                                               ctx.broker.settings.default_partitions)
+                info = await ctx.core.create_topic(topic, partitions)
             except CoreError:
                 info = await ctx.core.registry.get_topic(topic)   # created concurrently
     except InvalidName:
