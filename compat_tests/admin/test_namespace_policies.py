@@ -70,6 +70,27 @@ def test_default_partitions_of_auto_created_topics(admin_gateway, api):
     api.delete("/users/writer").raise_for_status()
 
 
+def test_message_ttl_is_the_default_of_queues_without_their_own(admin_gateway, api):
+    import time
+
+    import pika
+
+    tenant = fresh_namespace(api, message_ttl_ms=200)
+    connection = pika.BlockingConnection(pika.ConnectionParameters(
+        *admin_gateway.amqp, virtual_host=f"{tenant}/ns", credentials=pika.PlainCredentials("writer", "w")))
+    channel = connection.channel()
+    channel.queue_declare("short")
+    channel.queue_declare("long", arguments={"x-message-ttl": 600_000})
+    channel.confirm_delivery()
+    for queue in ("short", "long"):
+        channel.basic_publish("", queue, b"m")
+    time.sleep(0.6)
+    assert channel.basic_get("short", auto_ack=True) == (None, None, None)   # expired
+    assert channel.basic_get("long", auto_ack=True)[2] == b"m"
+    connection.close()
+    api.delete("/users/writer").raise_for_status()
+
+
 def test_one_publish_rate_holds_across_kafka_and_amqp(gateway_launcher, tmp_path):
     """A loose bound for a loaded machine; bench/namespace_rate.py measures the accuracy."""
     from bench.namespace_rate import ADMIN, CONFIG, measure

@@ -401,6 +401,7 @@ class QueueService:
         return await asyncio.shield(loading)
 
     async def _load(self, tenant: str, namespace: str) -> QueueNamespace:
+        await self._core.meters.load(tenant, namespace)   # its policies: a queue's default message TTL
         space = QueueNamespace(self._core, tenant, namespace)
         await space.load()
         self._namespaces[(tenant, namespace)] = space
