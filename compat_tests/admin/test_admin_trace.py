@@ -40,10 +40,19 @@ def test_trace_of_a_kafka_and_an_amqp_message(admin_gateway, api):
     api.put(f"/tenants/{tenant}/namespaces/ns/policies", json={"trace": True}).raise_for_status()
     producer.close()
     producer = KafkaProducer(client_id="billing-producer", **kafka)
-    # The policy reaches the partition through a watch: until then a message may go untraced.
-    wait_for(lambda: any(e["event"] == "produced" for e in api.get(
-        f"{base}/orders/partitions/0/offsets/{producer.send('orders', b'traced').get(timeout=20).offset}"
-    ).json()["events"]), "a traced produce")
+
+    def traced_produce() -> bool:
+        # The policy reaches the partition through a watch (a message sent before may go untraced),
+        # and events are written a moment after the append.
+        offset = producer.send("orders", b"traced").get(timeout=20).offset
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            events = api.get(f"{base}/orders/partitions/0/offsets/{offset}").json()["events"]
+            if any(e["event"] == "produced" for e in events):
+                return True
+            time.sleep(0.1)
+        return False
+    wait_for(traced_produce, "a traced produce")
     consumer = KafkaConsumer("orders", group_id="billing", client_id="billing-reader", auto_offset_reset="earliest",
                              enable_auto_commit=False, **kafka)
     got = []
