@@ -52,6 +52,7 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     core.InvalidGroupId: ReplyCode.INTERNAL_ERROR,
     core.InvalidSessionTimeout: ReplyCode.INTERNAL_ERROR,
     core.GroupFull: ReplyCode.INTERNAL_ERROR,
+    core.NotCoordinator: ReplyCode.INTERNAL_ERROR,
     core.UnknownMember: ReplyCode.INTERNAL_ERROR,
     core.IllegalGeneration: ReplyCode.INTERNAL_ERROR,
     core.RebalanceInProgress: ReplyCode.INTERNAL_ERROR,
