@@ -218,7 +218,7 @@ def router(context, authenticate) -> APIRouter:
             return []
         consumers = []
         for consumer in queue.subscription.consumers:
-            client = getattr(getattr(getattr(consumer, "channel", None), "connection", None), "client", None)
+            client = getattr(consumer, "client", None)
             doc = consumer_doc(client, []) if client is not None else {}
             consumers.append({**doc, "consumer_tag": getattr(consumer, "tag", None)})
         return consumers

@@ -149,6 +149,7 @@ class AmqpConnection:
         self._flush_scheduled = False
         self.client = broker.core.connections.add(ClientConnection("amqp", peer_address(self._peer),
                                                                     self._close_for_operator))
+        self.session.client = self.client
 
     @property
     def username(self) -> str:
