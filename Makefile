@@ -12,9 +12,10 @@ SOAK_MINUTES ?= 10
 # compatibility tests; rabbitmq-server: the reference the AMQP tests compare against, started as a
 # private node by the tests and the AMQP benchmark; zookeeper: the cluster's metadata store, its jars
 # run as a private server by the tests and `gateway cluster up`; fuse3, fiu-utils, iproute2 and
-# iptables: the power-loss, failed-fsync and partition faults of compat_tests/faults). Installed only
-# when missing.
-SYSTEM_PACKAGES := kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables
+# iptables: the power-loss, failed-fsync and partition faults of compat_tests/faults; chromium +
+# chromium-driver: the headless browser the web console's tests drive through selenium). Installed
+# only when missing.
+SYSTEM_PACKAGES := kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.

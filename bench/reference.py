@@ -29,6 +29,7 @@ class RunningBroker:
     bootstrap: str          # "host:port" for clients
     log_path: Path
     amqp: str = ""          # the gateway's AMQP "host:port"
+    admin: str = ""         # the gateway's admin "host:port"
 
     @property
     def pid(self) -> int:
@@ -91,13 +92,13 @@ def start_tansu(log_dir: Path) -> RunningBroker:
     return RunningBroker("tansu", proc, f"127.0.0.1:{port}", log_path)
 
 
-def start_gateway(data_dir: Path, log_dir: Path) -> RunningBroker:
+def start_gateway(data_dir: Path, log_dir: Path, extra_args: tuple[str, ...] = ()) -> RunningBroker:
     """`gateway serve` from this virtualenv on free ports; returns once it printed its READY line."""
     gateway = Path(sys.executable).parent / "gateway"
     log_path = log_dir / "gateway.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen([str(gateway), "serve", "--data-dir", str(data_dir), "--kafka-port", "0",
-                                 "--amqp-port", "0", "--admin-port", "0"],
+                                 "--amqp-port", "0", "--admin-port", "0", *extra_args],
                                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
     ready: dict = {}
     got_line = threading.Event()
@@ -112,4 +113,5 @@ def start_gateway(data_dir: Path, log_dir: Path) -> RunningBroker:
     if not got_line.wait(START_DEADLINE_S) or not ready:
         proc.kill()
         raise RuntimeError(f"gateway did not print its READY line; see {log_path}")
-    return RunningBroker("gateway", proc, str(ready["kafka"]), log_path, amqp=str(ready["amqp"]))
+    return RunningBroker("gateway", proc, str(ready["kafka"]), log_path, amqp=str(ready["amqp"]),
+                         admin=str(ready["admin"]))

@@ -6,12 +6,15 @@ Users live at /users/<name> in the metadata store:
     {"tenant": str, "namespace": str,
      "scram": {"SCRAM-SHA-256": {"salt": b64, "iterations": int, "stored_key": b64, "server_key": b64},
                "SCRAM-SHA-512": {...}},
-     "permissions": [{"tenant": str, "namespace": str, "configure": regex, "write": regex, "read": regex}, ...]}
+     "permissions": [{"tenant": str, "namespace": str, "configure": regex, "write": regex, "read": regex}, ...],
+     "tags": [str, ...]}
 
 "permissions" (optional) are RabbitMQ's per-vhost permissions: in each listed tenant/namespace, the
 queues and exchanges whose names the configure / write / read patterns match (a regular-expression
 search; "" is "^$" and grants nothing). Without the key a user has every permission in its own
 tenant/namespace and none elsewhere; with it, exactly the listed ones.
+
+"tags" (optional) are RabbitMQ's user tags; `administrator` opens the admin API (gateway/admin).
 
 Only salted SCRAM keys are stored (RFC 5802), never the password; PLAIN logins are checked by
 deriving the SCRAM-SHA-256 keys from the offered password and comparing in constant time, so one
@@ -26,11 +29,11 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, check_name
-from storage.api import MetadataStore, NoNode
+from storage.api import BadVersion, MetadataStore, NoNode
 
 SCRAM_MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 DEFAULT_ITERATIONS = 4096
@@ -99,6 +102,7 @@ class User:
     principal: Principal
     scram: dict[str, ScramCredential]
     permissions: tuple[Permission, ...] | None = None   # None: everything in its own tenant/namespace
+    tags: tuple[str, ...] = ()
 
     def permission_on(self, tenant: str, namespace: str) -> Permission | None:
         """The user's permission in a tenant/namespace, or None if it has none there."""
@@ -117,7 +121,7 @@ class UserStore:
 
     async def put_user(self, name: str, password: str, *, tenant: str = DEFAULT_TENANT,
                        namespace: str = DEFAULT_NAMESPACE, iterations: int = DEFAULT_ITERATIONS,
-                       permissions: Sequence[Permission] | None = None) -> None:
+                       permissions: Sequence[Permission] | None = None, tags: Sequence[str] = ()) -> None:
         check_name("user", name)
         scram = {}
         for mechanism, hash_name in SCRAM_MECHANISMS.items():
@@ -126,6 +130,8 @@ class UserStore:
         doc = {"tenant": tenant, "namespace": namespace, "scram": scram}
         if permissions is not None:
             doc["permissions"] = [permission.to_doc() for permission in permissions]
+        if tags:
+            doc["tags"] = list(tags)
         await self._metadata.put(f"/users/{name}", json.dumps(doc).encode())
 
     async def delete_user(self, name: str) -> None:
@@ -147,7 +153,7 @@ class UserStore:
         permissions = doc.get("permissions")
         if permissions is not None:
             permissions = tuple(Permission.from_doc(p) for p in permissions)
-        return User(Principal(name, doc["tenant"], doc["namespace"]), scram, permissions)
+        return User(Principal(name, doc["tenant"], doc["namespace"]), scram, permissions, tuple(doc.get("tags", ())))
 
     async def verify(self, name: str, password: str) -> User | None:
         """PLAIN-style check: the user if the password is right, else None (constant time)."""
@@ -187,6 +193,23 @@ class UserStore:
         else:
             await self.delete_user(name)
         return True
+
+    async def update(self, name: str, change: Callable[[dict], None]) -> bool:
+        """Apply `change` to the user's stored document (compare-and-set, retried); False if no such user."""
+        for _ in range(10):
+            node = await self._metadata.get(f"/users/{name}")
+            if node is None:
+                return False
+            doc = json.loads(node.value)
+            change(doc)
+            try:
+                await self._metadata.put(f"/users/{name}", json.dumps(doc).encode(), node.version)
+            except NoNode:
+                return False
+            except BadVersion:
+                continue
+            return True
+        raise BadVersion(f"user {name} keeps changing")
 
     async def _doc(self, name: str) -> dict | None:
         node = await self._metadata.get(f"/users/{name}")

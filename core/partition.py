@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from core.clock import Clock
 from core.errors import (CoreError, CorruptRecord, InvalidRecord, NotEnoughReplicas, NotOwner, OffsetOutOfRange,
                          RecordTooLarge, StorageUnavailable)
+from core.meters import NamespaceMeter
 from core.producer_state import ProducerStates
 from core.records import batch as record_batch
 from core.records.decoder import decode_batch
@@ -109,6 +110,7 @@ class Partition:
         # After a storage failure the outcome of the failed appends is unknown: the producer state is
         # learned again from the log once it is repaired, and appends wait for that.
         self._relearning: asyncio.Task | None = None
+        self.meter = NamespaceMeter("", "")   # the core gives every partition of a namespace that namespace's meter
 
     @property
     def log_start_offset(self) -> int:
@@ -154,6 +156,7 @@ class Partition:
             if header.is_transactional and header.producer_id < 0:
                 raise InvalidRecord("a transactional batch needs a producer id")
             headers.append(header)
+        self.meter.published(len(records), sum(header.record_count for header in headers))
         pending: list[Awaitable[int]] = []
         appended = None
         first_queued = self.log.next_offset
@@ -187,6 +190,8 @@ class Partition:
             # Resolved once the log's high watermark covers the last batch (it moves first); a
             # reader may start watching before then, so the callback is always there.
             asyncio.ensure_future(appended).add_done_callback(self._wake_watchers)
+        if self.meter.tracer is not None and self.log.next_offset > first_queued:
+            self.meter.tracer.produced(self.topic, self.index, first_queued, self.log.next_offset - 1)
         return self._first_offset(pending, first_queued)
 
     async def write_marker(self, marker: Marker) -> int:
@@ -314,8 +319,11 @@ class Partition:
         alone exceeds max_bytes (Kafka's rule: only the response's first batch may cross a limit)."""
         with storage_errors():
             entries = _within(await self.log.read(offset, max_bytes), max_bytes, min_one)
-        return ReadResult(b"".join(entry.payload for entry in entries), self.log.high_watermark,
-                          self.log.log_start_offset)
+        records = b"".join(entry.payload for entry in entries)
+        self.meter.dispatched(len(records))
+        if self.meter.tracer is not None and entries:
+            self.meter.tracer.read(self.topic, self.index, offset, entries[-1].next_offset - 1)
+        return ReadResult(records, self.log.high_watermark, self.log.log_start_offset)
 
     async def read_committed(self, offset: int, max_bytes: int, *, min_one: bool = True) -> CommittedRead:
         """Whole batches from `offset` below the last stable offset (none when it is not below it),
@@ -330,7 +338,11 @@ class Partition:
                                    if entry.base_offset < stable], max_bytes, min_one)
         end = entries[-1].next_offset if entries else offset
         self.aborted.trim_before(self.log.log_start_offset)
-        return CommittedRead(b"".join(entry.payload for entry in entries), self.log.high_watermark, stable,
+        records = b"".join(entry.payload for entry in entries)
+        self.meter.dispatched(len(records))
+        if self.meter.tracer is not None and entries:
+            self.meter.tracer.read(self.topic, self.index, offset, entries[-1].next_offset - 1)
+        return CommittedRead(records, self.log.high_watermark, stable,
                              self.log.log_start_offset, self.aborted.overlapping(offset, end) if entries else [])
 
     def watch(self, waiter: asyncio.Future) -> None:

@@ -17,8 +17,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from core.clock import Clock
-from core.errors import InvalidPartitions, TopicExists, UnknownTenant, UnknownTopic
+from core.errors import InvalidPartitions, PolicyViolation, TopicExists, UnknownTenant, UnknownTopic
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, TopicName, check_name
+from core.policies import PolicyStore
 from core.topic_config import EffectiveConfig, validate
 from storage.api import BadVersion, MetadataStore, NodeExists, NoNode
 
@@ -86,6 +87,9 @@ class Registry:
         explicit = validate(configs or {})
         if await self._metadata.get(f"/namespaces/{name.tenant}/{name.namespace}") is None:
             raise UnknownTenant(f"namespace {name.tenant}/{name.namespace} does not exist")
+        max_topics = (await PolicyStore(self._metadata).get(name.tenant, name.namespace)).max_topics
+        if max_topics is not None and len(await self.list_topics(name.tenant, name.namespace)) >= max_topics:
+            raise PolicyViolation(f"namespace {name.tenant}/{name.namespace} holds its maximum of {max_topics} topics")
         info = TopicInfo(name, uuid.uuid4().hex, partitions, explicit, self._clock.now_ms())
         if validate_only:
             if await self._metadata.get(self._path(name)) is not None:
@@ -152,6 +156,10 @@ class Registry:
             self._remember(updated)
             return updated
         raise BadVersion(f"topic {name} keeps changing")
+
+    def cached(self, name: TopicName) -> TopicInfo | None:
+        """The topic's description if it is cached (no metadata read)."""
+        return self._cache.get(name)
 
     def _remember(self, info: TopicInfo) -> None:
         self._cache[info.name] = info

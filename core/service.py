@@ -16,15 +16,20 @@ from core.broker_configs import BrokerConfigs
 from core.clock import Clock, SystemClock
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.bundles import Bundle, partition_bundle
+from core.connections import ClientConnections
 from core.cursor import Cursor
 from core.delayed.service import DelayedService
 from core.errors import NotOwner, UnknownTopic
+from core.meters import NamespaceMeter, NamespaceMeters
 from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
-from core.transactions.aborted_index import AbortedIndexStore
+from core.policies import NamespacePolicies
 from core.registry import Registry, TopicInfo
 from core.retention import delete_consumed
+from core.tenancy import Tenancy
 from core.topic_config import EffectiveConfig
+from core.trace import Tracer
+from core.transactions.aborted_index import AbortedIndexStore
 from storage.api import ManagedLogFactory, MetadataStore
 
 log = logging.getLogger("gateway.core")
@@ -56,6 +61,10 @@ class Core:
         self._sweeper: asyncio.Task | None = None
         self._takeovers: set[asyncio.Task] = set()
         self.delayed = DelayedService(self)     # delayed messages: held until due, then routed
+        self.connections = ClientConnections(metadata, self._max_connections)   # this process's clients
+        self.tenancy = Tenancy(self)            # tenants and namespaces at runtime, their policies
+        self.meters = NamespaceMeters(metadata)  # each namespace's rates, rate limits and policies
+        self.meters.on_policies(self._apply_policies)
 
     async def start(self) -> None:
         await self.registry.start()
@@ -87,9 +96,12 @@ class Core:
             self._reconfigure(info)
         return info
 
-    def effective_config(self, info: TopicInfo) -> EffectiveConfig:
-        """The topic's own configs over the broker-level defaults."""
-        return EffectiveConfig.of(info.configs, self.broker_configs.topic_defaults())
+    def effective_config(self, info: TopicInfo, policies: NamespacePolicies | None = None) -> EffectiveConfig:
+        """The topic's own configs over its namespace's policies over the broker-level defaults."""
+        if policies is None:
+            policies = self.meters.of(info.name.tenant, info.name.namespace).policies
+        return EffectiveConfig.of({**_namespace_defaults(policies), **info.configs},
+                                  self.broker_configs.topic_defaults())
 
     async def alter_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
         """Replace the broker-level topic defaults of `scope` (core/broker_configs.py); open
@@ -164,11 +176,13 @@ class Core:
         info = await self.registry.get_topic(name)
         if not 0 <= index < info.partitions:
             raise UnknownTopic(f"topic {name} has no partition {index}")
-        config = self.effective_config(info)
+        meter = await self.meters.load(name.tenant, name.namespace)
+        config = self.effective_config(info, meter.policies)
         with storage_errors():
             managed = await self.logs.open_log(name.partition_log(index), retention_policy(config))
         partition = Partition(name.path, index, managed, config, self.clock,
                               AbortedIndexStore(self.metadata, info.topic_id, index))
+        partition.meter = meter
         await partition.load_producer_states()
         return partition
 
@@ -224,11 +238,35 @@ class Core:
         except Exception as exc:
             log.warning("taking over the partitions of bundle %s failed: %s", bundle, exc)
 
+    async def default_partitions(self, tenant: str, namespace: str, fallback: int) -> int:
+        """Partitions of a topic created without a count: the namespace's policy, else `fallback`."""
+        return (await self.meters.load(tenant, namespace)).policies.default_partitions or fallback
+
+    async def _max_connections(self, tenant: str, namespace: str) -> int | None:
+        return (await self.meters.load(tenant, namespace)).policies.max_connections
+
+    def _apply_policies(self, meter: NamespaceMeter) -> None:
+        """A namespace's policies were read: trace on or off, open partitions retain accordingly."""
+        if meter.policies.trace and meter.tracer is None:
+            meter.tracer = Tracer(self, meter.tenant, meter.namespace)
+        elif not meter.policies.trace:
+            meter.tracer = None
+        for (name, _), partition in self._partitions.items():
+            if (name.tenant, name.namespace) == (meter.tenant, meter.namespace):
+                info = self.registry.cached(name)
+                if info is not None:
+                    partition.config = self.effective_config(info, meter.policies)
+                    partition.log.policy = retention_policy(partition.config)
+
     async def _close_oldest(self, count: int) -> None:
         for _ in range(count):
             key, partition = self._partitions.popitem(last=False)
             self._last_used.pop(key, None)
             await partition.close()
+
+    def open_partitions(self) -> list[Partition]:
+        """The partitions open in this process now (for metrics)."""
+        return list(self._partitions.values())
 
     # --- cursors ------------------------------------------------------------------------------
 
@@ -276,6 +314,9 @@ class Core:
             await self.delayed.close()
         except Exception as exc:
             log.warning("closing the delayed messages failed: %s", exc)
+        for meter in self.meters.all():   # trace events still pending go to their topic first
+            if meter.tracer is not None:
+                await meter.tracer.close()
         partitions, self._partitions = list(self._partitions.values()), OrderedDict()
         self._last_used.clear()
         for partition in partitions:
@@ -283,3 +324,13 @@ class Core:
                 await partition.close()
             except Exception as exc:
                 log.warning("closing partition %s-%d failed: %s", partition.topic, partition.index, exc)
+
+
+def _namespace_defaults(policies: NamespacePolicies) -> dict[str, str]:
+    """The namespace's retention, for topics that set none of their own."""
+    defaults = {}
+    if policies.retention_ms is not None:
+        defaults["retention.ms"] = str(policies.retention_ms)
+    if policies.retention_bytes is not None:
+        defaults["retention.bytes"] = str(policies.retention_bytes)
+    return defaults

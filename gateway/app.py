@@ -24,7 +24,7 @@ from core.auth import Permission, UserStore
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.members import BrokerInfo
 from core.service import Core
-from gateway.admin import AdminServer, GatewayInfo, create_admin_app
+from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
 from gateway.metrics import GatewayMetrics
@@ -224,7 +224,7 @@ class Gateway:
             permissions = None if user.permissions is None else [
                 Permission(*p.tenant_namespace, p.configure, p.write, p.read) for p in user.permissions]
             await users.put_user(user.name, user.password, tenant=user.tenant, namespace=user.namespace,
-                                 permissions=permissions)
+                                 permissions=permissions, tags=user.tags)
             await self._core.registry.ensure_namespace(user.tenant, user.namespace)
             for permission in permissions or ():
                 await self._core.registry.ensure_namespace(permission.tenant, permission.namespace)
@@ -235,13 +235,18 @@ class Gateway:
         listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp")]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)
+        self.metrics.track_namespaces(self._core, per_topic=config.metrics.per_topic,
+                                      max_series=config.metrics.max_series)
         admin_socket = self._unserved_sockets.pop("admin")
         info = GatewayInfo(
             version=self.version,
             listeners={**{l.name: l.address for l in listeners}, "admin": format_address(admin_socket)},
             data_dir=config.data_dir,
         )
-        admin = AdminServer(admin_socket, create_admin_app(info, self.metrics), SHUTDOWN_GRACE_S)
+        kafka_broker, amqp_broker = handlers["kafka"].broker, handlers["amqp"].broker
+        self._core.tenancy.on_namespace_deleted(amqp_broker.queues.forget)
+        context = AdminContext(self._core, kafka=kafka_broker, amqp=amqp_broker)
+        admin = AdminServer(admin_socket, create_admin_app(info, self.metrics, context), SHUTDOWN_GRACE_S)
         self._servers.append(admin)
         for server in (*listeners, admin):
             await server.start()

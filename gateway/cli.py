@@ -206,5 +206,13 @@ def cluster_up(
     raise typer.Exit(run_cluster(spec))
 
 
+def _admin() -> None:
+    from gateway.admin_cli import admin_cli
+    cli.add_typer(admin_cli, name="admin")
+
+
+_admin()
+
+
 def main() -> None:
     cli(prog_name="gateway")

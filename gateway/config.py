@@ -36,6 +36,7 @@ PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
 INT_SETTINGS = (*PORT_SETTINGS, "broker_id")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
+METRICS_TABLE = "metrics"
 USERS_KEY = "users"
 PERMISSIONS_KEY = "permissions"
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -174,11 +175,14 @@ class UserConfig:
     tenant: str = "public"
     namespace: str = "default"
     permissions: tuple[PermissionConfig, ...] | None = None
+    tags: tuple[str, ...] = ()   # RabbitMQ's user tags: "administrator" may use the admin API
 
     def __post_init__(self) -> None:
         for key in ("name", "password", "tenant", "namespace"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise ConfigError(f"users: {key} must be a non-empty string")
+        if not isinstance(self.tags, tuple) or not all(isinstance(tag, str) and tag for tag in self.tags):
+            raise ConfigError(f"users: {self.name}: tags must be a list of non-empty strings")
         if self.permissions is not None:
             vhosts = [permission.vhost for permission in self.permissions]
             if len(set(vhosts)) != len(vhosts):
@@ -191,6 +195,20 @@ def _words(text: str) -> tuple[str, ...]:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """The `[metrics]` table: how many labelled series /metrics may grow to."""
+
+    per_topic: bool = False     # also series per topic (open partitions only); off: per namespace only
+    max_series: int = 1000      # per family: namespaces (or topics) beyond are summed into "_other"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.per_topic, bool):
+            raise ConfigError(f"metrics.per_topic must be true or false, got {self.per_topic!r}")
+        if not _is_int(self.max_series) or not 1 <= self.max_series <= 1_000_000:
+            raise ConfigError(f"metrics.max_series must be an integer in 1..1000000, got {self.max_series!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +226,7 @@ class GatewayConfig:
     # at the first start and kept in the data directory) and its rack (Kafka's broker.rack).
     broker_id: int | None = None
     rack: str | None = None
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -242,8 +261,9 @@ def resolve_config(
     storage_table: Mapping[str, Any] = {}
     kafka_settings: dict[str, Any] = {}
     users: tuple[UserConfig, ...] = ()
+    metrics = MetricsConfig()
     if config_file is not None:
-        file_settings, storage_table, kafka_table, users = _read_toml(config_file)
+        file_settings, storage_table, kafka_table, users, metrics = _read_toml(config_file)
         settings.update(file_settings)
         kafka_settings.update(kafka_table)
     settings.update(_settings_from_env(env))
@@ -268,12 +288,13 @@ def resolve_config(
 
     config = GatewayConfig(**settings, storage=_storage_config(storage_table, config_file),
                            kafka=KafkaConfig(**kafka_settings, given=frozenset(kafka_settings)),
-                           users=users)
+                           users=users, metrics=metrics)
     # The READY line and the storage layer want one unambiguous directory, whatever the cwd later is.
     return dataclasses.replace(config, data_dir=Path(os.path.abspath(config.data_dir)))
 
 
-def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str, Any], tuple[UserConfig, ...]]:
+def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str, Any], tuple[UserConfig, ...],
+                                    MetricsConfig]:
     try:
         with path.open("rb") as file:
             document = tomllib.load(file)
@@ -289,17 +310,25 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str,
     if not isinstance(kafka_table, dict):
         raise ConfigError(f"{path}: [{KAFKA_TABLE}] must be a table")
     users = _read_users(document.pop(USERS_KEY, []), path)
+    metrics_table = document.pop(METRICS_TABLE, {})
+    unknown_metrics = set(metrics_table) - {"per_topic", "max_series"} if isinstance(metrics_table, dict) else None
+    if unknown_metrics is None or unknown_metrics:
+        raise ConfigError(f"{path}: [{METRICS_TABLE}] must be a table of per_topic and max_series")
+    try:
+        metrics = MetricsConfig(**metrics_table)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     unknown = set(document) - set(ENV_VARS)
     if unknown:
         raise ConfigError(
             f"{path}: unknown key(s) {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}], [{KAFKA_TABLE}], [[{USERS_KEY}]]"
+            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}], [{KAFKA_TABLE}], [{METRICS_TABLE}], [[{USERS_KEY}]]"
         )
     for name, value in document.items():
         expected = int if name in INT_SETTINGS else str
         if isinstance(value, bool) or not isinstance(value, expected):
             raise ConfigError(f"{path}: {name} must be a {expected.__name__}, got {value!r}")
-    return document, storage_table, _check_kafka_table(kafka_table, path), users
+    return document, storage_table, _check_kafka_table(kafka_table, path), users, metrics
 
 
 def _read_users(entries: Any, path: Path) -> tuple[UserConfig, ...]:
@@ -307,13 +336,15 @@ def _read_users(entries: Any, path: Path) -> tuple[UserConfig, ...]:
         raise ConfigError(f"{path}: users must be an array of tables ([[users]])")
     users = []
     for entry in entries:
-        unknown = set(entry) - {"name", "password", "tenant", "namespace", PERMISSIONS_KEY}
+        unknown = set(entry) - {"name", "password", "tenant", "namespace", "tags", PERMISSIONS_KEY}
         if unknown:
             raise ConfigError(f"{path}: [[users]]: unknown key(s) {', '.join(sorted(unknown))}")
         if "name" not in entry or "password" not in entry:
             raise ConfigError(f"{path}: [[users]] needs a name and a password")
         if PERMISSIONS_KEY in entry:
             entry = {**entry, PERMISSIONS_KEY: _read_permissions(entry[PERMISSIONS_KEY], path)}
+        if isinstance(entry.get("tags"), list):
+            entry = {**entry, "tags": tuple(entry["tags"])}
         try:
             users.append(UserConfig(**entry))
         except ConfigError as exc:

@@ -44,6 +44,9 @@ class GatewayMetrics:
     def track_auditor(self, stats: AuditorStats) -> None:
         self.registry.register(_AuditorCollector(stats))
 
+    def track_namespaces(self, core, *, per_topic: bool, max_series: int) -> None:
+        self.registry.register(NamespaceCollector(core, per_topic=per_topic, max_series=max_series))
+
 
 class _ListenerCollector(Collector):
     """Reads the listeners' counters at scrape time, so listeners need not know about Prometheus."""
@@ -100,3 +103,79 @@ class _AuditorCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         return self.collect()
+
+
+OTHER = "_other"   # the label of every namespace (or topic) beyond the series cap
+
+
+class NamespaceCollector(Collector):
+    """Per tenant/namespace series, read from the core at scrape time, with bounded cardinality:
+    at most `max_series` namespaces get series of their own, the rest are summed under "_other".
+    Per-topic series (storage and end offsets of the partitions open in this process) only when
+    `per_topic` is on, under the same cap."""
+
+    def __init__(self, core, *, per_topic: bool = False, max_series: int = 1000) -> None:
+        self._core = core
+        self._per_topic = per_topic
+        self._max_series = max_series
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["tenant", "namespace"]
+        published = CounterMetricFamily("gateway_namespace_published_messages",
+                                        "Messages stored, Kafka and AMQP together", labels=labels)
+        published_bytes = CounterMetricFamily("gateway_namespace_published_bytes",
+                                              "Bytes of record batches stored", labels=labels)
+        dispatched = CounterMetricFamily("gateway_namespace_dispatched_bytes",
+                                         "Bytes read for consumers (Kafka fetch, AMQP delivery)", labels=labels)
+        connections = GaugeMetricFamily("gateway_namespace_connections", "Client connections open",
+                                        labels=[*labels, "protocol"])
+        totals: dict[tuple[str, str], list[int]] = {}
+        for meter in self._core.meters.all():
+            key = self._bounded(totals, (meter.tenant, meter.namespace))
+            sums = totals.setdefault(key, [0, 0, 0])
+            sums[0] += meter.published_messages
+            sums[1] += meter.published_bytes
+            sums[2] += meter.dispatched_bytes
+        for key, (messages, size, read) in sorted(totals.items()):
+            published.add_metric(list(key), messages)
+            published_bytes.add_metric(list(key), size)
+            dispatched.add_metric(list(key), read)
+        open_by: dict[tuple[str, str, str], int] = {}
+        for connection in self._core.connections.all():
+            namespace = (connection.tenant or "public", connection.namespace or "default")
+            key = (*self._bounded(totals, namespace), connection.protocol)
+            open_by[key] = open_by.get(key, 0) + 1
+        for key, count in sorted(open_by.items()):
+            connections.add_metric(list(key), count)
+        yield from (published, published_bytes, dispatched, connections)
+        if self._per_topic:
+            yield from self._topics()
+
+    def _bounded(self, seen: dict, key: tuple[str, str]) -> tuple[str, str]:
+        if key in seen or len(seen) < self._max_series:
+            return key
+        return (OTHER, OTHER)
+
+    def _topics(self) -> Iterator[Metric]:
+        labels = ["tenant", "namespace", "topic"]
+        size = GaugeMetricFamily("gateway_topic_stored_bytes", "Bytes stored, over the open partitions",
+                                 labels=labels)
+        end = GaugeMetricFamily("gateway_topic_end_offset_sum", "Sum of the open partitions' end offsets",
+                                labels=labels)
+        sums: dict[tuple[str, str, str], list[int]] = {}
+        for partition in self._core.open_partitions():
+            tenant, namespace, topic = partition.topic.split("/", 2)
+            key = (tenant, namespace, topic)
+            if key not in sums and len(sums) >= self._max_series:
+                key = (OTHER, OTHER, OTHER)
+            entry = sums.setdefault(key, [0, 0])
+            entry[0] += partition.log.size_bytes
+            entry[1] += partition.high_watermark
+        for key, (stored, offset) in sorted(sums.items()):
+            size.add_metric(list(key), stored)
+            end.add_metric(list(key), offset)
+        yield size
+        yield end
+
+    def describe(self) -> Iterable[Metric]:
+        return []   # names only known at scrape time; nothing to check at registration

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.clock import Clock
@@ -95,6 +95,9 @@ class Queue:
         # set by the namespace, which routes the dead messages and deletes an expired queue.
         self.policy = policy or QueuePolicy.of(info.name, info.arguments, durable=info.durable,
                                                exclusive=info.exclusive, auto_delete=info.auto_delete)
+        namespace_ttl = core.meters.of(topic.tenant, topic.namespace).policies.message_ttl_ms
+        if self.policy.message_ttl_ms is None and namespace_ttl is not None:   # the namespace's default
+            self.policy = replace(self.policy, message_ttl_ms=namespace_ttl)
         self.length_limit = LengthLimit(self) if self.policy.limits_length else None
         self.dead_letters: DeadLetterer | None = None
         self.unused_timer: UnusedQueueTimer | None = None

@@ -461,10 +461,21 @@ class QueueService:
         return await asyncio.shield(loading)
 
     async def _load(self, tenant: str, namespace: str) -> QueueNamespace:
+        await self._core.meters.load(tenant, namespace)   # its policies: a queue's default message TTL
         space = QueueNamespace(self._core, tenant, namespace)
         await space.load()
         self._namespaces[(tenant, namespace)] = space
         return space
+
+    def loaded(self, tenant: str, namespace: str) -> QueueNamespace | None:
+        """The namespace's queues if they are in memory (for views that must not load them)."""
+        return self._namespaces.get((tenant, namespace))
+
+    async def forget(self, tenant: str, namespace: str) -> None:
+        """Close and drop the namespace's queues in memory (its stored rows are being deleted)."""
+        space = self._namespaces.pop((tenant, namespace), None)
+        if space is not None:
+            await space.close()
 
     async def close(self) -> None:
         for space in list(self._namespaces.values()):

@@ -62,6 +62,11 @@ class ChannelConsumer:
         self.priority = priority      # basic.consume's x-priority: served before lower ones
         self.counts_deliveries = counts_deliveries(queue)
 
+    @property
+    def client(self):
+        """The connection's record in the core's registry (who consumes, for the admin views)."""
+        return self.channel.session.client
+
     def can_deliver(self) -> bool:
         return self.channel.can_deliver()
 

@@ -36,8 +36,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from core.auth import Principal, User, UserStore
+from core.connections import ClientConnection, peer_address
 from core.errors import CoreError
 from core.queues.service import QueueService
+from core.meters import NamespaceMeter
+from core.trace import CURRENT_CLIENT
 from protocols.amqp import delayed
 from protocols.amqp.channel import Channel
 from protocols.amqp.codec.errors import DecodeError
@@ -74,6 +77,7 @@ OUTPUT_FLUSH_BYTES = 128 << 10
 OUTPUT_PAUSE_READING = 16 << 20
 CLOSE_OK_TIMEOUT_S = 3.0
 BLOCKED_REASON = "publish backlog above its limit: the storage is not keeping up"
+RATE_LIMITED_REASON = "the namespace's publish rate limit is reached"
 TICK_S = 1.0
 _CHANNEL_LIFECYCLE = ("channel.open", "channel.close", "channel.close-ok")
 
@@ -130,7 +134,9 @@ class AmqpConnection:
         self.principal: Principal | None = None
         self.user: User | None = None
         self.session = Session(self.machine, self.write, self.clock, lambda: self.writable)
-        self.writable = True                 # False while the output is backed up
+        self.meter: NamespaceMeter | None = None     # the vhost's namespace's rates, set when it is open
+        self.writable = True                 # False while the output is backed up or the dispatch rate is spent
+        self._rate_paused = False            # the namespace's dispatch rate holds deliveries back
         self._reader = reader
         self._writer = writer
         self._loop = asyncio.get_running_loop()
@@ -141,6 +147,9 @@ class AmqpConnection:
         self._output: list[bytes] = []       # written this event-loop turn, not yet in the transport
         self._output_bytes = 0
         self._flush_scheduled = False
+        self.client = broker.core.connections.add(ClientConnection("amqp", peer_address(self._peer),
+                                                                    self._close_for_operator))
+        self.session.client = self.client
 
     @property
     def username(self) -> str:
@@ -153,6 +162,7 @@ class AmqpConnection:
     # --- the connection's life ------------------------------------------------------------------
 
     async def run(self) -> None:
+        CURRENT_CLIENT.set(self.client)   # who this task's appends and reads are for (core/trace.py)
         timer = asyncio.create_task(self._keep_time(), name=f"amqp-timer {self._peer}")
         try:
             await self._serve()
@@ -161,6 +171,7 @@ class AmqpConnection:
         except Exception:
             log.exception("AMQP connection from %s failed", self._peer)
         finally:
+            self.broker.core.connections.remove(self.client)
             timer.cancel()
             if self._drainer is not None:
                 self._drainer.cancel()
@@ -225,6 +236,11 @@ class AmqpConnection:
             self.write(self.machine.refuse_authentication())
             raise _Stop
         self.user, self.principal = user, user.principal
+        self.broker.core.connections.logged_in(self.client, user.principal.user, user.principal.tenant,
+                                               user.principal.namespace)
+        properties = self.machine.client_properties
+        name = properties.get("connection_name") or properties.get("product")
+        self.client.client_id = name if isinstance(name, str) else None
         self.write(self.machine.accept_authentication())
 
     async def _open_vhost(self, event: VhostOpenRequested) -> None:
@@ -234,12 +250,15 @@ class AmqpConnection:
             refusal = f"vhost {event.vhost} not found"
         elif self.user is None or (permission := self.user.permission_on(*mapped)) is None:
             refusal = f"access to vhost '{event.vhost}' refused for user '{self.username}'"
+        elif not await self.broker.core.connections.enter(self.client, *mapped):
+            refusal = f"vhost '{event.vhost}' is at its max_connections"
         if refusal is not None:
             self.write(self.machine.refuse_vhost(refusal))
             await self._closing()
             return
         self.session.access = ResourceAccess(permission, event.vhost, self.username)
         self.session.space = await self.broker.queues.namespace(*mapped)
+        self.meter = await self.broker.core.meters.load(*mapped)
         self.write(self.machine.accept_vhost())
 
     # --- methods --------------------------------------------------------------------------------
@@ -327,6 +346,14 @@ class AmqpConnection:
             except CoreError as exc:
                 log.warning("auto-deleting queue %s failed: %s", queue.name, exc)
 
+    def _close_for_operator(self, reason: str) -> None:
+        """connection.close with CONNECTION_FORCED (as RabbitMQ closes a connection from its
+        management API); the timer drops the connection if no close-ok comes back in time."""
+        self.write(self.machine.send_error(0, AmqpConnectionError(ReplyCode.CONNECTION_FORCED, reason)))
+        self.flush()
+        if self._close_deadline is None:
+            self._close_deadline = self._loop.time() + CLOSE_OK_TIMEOUT_S
+
     async def _closing(self) -> None:
         """We sent connection.close: release everything now, wait a little for the close-ok."""
         self._close_deadline = self._loop.time() + CLOSE_OK_TIMEOUT_S
@@ -369,14 +396,35 @@ class AmqpConnection:
         if self.writable and transport.get_write_buffer_size() > OUTPUT_HIGH_WATER:
             self.writable = False
             self._drainer = asyncio.create_task(self._wait_drained(), name=f"amqp-drain {self._peer}")
+        if self.writable and self.meter is not None and self.meter.dispatch_limit is not None:
+            self._check_dispatch_rate()
 
     async def _wait_drained(self) -> None:
         try:
             await self._writer.drain()
         except ConnectionError:
             return
-        self.writable = True
         self._drainer = None
+        self._resume_deliveries()
+
+    def _check_dispatch_rate(self) -> None:
+        """The namespace's dispatch rate (core/meters.py, shared with Kafka fetches) is spent: the
+        consumers of this connection get nothing more until it allows again (checked per flush, not
+        per delivery)."""
+        delay = self.meter.dispatch_delay_s()
+        if delay > 0:
+            self.writable = False
+            self._rate_paused = True
+            self._loop.call_later(delay, self._end_rate_pause)
+
+    def _end_rate_pause(self) -> None:
+        self._rate_paused = False
+        self._resume_deliveries()
+
+    def _resume_deliveries(self) -> None:
+        if self._drainer is not None or self._rate_paused:
+            return   # still held back for the other reason
+        self.writable = True
         for channel in list(self.channels.values()):
             channel.wake_consumers()
 
@@ -389,10 +437,25 @@ class AmqpConnection:
                     self._set_blocked(True)
                 await queue.publisher.wait_writable()
             self._set_blocked(False)
+            if self.meter is not None and self.meter.publish_limit is not None:
+                await self._wait_for_publish_rate()
         if self._writer.transport.get_write_buffer_size() > OUTPUT_PAUSE_READING:
             await self._writer.drain()
 
-    def _set_blocked(self, blocked: bool) -> None:
+    async def _wait_for_publish_rate(self) -> None:
+        """The namespace's publish rate (core/meters.py, shared with Kafka) is used up: read nothing
+        more until it allows again."""
+        await asyncio.sleep(0)   # the queues' publishers append (and so meter) what was just read
+        delay = self.meter.publish_delay_s()
+        if delay <= 0:
+            return
+        self._set_blocked(True, RATE_LIMITED_REASON)
+        while delay > 0:
+            await asyncio.sleep(delay)
+            delay = self.meter.publish_delay_s()
+        self._set_blocked(False)
+
+    def _set_blocked(self, blocked: bool, reason: str = BLOCKED_REASON) -> None:
         """Tell a client that understands it (capability connection.blocked) why it is not read."""
         if blocked == self._blocked:
             return
@@ -400,7 +463,7 @@ class AmqpConnection:
         if self.machine.client_capabilities.get("connection.blocked") is not True:
             return
         if blocked:
-            self.write(self.machine.send_method(0, "connection.blocked", reason=BLOCKED_REASON))
+            self.write(self.machine.send_method(0, "connection.blocked", reason=reason))
         else:
             self.write(self.machine.send_method(0, "connection.unblocked"))
 

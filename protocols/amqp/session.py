@@ -31,6 +31,7 @@ class Session:
         self.owner = self                             # of the exclusive queues the connection declares
         self.published: set = set()                   # queues (or held stores) published to since last read
         self._unsettled: dict[Queue, asyncio.Future] = {}   # the latest publish to each queue, until settled
+        self.client = None                            # the core's ClientConnection record, for operators
 
     @property
     def username(self) -> str:

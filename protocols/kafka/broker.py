@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from core.acl import Authorizer
 from core.auth import Principal, User, UserStore
+from core.connections import ClientConnection
 from core.groups.coordinator import GroupCoordinator
 from core.groups.settings import GroupSettings
 from core.quotas import ClientQuotas
@@ -95,6 +96,7 @@ class ConnectionSession:
     scram_user: User | None = None
     close_after_response: bool = False   # a failed login: answer, wait a little, close
     client_host: str | None = None       # the peer's IP address, for ACL host matching; None: unknown
+    client: ClientConnection | None = None   # the connection as the admin API lists it
 
     @property
     def authenticated(self) -> bool:

@@ -26,6 +26,9 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.connections import ClientConnection, peer_address
+from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
+from core.trace import CURRENT_CLIENT
 from protocols.kafka import registry
 from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings, RequestContext
 from protocols.kafka.codec.errors import ErrorCode
@@ -33,7 +36,7 @@ from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import (KafkaServerConnection, RemoteProtocolError, RequestReceived,
                                                 UnsupportedApiVersions)
 from protocols.kafka.schema.api_versions import API_VERSIONS
-from protocols.kafka.throttle import PRODUCE_KEY, QUOTA_KEYS, throttle_ms
+from protocols.kafka.throttle import PRODUCE_KEY, QUOTA_KEYS, namespace_throttle_ms, throttle_ms
 
 log = logging.getLogger("gateway.kafka")
 
@@ -110,6 +113,11 @@ class KafkaConnection:
         self._sender: asyncio.Task[None] | None = None
         self._failed = False   # a failure was logged and counted: the connection's one log line
         self._throttled_until = 0.0   # loop time before which nothing more is read (quota exceeded)
+        self._session.client = ClientConnection("kafka", peer_address(self._peer), self._close_for_operator)
+        self._registry = getattr(broker.core, "connections", None)   # None: a broker without a core (tests)
+        self._meter = None   # the namespace's meter, looked up on the first Produce/Fetch
+        if self._registry is not None:
+            self._registry.add(self._session.client)
 
     @property
     def pending_responses(self) -> int:
@@ -117,6 +125,7 @@ class KafkaConnection:
         return self._pending.qsize()
 
     async def run(self) -> None:
+        CURRENT_CLIENT.set(self._session.client)   # who this task's appends and reads are for (core/trace.py)
         self._sender = asyncio.create_task(self._send_responses(), name=f"kafka-send {self._peer}")
         try:
             try:
@@ -133,10 +142,18 @@ class KafkaConnection:
                 self._internal_error(exc)
             await self._finish_sending()
         finally:
+            if self._registry is not None:
+                self._registry.remove(self._session.client)
             if not self._sender.done():
                 self._sender.cancel()   # cancelled from outside (shutdown): drop what is queued
             self._discard_queued()
             self._writer.close()
+
+    def _close_for_operator(self, reason: str) -> None:
+        # Kafka has no way to tell a client why: drop the connection, as a broker does for a
+        # re-authentication that fails (KIP-368).
+        log.info("closing Kafka connection from %s: %s", self._peer, reason)
+        self._writer.transport.abort()
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -149,7 +166,18 @@ class KafkaConnection:
                 if self._throttled_until:
                     await self._wait_out_throttle()
                 await self._enqueue((event, await self._respond(event)))
-                self._conn.authenticated = self._conn.authenticated or self._session.authenticated
+                if self._session.authenticated and not self._conn.authenticated:
+                    self._conn.authenticated = True
+                    self._meter = None   # the principal's namespace from now on
+                    principal = self._session.principal
+                    if self._registry is not None:
+                        self._registry.logged_in(self._session.client, principal.user, principal.tenant,
+                                                 principal.namespace)
+                        if not await self._registry.enter(self._session.client, principal.tenant,
+                                                          principal.namespace):
+                            log.info("closing Kafka connection from %s: namespace %s/%s is at its "
+                                     "max_connections", self._peer, principal.tenant, principal.namespace)
+                            return
                 if self._session.close_after_response:
                     # A failed login: as Kafka (connection.failed.authentication.delay.ms), answer
                     # after a short delay, then close.
@@ -164,11 +192,12 @@ class KafkaConnection:
             own_range = [entry for entry in self._broker.api_versions if entry["api_key"] == API_VERSIONS.key]
             body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": own_range}
             return self._conn.response(API_VERSIONS, event.header, body, version=0)
+        self._session.client.client_id = event.header.client_id
         try:
             ctx = RequestContext(self._broker, event.header, self._session)
             result = await self._handlers[event.api.key](event.body, ctx)
-            if event.api.key in QUOTA_KEYS and self._broker.quotas.active:
-                return self._finish_throttled(event, result)
+            if event.api.key in QUOTA_KEYS and (self._broker.quotas.active or self._namespace_limited()):
+                return self._finish_throttled(event, result, self._namespace_throttle_ms(event.api.key))
             if inspect.isawaitable(result):
                 return result   # the sender awaits it, in order
             return self._encode(event, result)
@@ -182,21 +211,53 @@ class KafkaConnection:
         except Exception as exc:
             raise HandlerFailed(event.header, event.api.name) from exc
 
-    async def _finish_throttled(self, event: RequestReceived, result: Any) -> bytes | None:
-        """Encode a Produce/Fetch response with the throttle time its bytes earned (KIP-219)."""
+    async def _finish_throttled(self, event: RequestReceived, result: Any, namespace_throttle: int) -> bytes | None:
+        """Encode a Produce/Fetch response with the throttle time its bytes earned (KIP-219), or the
+        namespace's rate limit, whichever is longer."""
         body = await result if inspect.isawaitable(result) else result
+        quotas = self._broker.quotas.active
         if event.api.key == PRODUCE_KEY:
-            throttle = await throttle_ms(self._broker, self._session, event.header, event.size)
+            throttle = await throttle_ms(self._broker, self._session, event.header, event.size) if quotas else 0
+            throttle = max(throttle, namespace_throttle)
             encoded = self._encode(event, _with_throttle(body, throttle))
         else:
             encoded = self._encode(event, body)
-            throttle = await throttle_ms(self._broker, self._session, event.header, len(encoded or b""))
+            throttle = await throttle_ms(self._broker, self._session, event.header,
+                                         len(encoded or b"")) if quotas else 0
+            throttle = max(throttle, namespace_throttle)
             if throttle:
                 encoded = self._encode(event, _with_throttle(body, throttle))
         if throttle:
-            loop = asyncio.get_running_loop()
-            self._throttled_until = max(self._throttled_until, loop.time() + throttle / 1000)
+            self._throttle_for(throttle)
         return encoded
+
+    def _namespace_throttle_ms(self, api_key: int) -> int:
+        """The namespace's wait, known as soon as the handler stored (or read) the batches: the next
+        request is not read before it has passed, however many responses are still queued."""
+        if self._registry is None:
+            return 0
+        throttle = namespace_throttle_ms(self._namespace_meter(), api_key)
+        if throttle:
+            self._throttle_for(throttle)
+        return throttle
+
+    def _throttle_for(self, throttle: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._throttled_until = max(self._throttled_until, loop.time() + throttle / 1000)
+
+    def _namespace_meter(self):
+        """The meter of the namespace this connection's principal lands in (core/meters.py)."""
+        if self._meter is None:
+            principal = self._session.principal
+            self._meter = self._broker.core.meters.of(*((principal.tenant, principal.namespace) if principal
+                                                        else (DEFAULT_TENANT, DEFAULT_NAMESPACE)))
+        return self._meter
+
+    def _namespace_limited(self) -> bool:
+        if self._registry is None:   # a broker without a core (tests)
+            return False
+        meter = self._namespace_meter()
+        return meter.publish_limit is not None or meter.dispatch_limit is not None
 
     async def _wait_out_throttle(self) -> None:
         delay = self._throttled_until - asyncio.get_running_loop().time()

@@ -99,8 +99,8 @@ async def _create(topic: Msg, validate_only: bool, ctx: RequestContext) -> Topic
                                                       "were set. Both cannot be used at the same time.")
         partitions = len(topic.assignments)
     else:
-        partitions = ctx.broker.settings.default_partitions if topic.num_partitions == NO_NUM_PARTITIONS \
-            else topic.num_partitions
+        partitions = topic.num_partitions if topic.num_partitions != NO_NUM_PARTITIONS else \
+            await ctx.core.default_partitions(ctx.tenant, ctx.namespace, ctx.broker.settings.default_partitions)
         _check_counts(partitions, 1 if topic.replication_factor == NO_REPLICATION_FACTOR else topic.replication_factor)
     if name is None:
         raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, str(invalid))

@@ -38,8 +38,11 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     deadline = time.monotonic() + min(max(request.max_wait_ms, 0), MAX_WAIT_MS) / 1000
     wanted = []
     readable = await _readable_topics(request, ctx)
+    client = ctx.session.client
     for topic in request.topics:
         denied = readable is not None and topic.topic not in readable
+        if client is not None and not denied:   # for the admin API's view of assign()-mode consumers
+            client.fetched(topic.topic, [asked.partition for asked in topic.partitions])
         for asked in topic.partitions:
             if denied:
                 wanted.append((topic.topic, asked, ErrorCode.TOPIC_AUTHORIZATION_FAILED))

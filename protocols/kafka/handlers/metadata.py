@@ -116,7 +116,9 @@ async def _describe(name: str | None, ctx: RequestContext, may_create: bool, acl
                     await ctx.broker.consumer_offsets.ensure_topic(ctx.tenant, ctx.namespace)
                     info = await ctx.core.registry.get_topic(topic)
                 else:
-                    info = await ctx.core.create_topic(topic, ctx.broker.settings.default_partitions)
+                    partitions = await ctx.core.default_partitions(topic.tenant, topic.namespace,
+                                                                   ctx.broker.settings.default_partitions)
+                    info = await ctx.core.create_topic(topic, partitions)
             except CoreError:
                 info = await ctx.core.registry.get_topic(topic)   # created concurrently
     except InvalidName:

@@ -1,5 +1,5 @@
-"""The admin HTTP API (health, Prometheus metrics, process info), served by uvicorn on a pre-bound
-socket inside the gateway's own event loop."""
+"""The admin HTTP server: uvicorn serving the admin app on a pre-bound socket inside the gateway's
+own event loop."""
 
 from __future__ import annotations
 
@@ -7,46 +7,16 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator
 
 import uvicorn
-from fastapi import FastAPI, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi import FastAPI
 
 from gateway.listeners import format_address
-from gateway.metrics import GatewayMetrics
 
 log = logging.getLogger("gateway.admin")
 
 _FORCE_EXIT_WAIT_S = 1.0  # after the grace period: how long uvicorn gets to drop its connections
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayInfo:
-    version: str
-    listeners: Mapping[str, str]  # listener name -> "host:port"
-    data_dir: Path
-
-
-def create_admin_app(info: GatewayInfo, metrics: GatewayMetrics) -> FastAPI:
-    # No interactive docs: this port is for probes and scrapers, not for browsing.
-    app = FastAPI(title="gateway admin", version=info.version, docs_url=None, redoc_url=None, openapi_url=None)
-
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/metrics")
-    async def prometheus_metrics() -> Response:
-        return Response(content=generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/api/v1/info")
-    async def gateway_info() -> dict[str, object]:
-        return {"version": info.version, "listeners": dict(info.listeners), "data_dir": str(info.data_dir)}
-
-    return app
 
 
 class _SignallessServer(uvicorn.Server):
