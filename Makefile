@@ -15,7 +15,7 @@ SOAK_MINUTES ?= 10
 # iptables: the power-loss, failed-fsync and partition faults of compat_tests/faults; chromium +
 # chromium-driver: the headless browser the web console's tests drive through selenium). Installed
 # only when missing.
-SYSTEM_PACKAGES := kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver
+SYSTEM_PACKAGES := openssl kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.

@@ -38,6 +38,10 @@ class PolicyViolation(CoreError):
     pass
 
 
+class BacklogQuotaExceeded(PolicyViolation):
+    """The partition's slowest subscription is further behind than its namespace allows."""
+
+
 class OffsetOutOfRange(CoreError):
     pass
 

@@ -25,6 +25,7 @@ from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
 from core.policies import NamespacePolicies
 from core.registry import Registry, TopicInfo
+from core.backlog_quota import enforce_backlog_quota
 from core.retention import delete_consumed
 from core.tenancy import Tenancy
 from core.topic_config import EffectiveConfig
@@ -41,9 +42,10 @@ RETENTION_CHECK_S = 60.0
 
 class Core:
     def __init__(self, metadata: MetadataStore, logs: ManagedLogFactory, clock: Clock | None = None,
-                 cluster: BrokerCluster | None = None) -> None:
+                 cluster: BrokerCluster | None = None, retention_check_s: float = RETENTION_CHECK_S) -> None:
         """`cluster`: this broker's membership when several brokers share the storage; None (one
-        process) owns every partition."""
+        process) owns every partition. `retention_check_s`: how often retention and backlog quotas
+        are enforced."""
         self.metadata = metadata
         self.logs = logs
         self.clock = clock or SystemClock()
@@ -59,6 +61,7 @@ class Core:
         self._last_used: dict[tuple[TopicName, int], float] = {}
         self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
         self._sweeper: asyncio.Task | None = None
+        self._retention_check_s = retention_check_s
         self._takeovers: set[asyncio.Task] = set()
         self.delayed = DelayedService(self)     # delayed messages: held until due, then routed
         self.connections = ClientConnections(metadata, self._max_connections)   # this process's clients
@@ -277,7 +280,7 @@ class Core:
 
     async def _sweep(self) -> None:
         while True:
-            await self.clock.sleep(RETENTION_CHECK_S)
+            await self.clock.sleep(self._retention_check_s)
             await self.enforce_retention()
             await self.close_idle(IDLE_CLOSE_S)
 
@@ -287,6 +290,7 @@ class Core:
             try:
                 await partition.enforce_retention(now_ms)
                 await delete_consumed(self.metadata, self.clock, key[0], partition)
+                await enforce_backlog_quota(self.metadata, self.clock, key[0], partition)
             except Exception as exc:
                 log.warning("retention of %s-%d failed: %s", key[0], key[1], exc)
 

@@ -217,7 +217,8 @@ class Gateway:
         if config.storage.mode == REPLICATED:
             self._broker_id = await broker_id(config, self._storage.metadata)
             self._cluster = BrokerCluster(self._storage.metadata, self._local_broker())
-        self._core = Core(self._storage.metadata, self._storage.logs, cluster=self._cluster)
+        self._core = Core(self._storage.metadata, self._storage.logs, cluster=self._cluster,
+                          retention_check_s=config.retention_check_interval_ms / 1000)
         await self._core.start()
         users = UserStore(self._core.metadata)
         for user in config.users:   # the config file's logins, (re)stored with fresh salts at every start
@@ -246,7 +247,8 @@ class Gateway:
         kafka_broker, amqp_broker = handlers["kafka"].broker, handlers["amqp"].broker
         self._core.tenancy.on_namespace_deleted(amqp_broker.queues.forget)
         context = AdminContext(self._core, kafka=kafka_broker, amqp=amqp_broker)
-        admin = AdminServer(admin_socket, create_admin_app(info, self.metrics, context), SHUTDOWN_GRACE_S)
+        admin = AdminServer(admin_socket, create_admin_app(info, self.metrics, context), SHUTDOWN_GRACE_S,
+                            tls=(config.admin_tls_cert, config.admin_tls_key) if config.admin_tls_cert else None)
         self._servers.append(admin)
         for server in (*listeners, admin):
             await server.start()

@@ -44,6 +44,14 @@ def serve(
                                  show_default="allocated at the first start")
     ] = None,
     rack: Annotated[str | None, typer.Option(help="This broker's rack (Kafka's broker.rack).")] = None,
+    retention_check_interval_ms: Annotated[
+        int | None, typer.Option(help="How often retention and namespaces' backlog quotas are enforced.",
+                                 show_default="60000")
+    ] = None,
+    admin_tls_cert: Annotated[
+        str | None, typer.Option(help="PEM certificate (chain) for HTTPS on the admin port; with --admin-tls-key.")
+    ] = None,
+    admin_tls_key: Annotated[str | None, typer.Option(help="PEM private key of --admin-tls-cert.")] = None,
     kafka_auto_create_topics: Annotated[
         bool | None,
         typer.Option("--kafka-auto-create-topics/--no-kafka-auto-create-topics",
@@ -109,6 +117,9 @@ def serve(
         "log_level": log_level,
         "broker_id": broker_id,
         "rack": rack,
+        "retention_check_interval_ms": retention_check_interval_ms,
+        "admin_tls_cert": admin_tls_cert,
+        "admin_tls_key": admin_tls_key,
         "kafka_auto_create_topics": kafka_auto_create_topics,
         "kafka_default_partitions": kafka_default_partitions,
         "kafka_advertised_host": kafka_advertised_host,

@@ -31,9 +31,12 @@ ENV_VARS: Mapping[str, str] = {
     "log_level": "GATEWAY_LOG_LEVEL",
     "broker_id": "GATEWAY_BROKER_ID",
     "rack": "GATEWAY_RACK",
+    "retention_check_interval_ms": "GATEWAY_RETENTION_CHECK_INTERVAL_MS",
+    "admin_tls_cert": "GATEWAY_ADMIN_TLS_CERT",
+    "admin_tls_key": "GATEWAY_ADMIN_TLS_KEY",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
-INT_SETTINGS = (*PORT_SETTINGS, "broker_id")
+INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
@@ -227,6 +230,12 @@ class GatewayConfig:
     broker_id: int | None = None
     rack: str | None = None
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # How often the core enforces retention and namespaces' backlog quotas (Kafka's
+    # log.retention.check.interval.ms; Pulsar checks backlog quotas every 60 s).
+    retention_check_interval_ms: int = 60_000
+    # HTTPS on the admin port: a PEM certificate (chain) and its private key; both or neither.
+    admin_tls_cert: str | None = None
+    admin_tls_key: str | None = None
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -243,6 +252,15 @@ class GatewayConfig:
             raise ConfigError(f"broker_id must be an integer in 0..2147483647, got {self.broker_id!r}")
         if not isinstance(self.data_dir, Path):
             raise ConfigError(f"data_dir must be a path, got {self.data_dir!r}")
+        if not _is_int(self.retention_check_interval_ms) or not 10 <= self.retention_check_interval_ms <= 86_400_000:
+            raise ConfigError("retention_check_interval_ms must be an integer in 10..86400000, "
+                              f"got {self.retention_check_interval_ms!r}")
+        if (self.admin_tls_cert is None) != (self.admin_tls_key is None):
+            raise ConfigError("admin_tls_cert and admin_tls_key go together: give both or neither")
+        for name in ("admin_tls_cert", "admin_tls_key"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"{name}: no such file {path!r}")
 
 
 def resolve_config(

@@ -4,21 +4,9 @@ knows of) and an AMQP queue, each with its consumers' client ids and addresses."
 
 from __future__ import annotations
 
-import time
 import uuid
 
-DEADLINE_S = 30.0
-
-
-def wait_for(condition, what: str):
-    deadline = time.monotonic() + DEADLINE_S
-    last = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+from compat_tests.conftest import wait_for
 
 
 def test_subscriptions_of_both_protocols_with_their_consumers(admin_gateway, api):

@@ -37,6 +37,8 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     core.InvalidConfig: ReplyCode.PRECONDITION_FAILED,
     core.InvalidPartitions: ReplyCode.PRECONDITION_FAILED,     # a queue over a topic of several partitions
     core.PolicyViolation: ReplyCode.PRECONDITION_FAILED,
+    # a publish into a partition over its namespace's backlog quota: nacked (RabbitMQ's reject-publish)
+    core.BacklogQuotaExceeded: ReplyCode.PRECONDITION_FAILED,
     # the storage failed (RabbitMQ, too, answers what it cannot do for internal reasons with 541)
     core.CoreError: ReplyCode.INTERNAL_ERROR,
     core.StorageUnavailable: ReplyCode.INTERNAL_ERROR,

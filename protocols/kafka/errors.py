@@ -15,6 +15,7 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.InvalidPartitions: ErrorCode.INVALID_PARTITIONS,
     core.InvalidConfig: ErrorCode.INVALID_CONFIG,
     core.PolicyViolation: ErrorCode.POLICY_VIOLATION,
+    core.BacklogQuotaExceeded: ErrorCode.POLICY_VIOLATION,     # not retriable: the producer is told at once
     core.OffsetOutOfRange: ErrorCode.OFFSET_OUT_OF_RANGE,
     core.RecordTooLarge: ErrorCode.MESSAGE_TOO_LARGE,
     core.CorruptRecord: ErrorCode.CORRUPT_MESSAGE,
