@@ -115,7 +115,8 @@ class SharedSubscription:
         # what waits to be handed out, in the order it goes (core/queues/backlog.py); key-shared
         # queues keep their groups in it, told of every grouped message settled (None: plain)
         self._groups = GroupBacklog(group_poison_policy) if subscription_type == KEY_SHARED else None
-        self._backlog = self._groups or (PriorityReadAhead(max_priority) if max_priority else FifoBacklog())
+        self._backlog = (self._groups if self._groups is not None
+                         else PriorityReadAhead(max_priority) if max_priority else FifoBacklog())
         self._unacked: dict[int, tuple[QueuedMessage, Hashable]] = {}
         self._held: dict[Hashable, set[int]] = {}        # owner -> offsets it has not acknowledged
         self._read_offset = cursor.committed_offset
