@@ -119,7 +119,7 @@ class QueuePolicy:
                                   ("auto-delete", auto_delete)):
                 if flag:
                     raise InvalidArgument(f"invalid property '{refused}' for queue '{name}'")
-        subscription_type = _subscription_type(name, arguments)
+        subscription_type = subscription_type_of(name, arguments)
         for arg, only in _TYPE_ONLY.items():
             if arg in arguments and queue_type != only and not (arg == DELIVERY_LIMIT and subscription_type == KEY_SHARED):
                 raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}' of queue type "
@@ -253,8 +253,9 @@ def _max_priority(name: str, arguments: Mapping[str, Any]) -> int:
     return int(value)
 
 
-def _subscription_type(name: str, arguments: Mapping[str, Any]) -> str:
-    """x-subscription-type, with RabbitMQ's x-single-active-consumer as another way to say failover."""
+def subscription_type_of(name: str, arguments: Mapping[str, Any]) -> str:
+    """x-subscription-type, with RabbitMQ's x-single-active-consumer as another way to say failover
+    (InvalidArgument if they contradict)."""
     single = arguments.get(SINGLE_ACTIVE)
     if single is not None and not isinstance(single, bool):
         raise _invalid(name, SINGLE_ACTIVE, f"{{unacceptable_type,{field_type(single)}}}")
