@@ -18,7 +18,16 @@ comparison of a redeclare with the queue as it is.
                                                20 when absent (RabbitMQ 4), < 0 unlimited
     x-max-priority           int 0..255        (classic only) a priority queue (core/queues/priority.py)
     x-single-active-consumer bool              only the earliest registered consumer still there
-                                               receives; the others wait in order
+                                               receives; the others wait in order (= failover)
+    x-subscription-type      shared | exclusive | failover | key-shared
+                                               how the queue's consumers share it (default shared);
+                                               exclusive: one consumer at a time, others refused;
+                                               failover: x-single-active-consumer; key-shared: FIFO
+                                               message groups (core/queues/groups.py)
+    x-group-poison-policy    block | skip      (key-shared only) a message over the delivery limit
+                                               parks its group (block, the default) or the group
+                                               moves on (skip); dead-lettered either way
+    x-delivery-limit         int               also taken by a classic key-shared queue
     x-queue-mode             default | lazy    accepted (every queue is on disk), compared on redeclare
 
 Refused as not implemented (never silently ignored): UNSUPPORTED_ARGUMENTS. Other arguments are
@@ -34,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import InequivalentDeclaration, InvalidArgument
+from core.queues.groups import BLOCK, POISON_POLICIES
 
 CLASSIC, QUORUM = "classic", "quorum"
 QUEUE_TYPES = (CLASSIC, QUORUM)
@@ -53,6 +63,10 @@ DELIVERY_LIMIT = "x-delivery-limit"
 MAX_PRIORITY = "x-max-priority"
 SINGLE_ACTIVE = "x-single-active-consumer"
 QUEUE_MODE = "x-queue-mode"
+SUBSCRIPTION_TYPE = "x-subscription-type"
+GROUP_POISON_POLICY = "x-group-poison-policy"
+SHARED, EXCLUSIVE, FAILOVER, KEY_SHARED = "shared", "exclusive", "failover", "key-shared"
+SUBSCRIPTION_TYPES = (SHARED, EXCLUSIVE, FAILOVER, KEY_SHARED)
 MAX_SUPPORTED_PRIORITY = 255       # RabbitMQ's limit
 QUEUE_MODES = ("default", "lazy")
 UNSUPPORTED_ARGUMENTS = frozenset({
@@ -65,7 +79,7 @@ _COMMON = (EXPIRES, MESSAGE_TTL, DEAD_LETTER_EXCHANGE, DEAD_LETTER_ROUTING_KEY, 
            OVERFLOW, QUEUE_TYPE)
 EQUIVALENT_ARGUMENTS = {CLASSIC: _COMMON + (QUEUE_MODE,), QUORUM: _COMMON + (DELIVERY_LIMIT,)}
 # ... and those compared whatever the type.
-_ALWAYS_EQUIVALENT = (QUEUE_MODE, MAX_PRIORITY, SINGLE_ACTIVE)
+_ALWAYS_EQUIVALENT = (QUEUE_MODE, MAX_PRIORITY, SINGLE_ACTIVE, SUBSCRIPTION_TYPE, GROUP_POISON_POLICY)
 # Arguments only one queue type takes (as RabbitMQ 3.10+: a classic queue refuses x-delivery-limit,
 # a quorum queue x-max-priority).
 _TYPE_ONLY = {DELIVERY_LIMIT: QUORUM, MAX_PRIORITY: CLASSIC}
@@ -83,7 +97,12 @@ class QueuePolicy:
     overflow: str = DROP_HEAD
     delivery_limit: int | None = None           # None: unlimited
     max_priority: int = 0                       # 0: not a priority queue
-    single_active: bool = False
+    subscription_type: str = SHARED
+    group_poison_policy: str = BLOCK            # key-shared: what a poison message does to its group
+
+    @property
+    def single_active(self) -> bool:
+        return self.subscription_type == FAILOVER
 
     @property
     def limits_length(self) -> bool:
@@ -100,8 +119,9 @@ class QueuePolicy:
                                   ("auto-delete", auto_delete)):
                 if flag:
                     raise InvalidArgument(f"invalid property '{refused}' for queue '{name}'")
+        subscription_type = subscription_type_of(name, arguments)
         for arg, only in _TYPE_ONLY.items():
-            if arg in arguments and queue_type != only:
+            if arg in arguments and queue_type != only and not (arg == DELIVERY_LIMIT and subscription_type == KEY_SHARED):
                 raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}' of queue type "
                                       f"rabbit_{queue_type}_queue")
         dlx = arguments.get(DEAD_LETTER_EXCHANGE)
@@ -129,14 +149,18 @@ class QueuePolicy:
             if arg in UNSUPPORTED_ARGUMENTS:
                 raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}': not supported by this gateway yet")
         priority = _max_priority(name, arguments)
-        single = _single_active(name, arguments)
+        if priority and subscription_type == KEY_SHARED:
+            raise _invalid(name, MAX_PRIORITY, f"a priority queue cannot be {KEY_SHARED}")
+        poison_policy = arguments.get(GROUP_POISON_POLICY, BLOCK)
+        if poison_policy not in POISON_POLICIES or (GROUP_POISON_POLICY in arguments and subscription_type != KEY_SHARED):
+            raise _invalid(name, GROUP_POISON_POLICY, f"{_shown(poison_policy)!r} (block or skip, key-shared queues only)")
         if arguments.get(QUEUE_MODE) not in (None, *QUEUE_MODES):
             raise InvalidArgument(f"invalid arg '{QUEUE_MODE}' for queue '{name}': {arguments[QUEUE_MODE]!r}")
         return cls(queue_type=queue_type, message_ttl_ms=message_ttl_ms, expires_ms=expires_ms,
                    dead_letter_exchange=dlx, dead_letter_routing_key=dlrk,
                    max_length=max_length, max_length_bytes=max_length_bytes, overflow=overflow,
                    delivery_limit=delivery_limit if delivery_limit is not None and delivery_limit >= 0 else None,
-                   max_priority=priority, single_active=single)
+                   max_priority=priority, subscription_type=subscription_type, group_poison_policy=poison_policy)
 
 
 def check_equivalent(name: str, current: tuple[bool, bool, Mapping[str, Any]],
@@ -229,12 +253,21 @@ def _max_priority(name: str, arguments: Mapping[str, Any]) -> int:
     return int(value)
 
 
-def _single_active(name: str, arguments: Mapping[str, Any]) -> bool:
-    value = arguments.get(SINGLE_ACTIVE)
+def subscription_type_of(name: str, arguments: Mapping[str, Any]) -> str:
+    """x-subscription-type, with RabbitMQ's x-single-active-consumer as another way to say failover
+    (InvalidArgument if they contradict)."""
+    single = arguments.get(SINGLE_ACTIVE)
+    if single is not None and not isinstance(single, bool):
+        raise _invalid(name, SINGLE_ACTIVE, f"{{unacceptable_type,{field_type(single)}}}")
+    value = arguments.get(SUBSCRIPTION_TYPE)
     if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _invalid(name, SINGLE_ACTIVE, f"{{unacceptable_type,{field_type(value)}}}")
+        return FAILOVER if single else SHARED
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if value not in SUBSCRIPTION_TYPES:
+        raise _invalid(name, SUBSCRIPTION_TYPE, f"{_shown(value)!r} (one of {', '.join(SUBSCRIPTION_TYPES)})")
+    if single and value != FAILOVER:
+        raise _invalid(name, SINGLE_ACTIVE, f"contradicts {SUBSCRIPTION_TYPE} {value}")
     return value
 
 
