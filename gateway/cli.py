@@ -48,6 +48,10 @@ def serve(
         int | None, typer.Option(help="How often retention and namespaces' backlog quotas are enforced.",
                                  show_default="60000")
     ] = None,
+    amqp_consumer_timeout_ms: Annotated[
+        int | None, typer.Option(help="How long an AMQP delivery may stay unacknowledged before its channel is "
+                                      "closed (RabbitMQ's consumer_timeout); 0: no limit.", show_default="1800000")
+    ] = None,
     admin_tls_cert: Annotated[
         str | None, typer.Option(help="PEM certificate (chain) for HTTPS on the admin port; with --admin-tls-key.")
     ] = None,
@@ -118,6 +122,7 @@ def serve(
         "broker_id": broker_id,
         "rack": rack,
         "retention_check_interval_ms": retention_check_interval_ms,
+        "amqp_consumer_timeout_ms": amqp_consumer_timeout_ms,
         "admin_tls_cert": admin_tls_cert,
         "admin_tls_key": admin_tls_key,
         "kafka_auto_create_topics": kafka_auto_create_topics,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from protocols.amqp.vhosts import vhost_namespace
 from storage.config import StorageConfig
 
@@ -32,11 +33,12 @@ ENV_VARS: Mapping[str, str] = {
     "broker_id": "GATEWAY_BROKER_ID",
     "rack": "GATEWAY_RACK",
     "retention_check_interval_ms": "GATEWAY_RETENTION_CHECK_INTERVAL_MS",
+    "amqp_consumer_timeout_ms": "GATEWAY_AMQP_CONSUMER_TIMEOUT_MS",
     "admin_tls_cert": "GATEWAY_ADMIN_TLS_CERT",
     "admin_tls_key": "GATEWAY_ADMIN_TLS_KEY",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
-INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms")
+INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
@@ -66,6 +68,7 @@ KAFKA_ENV_VARS: Mapping[str, str] = {name: f"GATEWAY_KAFKA_{name.upper()}" for n
 KAFKA_FLAG_PREFIX = "kafka_"
 MIN_FRAME_BYTES = 1024          # below this not even a Metadata response fits
 MAX_FRAME_BYTES = 0x7FFFFFFF    # a frame's size is an int32 on the wire
+MAX_TIMEOUT_MS = 0x7FFFFFFF     # about 24.8 days
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("0", "false", "no", "off")
 
@@ -233,6 +236,9 @@ class GatewayConfig:
     # How often the core enforces retention and namespaces' backlog quotas (Kafka's
     # log.retention.check.interval.ms; Pulsar checks backlog quotas every 60 s).
     retention_check_interval_ms: int = 60_000
+    # RabbitMQ's consumer_timeout: an AMQP channel holding a delivery unacknowledged longer than this
+    # is closed (queues may set their own, x-consumer-timeout); 0: no limit.
+    amqp_consumer_timeout_ms: int = DEFAULT_TIMEOUT_MS
     # HTTPS on the admin port: a PEM certificate (chain) and its private key; both or neither.
     admin_tls_cert: str | None = None
     admin_tls_key: str | None = None
@@ -255,6 +261,9 @@ class GatewayConfig:
         if not _is_int(self.retention_check_interval_ms) or not 10 <= self.retention_check_interval_ms <= 86_400_000:
             raise ConfigError("retention_check_interval_ms must be an integer in 10..86400000, "
                               f"got {self.retention_check_interval_ms!r}")
+        if not _is_int(self.amqp_consumer_timeout_ms) or not 0 <= self.amqp_consumer_timeout_ms <= MAX_TIMEOUT_MS:
+            raise ConfigError(f"amqp_consumer_timeout_ms must be an integer in 0..{MAX_TIMEOUT_MS} (0: no limit), "
+                              f"got {self.amqp_consumer_timeout_ms!r}")
         if (self.admin_tls_cert is None) != (self.admin_tls_key is None):
             raise ConfigError("admin_tls_cert and admin_tls_key go together: give both or neither")
         for name in ("admin_tls_cert", "admin_tls_key"):

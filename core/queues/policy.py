@@ -29,6 +29,10 @@ comparison of a redeclare with the queue as it is.
                                                moves on (skip); dead-lettered either way
     x-delivery-limit         int               also taken by a classic key-shared queue
     x-queue-mode             default | lazy    accepted (every queue is on disk), compared on redeclare
+    x-consumer-timeout       int >= 0 (ms)     a delivery unacknowledged longer than this closes the
+                                               channel holding it (core/queues/ack_timeout.py); the
+                                               broker's default when absent. Compared on redeclare of
+                                               a quorum queue only, as RabbitMQ does
 
 Refused as not implemented (never silently ignored): UNSUPPORTED_ARGUMENTS. Other arguments are
 kept and ignored, as RabbitMQ does.
@@ -65,6 +69,7 @@ SINGLE_ACTIVE = "x-single-active-consumer"
 QUEUE_MODE = "x-queue-mode"
 SUBSCRIPTION_TYPE = "x-subscription-type"
 GROUP_POISON_POLICY = "x-group-poison-policy"
+CONSUMER_TIMEOUT = "x-consumer-timeout"
 SHARED, EXCLUSIVE, FAILOVER, KEY_SHARED = "shared", "exclusive", "failover", "key-shared"
 SUBSCRIPTION_TYPES = (SHARED, EXCLUSIVE, FAILOVER, KEY_SHARED)
 MAX_SUPPORTED_PRIORITY = 255       # RabbitMQ's limit
@@ -77,7 +82,7 @@ UNSUPPORTED_ARGUMENTS = frozenset({
 # a queue type's own arguments for equivalence).
 _COMMON = (EXPIRES, MESSAGE_TTL, DEAD_LETTER_EXCHANGE, DEAD_LETTER_ROUTING_KEY, MAX_LENGTH, MAX_LENGTH_BYTES,
            OVERFLOW, QUEUE_TYPE)
-EQUIVALENT_ARGUMENTS = {CLASSIC: _COMMON + (QUEUE_MODE,), QUORUM: _COMMON + (DELIVERY_LIMIT,)}
+EQUIVALENT_ARGUMENTS = {CLASSIC: _COMMON + (QUEUE_MODE,), QUORUM: _COMMON + (DELIVERY_LIMIT, CONSUMER_TIMEOUT)}
 # ... and those compared whatever the type.
 _ALWAYS_EQUIVALENT = (QUEUE_MODE, MAX_PRIORITY, SINGLE_ACTIVE, SUBSCRIPTION_TYPE, GROUP_POISON_POLICY)
 # Arguments only one queue type takes (as RabbitMQ 3.10+: a classic queue refuses x-delivery-limit,
@@ -99,6 +104,7 @@ class QueuePolicy:
     max_priority: int = 0                       # 0: not a priority queue
     subscription_type: str = SHARED
     group_poison_policy: str = BLOCK            # key-shared: what a poison message does to its group
+    consumer_timeout_ms: int | None = None      # None: the broker's default acknowledgement timeout
 
     @property
     def single_active(self) -> bool:
@@ -145,6 +151,7 @@ class QueuePolicy:
         expires_ms = _integer(name, arguments, EXPIRES, minimum=1)
         max_length = _integer(name, arguments, MAX_LENGTH, minimum=0)
         max_length_bytes = _integer(name, arguments, MAX_LENGTH_BYTES, minimum=0)
+        consumer_timeout_ms = _integer(name, arguments, CONSUMER_TIMEOUT, minimum=0)
         for arg in arguments:
             if arg in UNSUPPORTED_ARGUMENTS:
                 raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}': not supported by this gateway yet")
@@ -160,7 +167,8 @@ class QueuePolicy:
                    dead_letter_exchange=dlx, dead_letter_routing_key=dlrk,
                    max_length=max_length, max_length_bytes=max_length_bytes, overflow=overflow,
                    delivery_limit=delivery_limit if delivery_limit is not None and delivery_limit >= 0 else None,
-                   max_priority=priority, subscription_type=subscription_type, group_poison_policy=poison_policy)
+                   max_priority=priority, subscription_type=subscription_type, group_poison_policy=poison_policy,
+                   consumer_timeout_ms=consumer_timeout_ms)
 
 
 def check_equivalent(name: str, current: tuple[bool, bool, Mapping[str, Any]],
