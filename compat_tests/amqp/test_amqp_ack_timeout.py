@@ -159,7 +159,8 @@ def test_a_consumer_that_acks_in_time_keeps_its_channel(gateway) -> None:
         for round_ in range(4):             # 4 × ~0.5 s: longer than the timeout, each delivery shorter
             publish(channel, queue, [b"%d" % round_])
             method, _, body = channel.basic_get(queue)
-            connection.sleep(0.5)
+            assert body == b"%d" % round_
+            connection.sleep(0.5)               # a tick falls in some of these holds
             channel.basic_ack(method.delivery_tag)
         channel.basic_qos(prefetch_count=0)
         assert channel.is_open

@@ -5,7 +5,8 @@ Nothing is timed per message. A holder of deliveries (an AMQP channel) stamps ea
 `DeliveryClock.stamp`, the time of the clock's latest tick (an attribute read, not a clock read),
 and on every tick looks at its oldest unsettled delivery only, as RabbitMQ does: `overdue(stamp,
 timeout_ms)`. A stamp may be up to one tick early, so a delivery is overdue once it has been held
-longer than the timeout for certain: never early, at most about two ticks late.
+longer than the timeout for certain: never early (a tick the event loop runs late makes it early by
+at most that lateness), at most about two ticks late.
 
 The timeout that applies is the queue's (x-consumer-timeout, ms, 0 included: overdue at the first
 tick) or else the broker's default; None is no timeout.
@@ -26,7 +27,7 @@ def timeout_for(queue_timeout_ms: int | None, default_ms: int | None) -> int | N
 class DeliveryClock:
     """The coarse time deliveries are stamped with, moved on by `tick()` every `tick_ms`."""
 
-    __slots__ = ("_clock", "tick_ms", "stamp")
+    __slots__ = ("_clock", "stamp", "tick_ms")
 
     def __init__(self, clock: Clock, tick_ms: int) -> None:
         self._clock = clock
