@@ -1,4 +1,4 @@
-"""OffsetCommit (key 8), versions 0-8.
+"""OffsetCommit (key 8), versions 0-9.
 
 Behaviour: offsets are stored as core cursors named after the group, with the metadata string
 (null stored as "") and, from v6, the committed leader epoch; durable before the response. Partitions of unknown topics fail with
@@ -6,7 +6,9 @@ UNKNOWN_TOPIC_OR_PARTITION on their own; the group decides for the rest: members
 generation may commit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, and
 REBALANCE_IN_PROGRESS while the group completes a rebalance), and a commit with generation -1 and
 no member id (manually assigned consumers, admin tools) is accepted while the group is Empty,
-creating it if need be. v0 commits are not checked against the group, as Kafka's (stored in
+creating it if need be. A member of a consumer-protocol group (KIP-848) commits at its member
+epoch (sent as the generation; v9 is the version for it): another epoch is STALE_MEMBER_EPOCH,
+an unknown member UNKNOWN_MEMBER_ID. v0 commits are not checked against the group, as Kafka's (stored in
 ZooKeeper) were not. Metadata over 4096 characters is OFFSET_METADATA_TOO_LARGE.
 With ACLs enforced (SASL on), as in Kafka 2.8: without READ on the group every partition is
 GROUP_AUTHORIZATION_FAILED; then each topic needs READ (TOPIC_AUTHORIZATION_FAILED, before the
