@@ -140,6 +140,10 @@ class UnsupportedAssignor(GroupError):
     """A member asks for a server-side assignor the broker does not have."""
 
 
+class InvalidRegularExpression(GroupError):
+    """A member subscribes with a topic regular expression that does not compile."""
+
+
 class InvalidGroupRequest(GroupError):
     """A group request whose fields contradict each other or the member's state."""
 

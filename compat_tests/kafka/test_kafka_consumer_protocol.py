@@ -93,6 +93,7 @@ class Member:
     def __init__(self, name: str, config: dict, topic: str, seen: list[tuple[str, str]]) -> None:
         self.name = name
         self.assigned: frozenset[int] = frozenset()
+        self.topic_partitions: frozenset[tuple[str, int]] = frozenset()
         self.error: BaseException | None = None
         self._seen = seen
         self._stop = threading.Event()
@@ -105,7 +106,9 @@ class Member:
         try:
             while not self._stop.is_set():
                 message = self._consumer.poll(0.2)
-                self.assigned = frozenset(tp.partition for tp in self._consumer.assignment())
+                assignment = self._consumer.assignment()
+                self.topic_partitions = frozenset((tp.topic, tp.partition) for tp in assignment)
+                self.assigned = frozenset(tp.partition for tp in assignment)
                 if message is None:
                     continue
                 if message.error() is not None:
@@ -246,6 +249,46 @@ def test_the_server_assignor_is_the_one_members_ask_for(gateway, assignor):
     finally:
         for member in members:
             member.close()
+
+
+def test_a_regex_subscription_takes_new_matching_topics(gateway):
+    servers = servers_of(gateway)
+    for name, partitions in (("kip-rx-a", 2), ("kip-rx-b", 1), ("kip-other", 1)):
+        create_topic(servers, name, partitions)
+    seen: list[tuple[str, str]] = []
+    member = Member("rx", member_config(servers, "kip-rx-group", "rx"), "^kip-rx-.*", seen)
+    try:
+        wait_until(lambda: member.topic_partitions == {("kip-rx-a", 0), ("kip-rx-a", 1), ("kip-rx-b", 0)},
+                   "the matching topics to be assigned")
+        create_topic(servers, "kip-rx-c", 1)
+        wait_until(lambda: ("kip-rx-c", 0) in member.topic_partitions, "a new matching topic to be assigned")
+        produce(servers, "kip-rx-c", 0, 5, 1)
+        wait_until(lambda: len(seen) == 5, "its records to be consumed")
+        described = describe(gateway, "kip-rx-group")
+        assert described.members[0].subscribed_topic_regex == "(^kip-rx-.*)"
+    finally:
+        member.close()
+
+
+def test_machine_room_prefers_consumers_in_the_partitions_rack(gateway_launcher):
+    gateway = gateway_launcher.start("--rack", "east", env=ENV)     # this broker leads every partition
+    servers = servers_of(gateway)
+    topic, group = "kip-rooms", "kip-rooms-group"
+    create_topic(servers, topic, 4)
+    seen: list[tuple[str, str]] = []
+    rooms = {"group.remote.assignor": "machine-room"}
+    near = Member("near", member_config(servers, group, "near", **rooms, **{"client.rack": "east"}), topic, seen)
+    far = Member("far", member_config(servers, group, "far", **rooms, **{"client.rack": "west"}), topic, seen)
+    try:
+        wait_until(lambda: near.assigned == {0, 1, 2, 3} and far.assigned == frozenset()
+                   and describe(gateway, group).group_state == "Stable",
+                   "the consumer in the broker's rack to own everything, the other nothing")
+        assert sorted(m.rack_id for m in describe(gateway, group).members) == ["east", "west"]
+        near.close()
+        wait_until(lambda: far.assigned == {0, 1, 2, 3}, "the other room to take over when none is near")
+    finally:
+        near.close()
+        far.close()
 
 
 def heartbeat(gateway, group: str, member_id: str, epoch: int, **fields):

@@ -20,6 +20,10 @@ Protocol-free, and the rules are Kafka's group coordinator's:
   -1 leaves, -2 leaves for a while: a static member (instance id) keeps its partitions until its
   session ends, and the instance joining again under a new member id gets them back without a
   rebalance. An instance id held by a member that has not left is UNRELEASED_INSTANCE_ID.
+- A member subscribes to topic names, a regular expression, or both. The expression must match a
+  whole topic name (Kafka's RE2 rules; Python's `re` here) and is matched against the namespace's
+  topics on every heartbeat (internal topics, "__..." names, excluded), so a new matching topic
+  joins the subscription at the next heartbeat of any member.
 
 Time comes from the injected Clock; `expire()` applies what is due, `next_deadline()` says when.
 Owned by the event loop: every method runs to completion without awaiting.
@@ -28,14 +32,17 @@ Owned by the event loop: every method runs to completion without awaiting.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
+import re
 from collections import Counter
-from collections.abc import Mapping, Set
+from collections.abc import Collection, Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from core.clock import Clock
-from core.errors import (FencedInstanceId, FencedMemberEpoch, GroupFull, InvalidGroupRequest, StaleMemberEpoch,
-                         UnknownMember, UnreleasedInstanceId, UnsupportedAssignor)
+from core.errors import (FencedInstanceId, FencedMemberEpoch, GroupFull, InvalidGroupRequest,
+                         InvalidRegularExpression, StaleMemberEpoch, UnknownMember, UnreleasedInstanceId,
+                         UnsupportedAssignor)
 from core.groups.assignors import ASSIGNORS, DEFAULT
 from core.groups.assignors.spec import Subscriber, TopicLayouts
 from core.groups.settings import GroupSettings
@@ -64,7 +71,9 @@ class ConsumerMember:
     client_id: str
     client_host: str
     rack: str | None = None
-    topics: frozenset[str] = frozenset()
+    names: frozenset[str] = frozenset()                    # the topic names it subscribes to
+    regex: str | None = None                               # and the expression
+    topics: frozenset[str] = frozenset()                   # both together: what it is assigned from
     assignor: str | None = None
     rebalance_timeout_ms: int = 0
     epoch: int = 0
@@ -98,6 +107,7 @@ class ConsumerMemberSummary:
     client_id: str
     client_host: str
     topics: tuple[str, ...]
+    regex: str | None
     assigned: frozenset[TopicPartition]
     target: frozenset[TopicPartition]
 
@@ -122,6 +132,7 @@ class _Request:
     rack: str | None
     rebalance_timeout_ms: int
     topics: frozenset[str] | None
+    regex: str | None
     assignor: str | None
     owned: frozenset[TopicPartition] | None
     client_id: str
@@ -170,12 +181,15 @@ class ConsumerGroup:
     def subscribed_topics(self) -> frozenset[str]:
         return frozenset().union(*(m.topics for m in self.members.values()))
 
+    def regexes(self) -> set[str]:
+        return {m.regex for m in self.members.values() if m.regex is not None}
+
     def overview(self) -> GroupOverview:
         return GroupOverview(self.group_id, CONSUMER_PROTOCOL_TYPE, self.state.value)
 
     def summary(self) -> ConsumerGroupSummary:
         members = tuple(ConsumerMemberSummary(m.member_id, m.instance_id, m.rack, m.epoch, m.client_id, m.client_host,
-                                              tuple(sorted(m.topics)), m.assigned,
+                                              tuple(sorted(m.names)), m.regex, m.assigned,
                                               self.target.get(m.member_id, frozenset()))
                         for m in self.members.values())
         return ConsumerGroupSummary(self.group_id, self.state.value, self.group_epoch, self.assignment_epoch,
@@ -200,16 +214,21 @@ class ConsumerGroup:
     def heartbeat(self, *, member_id: str, member_epoch: int, instance_id: str | None, rack: str | None,
                   rebalance_timeout_ms: int, topics: Set[str] | None, assignor: str | None,
                   owned: Set[TopicPartition] | None, client_id: str, client_host: str,
-                  layouts: TopicLayouts) -> HeartbeatAnswer:
+                  layouts: TopicLayouts, regex: str | None = None,
+                  namespace_topics: Collection[str] = ()) -> HeartbeatAnswer:
         """One heartbeat. `layouts` holds the partitions (and their racks) of every topic the group
-        subscribes to after this heartbeat, as they are now. Raises the group's refusals."""
+        subscribes to after this heartbeat, as they are now; `namespace_topics` every topic name,
+        when expressions are in use (this request's or members'). `regex` "" drops the expression.
+        Raises the group's refusals."""
         request = _Request(member_id, member_epoch, instance_id, rack, rebalance_timeout_ms,
-                           None if topics is None else frozenset(topics), assignor,
+                           None if topics is None else frozenset(topics), regex, assignor,
                            None if owned is None else frozenset(owned), client_id, client_host)
         if request.assignor is not None and request.assignor not in ASSIGNORS:
             raise UnsupportedAssignor(f"no server-side assignor {request.assignor!r}; known: {sorted(ASSIGNORS)}")
         if member_id == "":
             raise InvalidGroupRequest("the member id must not be empty")
+        if regex:
+            pattern(regex)      # InvalidRegularExpression before anything changes
         if member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(request)
         if member_epoch == JOIN_EPOCH:
@@ -218,6 +237,7 @@ class ConsumerGroup:
             member = self._known_member(request)
             changed = False
         changed |= self._update(member, request)
+        changed |= self._match_regexes(namespace_topics)
         member.session_deadline_ms = self._clock.now_ms() + self._settings.consumer_session_timeout_ms
         changed |= self._refresh_layouts(layouts)
         if changed:
@@ -226,8 +246,8 @@ class ConsumerGroup:
         return self._answer(member, request)
 
     def _join(self, request: _Request) -> tuple[ConsumerMember, bool]:
-        if request.topics is None:
-            raise InvalidGroupRequest("a joining member must send its subscribed topic names")
+        if request.topics is None and not request.regex:
+            raise InvalidGroupRequest("a joining member must send its subscribed topic names or regex")
         if request.rebalance_timeout_ms < 0:
             raise InvalidGroupRequest("a joining member must send its rebalance timeout")
         if request.owned is None:
@@ -288,8 +308,11 @@ class ConsumerGroup:
     def _update(self, member: ConsumerMember, request: _Request) -> bool:
         """Apply what the heartbeat changed; True if the target assignment depends on it."""
         changed = False
-        if request.topics is not None and request.topics != member.topics:
-            member.topics = request.topics
+        if request.topics is not None and request.topics != member.names:
+            member.names = request.topics
+            changed = True
+        if request.regex is not None and (request.regex or None) != member.regex:
+            member.regex = request.regex or None
             changed = True
         if request.rack is not None and request.rack != member.rack:
             member.rack = request.rack
@@ -299,6 +322,18 @@ class ConsumerGroup:
             changed = True
         if request.rebalance_timeout_ms >= 0:
             member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        return changed
+
+    def _match_regexes(self, namespace_topics: Collection[str]) -> bool:
+        """Each member's topics: its names and what its expression matches now."""
+        changed = False
+        for member in self.members.values():
+            topics = member.names
+            if member.regex is not None:
+                topics |= matching([member.regex], namespace_topics)
+            if topics != member.topics:
+                member.topics = topics
+                changed = True
         return changed
 
     def _refresh_layouts(self, layouts: TopicLayouts) -> bool:
@@ -433,3 +468,17 @@ class ConsumerGroup:
             assignment = None
         return HeartbeatAnswer(member.member_id, member.epoch, self._settings.consumer_heartbeat_interval_ms,
                                assignment)
+
+
+@functools.lru_cache(maxsize=256)
+def pattern(regex: str) -> re.Pattern:
+    try:
+        return re.compile(regex)
+    except re.error as exc:
+        raise InvalidRegularExpression(f"invalid topic regex {regex!r}: {exc}") from None
+
+
+def matching(regexes: Iterable[str], topics: Collection[str]) -> frozenset[str]:
+    """The topics some expression matches in full, internal ones ("__...") left out."""
+    patterns = [pattern(regex) for regex in regexes]
+    return frozenset(t for t in topics if not t.startswith("__") and any(p.fullmatch(t) for p in patterns))

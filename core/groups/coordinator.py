@@ -33,7 +33,7 @@ from core.errors import (CoreError, GroupError, GroupNotFound, InconsistentGroup
                          InvalidGroupId, InvalidName, InvalidSessionTimeout, NonEmptyGroup, NotCoordinator,
                          OffsetMetadataTooLarge, UnknownMember, UnknownTopic)
 from core.groups.consumer_group import (CONSUMER_PROTOCOL_TYPE, JOIN_EPOCH, ConsumerGroup, ConsumerGroupSummary,
-                                       HeartbeatAnswer)
+                                       HeartbeatAnswer, matching, pattern)
 from core.groups.group import MembershipGroup, Protocols
 from core.groups.naming import storage_name
 from core.groups.settings import GroupSettings
@@ -177,11 +177,13 @@ class GroupCoordinator:
 
     async def consumer_heartbeat(self, key: GroupKey, *, member_id: str, member_epoch: int,
                                  instance_id: str | None, rack: str | None, rebalance_timeout_ms: int,
-                                 topics: Sequence[str] | None, assignor: str | None,
+                                 topics: Sequence[str] | None, regex: str | None, assignor: str | None,
                                  owned: Iterable[tuple[str, int]] | None, client_id: str, client_host: str,
                                  partition_rack: PartitionRack) -> tuple[HeartbeatAnswer, dict[str, str]]:
         """A consumer-protocol heartbeat (consumer_group.py). `owned` names topics by id (hex).
         Returns the answer and the id of every topic its assignment names."""
+        if regex:
+            pattern(regex)      # an invalid expression is refused before the group is touched
         self._check_group_id(key, allow_empty=False)
         group = await self._find(key, create=member_epoch == JOIN_EPOCH, consumer=True)
         if group is None:
@@ -196,7 +198,12 @@ class GroupCoordinator:
             group = self._install(key, self._new_group(key, record))
             log.info("group %s of %s/%s: now a consumer group", key.group_id, key.tenant, key.namespace)
         assert isinstance(group, ConsumerGroup)
-        infos = await self._topic_infos(key, group.subscribed_topics() | set(topics or ()))
+        regexes = group.regexes() | ({regex} if regex else set())
+        namespace_topics: list[str] = []
+        if regexes:   # matched against every topic of the namespace, on every heartbeat
+            namespace_topics = await self._core.registry.list_topics(key.tenant, key.namespace)
+        wanted = group.subscribed_topics() | set(topics or ()) | matching(regexes, namespace_topics)
+        infos = await self._topic_infos(key, wanted)
         if self._groups.get(key) is not group:   # replaced or dropped while the topics were read
             raise NotCoordinator(f"group {key.group_id} changed meanwhile; try again")
         names = {info.topic_id: name for name, info in infos.items()}
@@ -206,6 +213,7 @@ class GroupCoordinator:
             answer = group.heartbeat(
                 member_id=member_id, member_epoch=member_epoch, instance_id=instance_id, rack=rack,
                 rebalance_timeout_ms=rebalance_timeout_ms, topics=None if topics is None else set(topics),
+                regex=regex, namespace_topics=namespace_topics,
                 assignor=assignor, client_id=client_id, client_host=client_host, layouts=layouts,
                 owned=None if owned is None else {(names[t], i) for t, i in owned if t in names})
         finally:

@@ -243,3 +243,34 @@ def test_random_churn_never_shares_a_partition_and_converges(clock):
         assert group.state is GroupState.STABLE
         owned = [tp for c in clients.values() for tp in c["owned"]]
         assert sorted(owned) == sorted({(t, i) for t, racks in layouts.items() for i in range(len(racks))})
+
+
+def test_regex_subscriptions_follow_the_namespace_topics(group):
+    layouts = {"orders-eu": (None,) * 2, "orders-us": (None,) * 2, "audit": (None,)}
+    answer = group.heartbeat(member_id="a", member_epoch=0, instance_id=None, rack=None, rebalance_timeout_ms=5_000,
+                             topics=set(), regex="orders-.*", assignor=None, owned=set(), client_id="c",
+                             client_host="", layouts=layouts, namespace_topics=["orders-eu", "orders-us", "audit",
+                                                                                "__consumer_offsets"])
+    assert answer.assignment == {("orders-eu", 0), ("orders-eu", 1), ("orders-us", 0), ("orders-us", 1)}
+    grown = layouts | {"orders-jp": (None,)}
+    answer = group.heartbeat(member_id="a", member_epoch=1, instance_id=None, rack=None, rebalance_timeout_ms=-1,
+                             topics=None, regex=None, assignor=None, owned=None, client_id="c", client_host="",
+                             layouts=grown, namespace_topics=list(grown))
+    assert answer.epoch == 2 and ("orders-jp", 0) in answer.assignment
+    answer = group.heartbeat(member_id="a", member_epoch=2, instance_id=None, rack=None, rebalance_timeout_ms=-1,
+                             topics={"audit"}, regex="", assignor=None, owned=None, client_id="c", client_host="",
+                             layouts=grown, namespace_topics=list(grown))
+    assert (answer.epoch, answer.assignment) == (2, frozenset())    # revoke the orders first
+    answer = group.heartbeat(member_id="a", member_epoch=2, instance_id=None, rack=None, rebalance_timeout_ms=-1,
+                             topics=None, regex=None, assignor=None, owned=set(), client_id="c", client_host="",
+                             layouts=grown, namespace_topics=list(grown))
+    assert (answer.epoch, answer.assignment) == (3, {("audit", 0)})
+
+
+def test_an_invalid_regex_is_refused(group):
+    from core.errors import InvalidRegularExpression
+    with pytest.raises(InvalidRegularExpression):
+        group.heartbeat(member_id="a", member_epoch=0, instance_id=None, rack=None, rebalance_timeout_ms=5_000,
+                        topics=set(), regex="orders-(", assignor=None, owned=set(), client_id="c",
+                        client_host="", layouts=LAYOUTS)
+    assert not group.members

@@ -42,7 +42,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         for m in summary.members:
             members.append({"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack,
                             "member_epoch": m.epoch, "client_id": m.client_id, "client_host": m.client_host,
-                            "subscribed_topic_names": list(m.topics),
+                            "subscribed_topic_names": list(m.topics), "subscribed_topic_regex": m.regex,
                             "assignment": await _assignment(ctx, m.assigned, ids),
                             "target_assignment": await _assignment(ctx, m.target, ids)})
         groups.append({"error_code": ErrorCode.NONE, "group_id": group_id, "group_state": summary.state,

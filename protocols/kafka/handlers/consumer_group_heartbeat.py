@@ -2,17 +2,17 @@
 
 Behaviour: the broker assigns the partitions (core/groups/consumer_group.py): a member joins with
 epoch 0 (v1: under its own member id, as KIP-1082 has it; v0: the broker makes one up), sends its
-subscribed topic names, rack, rebalance timeout and server assignor (`uniform`, the default,
+subscribed topic names or regex (v1; matched in full against the namespace's topics, as
+Kafka's RE2J does, with Python's `re`), rack, rebalance timeout and server assignor (`uniform`, the default,
 `range`, `averagely`, `circle`, `consistent-hash`, `machine-room`) whenever they change, and gets
 its member epoch, the heartbeat interval and, when it changed, the partitions it may consume (by
 topic id). Partitions move only after their old owner gave them up (its next heartbeat's owned
 partitions). Errors as Kafka answers them: FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID,
 UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, GROUP_MAX_SIZE_REACHED,
-INVALID_REQUEST, GROUP_ID_NOT_FOUND for a classic group with members (an Empty one becomes a
+INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, GROUP_ID_NOT_FOUND for a classic group with members (an Empty one becomes a
 consumer group). The room of a partition for `machine-room` is the rack of the broker leading it.
 With ACLs enforced (SASL on), the group needs READ (GROUP_AUTHORIZATION_FAILED).
-Gaps: regular-expression subscriptions (SubscribedTopicRegex) are refused with INVALID_REQUEST;
-classic members cannot join a consumer group (nor the other way round) while it has members.
+Gaps: classic members cannot join a consumer group (nor the other way round) while it has members.
 """
 
 import uuid
@@ -33,8 +33,6 @@ from protocols.kafka.schema.consumer_group_heartbeat import CONSUMER_GROUP_HEART
 async def handle(request: Msg, ctx: RequestContext) -> dict:
     if not await check(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, "not authorized to read the group")
-    if request.subscribed_topic_regex:
-        return _error(ErrorCode.INVALID_REQUEST, "topic regex subscriptions are not supported; name the topics")
     member_id = request.member_id
     if member_id == "" and request.member_epoch == 0 and ctx.version == 0:
         member_id = str(uuid.uuid4())      # v0: the coordinator names new members
@@ -50,7 +48,8 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         answer, topic_ids = await coordinator(ctx).consumer_heartbeat(
             group_key(ctx, request.group_id), member_id=member_id, member_epoch=request.member_epoch,
             instance_id=request.instance_id, rack=request.rack_id, rebalance_timeout_ms=request.rebalance_timeout_ms,
-            topics=request.subscribed_topic_names, assignor=request.server_assignor, owned=owned,
+            topics=request.subscribed_topic_names, regex=request.subscribed_topic_regex,
+            assignor=request.server_assignor, owned=owned,
             client_id=ctx.header.client_id or "", client_host=client_host(ctx), partition_rack=partition_rack)
     except CoreError as exc:
         return _error(kafka_code(exc), str(exc))
