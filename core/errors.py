@@ -144,6 +144,10 @@ class InvalidRegularExpression(GroupError):
     """A member subscribes with a topic regular expression that does not compile."""
 
 
+class UnsupportedGroupVersion(GroupError):
+    """The request's version cannot express what this group needs (e.g. a member epoch)."""
+
+
 class InvalidGroupRequest(GroupError):
     """A group request whose fields contradict each other or the member's state."""
 

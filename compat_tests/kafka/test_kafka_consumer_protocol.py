@@ -64,7 +64,8 @@ def gateway(gateway_launcher):
 
 
 def servers_of(gateway) -> str:
-    return "%s:%d" % gateway.kafka
+    host, port = gateway.kafka
+    return f"{host}:{port}"
 
 
 def create_topic(servers: str, name: str, partitions: int) -> None:

@@ -36,7 +36,7 @@ import functools
 import logging
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Set
+from collections.abc import Collection, Iterable, Set
 from dataclasses import dataclass
 
 from core.clock import Clock
@@ -177,6 +177,10 @@ class ConsumerGroup:
     @property
     def generation(self) -> int:
         return self.group_epoch
+
+    def has_member(self, member_id: str) -> bool:
+        member = self.members.get(member_id)
+        return member is not None and not member.left_static
 
     def subscribed_topics(self) -> frozenset[str]:
         return frozenset().union(*(m.topics for m in self.members.values()))

@@ -29,9 +29,9 @@ from typing import Protocol
 
 from core.clock import Clock
 from core.cluster.bundles import Bundle, group_bundle
-from core.errors import (CoreError, GroupError, GroupNotFound, InconsistentGroupProtocol, GroupSubscribedToTopic, IllegalGeneration,
-                         InvalidGroupId, InvalidName, InvalidSessionTimeout, NonEmptyGroup, NotCoordinator,
-                         OffsetMetadataTooLarge, UnknownMember, UnknownTopic)
+from core.errors import (CoreError, GroupError, GroupNotFound, GroupSubscribedToTopic, IllegalGeneration,
+                         InconsistentGroupProtocol, InvalidGroupId, InvalidName, InvalidSessionTimeout, NonEmptyGroup,
+                         NotCoordinator, OffsetMetadataTooLarge, UnknownMember, UnknownTopic, UnsupportedGroupVersion)
 from core.groups.consumer_group import (CONSUMER_PROTOCOL_TYPE, JOIN_EPOCH, ConsumerGroup, ConsumerGroupSummary,
                                        HeartbeatAnswer, matching, pattern)
 from core.groups.group import MembershipGroup, Protocols
@@ -239,10 +239,12 @@ class GroupCoordinator:
 
     async def commit_offsets(self, key: GroupKey, offsets: Mapping[TopicPartition, OffsetAndMetadata], *,
                              member_id: str = "", instance_id: str | None = None, generation: int = -1,
-                             check_membership: bool = True) -> dict[TopicPartition, CoreError | None]:
+                             check_membership: bool = True, epoch_aware: bool = True
+                             ) -> dict[TopicPartition, CoreError | None]:
         """Commit offsets; each partition's error (None: committed and durable). Partitions that do
         not exist fail alone; the group's refusals apply to the rest. Without `check_membership`
-        (Kafka's v0 commits) the group's state is not consulted."""
+        (Kafka's v0 commits) the group's state is not consulted. Members of consumer-protocol
+        groups commit at their member epoch, in requests that can say so (`epoch_aware`)."""
         results: dict[TopicPartition, CoreError | None] = {}
         self._check_group_id(key, allow_empty=True)
         valid: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -259,6 +261,8 @@ class GroupCoordinator:
             return results | {tp: error for tp in valid}
         if check_membership:
             try:
+                if isinstance(group, ConsumerGroup) and not epoch_aware and group.has_member(member_id):
+                    raise UnsupportedGroupVersion(f"member {member_id} must commit with OffsetCommit v9 or later")
                 group.validate_commit(member_id=member_id, instance_id=instance_id, generation=generation)
             except GroupError as exc:
                 return results | {tp: exc for tp in valid}

@@ -8,12 +8,12 @@ the offset as its position and the commit's metadata string. Next to them, one r
                                                    "group_type": "consumer", "group_epoch": int}
 
 listing the partitions the group has committed on, so "all offsets of a group" and "every group of
-a namespace" need no scan of the topics. The last two keys mark a consumer-protocol (KIP-848)
-group, stored as soon as it has members and whenever its epoch moves, so that after a restart its
-members find it (they join again: epochs go on from the stored one). The record is written before the cursors it lists, so it
+a namespace" need no scan of the topics. The record is written before the cursors it lists, so it
 may name a cursor that does not exist (a crash in between, a deleted topic); such entries read as
 "no offset". Members, generations and assignments are not stored: after a restart a group is
-Empty and its members join again.
+Empty and its members join again. The last two keys mark a consumer-protocol (KIP-848) group,
+stored as soon as it has members and whenever its epoch moves, so that after a restart its members
+find it (they join again, and its epochs go on from the stored one).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.UnreleasedInstanceId: ErrorCode.UNRELEASED_INSTANCE_ID,
     core.UnsupportedAssignor: ErrorCode.UNSUPPORTED_ASSIGNOR,
     core.InvalidGroupRequest: ErrorCode.INVALID_REQUEST,
+    core.UnsupportedGroupVersion: ErrorCode.UNSUPPORTED_VERSION,
     core.InvalidRegularExpression: ErrorCode.INVALID_REGULAR_EXPRESSION,
     core.GroupNotFound: ErrorCode.GROUP_ID_NOT_FOUND,
     core.GroupSubscribedToTopic: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,

@@ -4,16 +4,23 @@ that must never give one partition to two members."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
 
 from core.clock import FakeClock
-from core.errors import (FencedMemberEpoch, GroupFull, InvalidGroupRequest, StaleMemberEpoch, UnknownMember,
-                         UnreleasedInstanceId, UnsupportedAssignor)
+from core.errors import (FencedMemberEpoch, GroupFull, GroupNotFound, InconsistentGroupProtocol, InvalidGroupRequest,
+                         InvalidRegularExpression, StaleMemberEpoch, UnknownMember, UnreleasedInstanceId,
+                         UnsupportedAssignor, UnsupportedGroupVersion)
 from core.groups.consumer_group import ConsumerGroup, Reconciliation
+from core.groups.coordinator import GroupCoordinator
+from core.groups.group import MembershipGroup
 from core.groups.settings import GroupSettings
 from core.groups.state import GroupState
+from core.groups.store import GroupKey
+from core.groups.values import OffsetAndMetadata
+from core.names import TopicName
 
 SETTINGS = GroupSettings(consumer_session_timeout_ms=10_000, consumer_heartbeat_interval_ms=1_000, max_size=10)
 LAYOUTS = {"t": (None,) * 6}
@@ -268,9 +275,89 @@ def test_regex_subscriptions_follow_the_namespace_topics(group):
 
 
 def test_an_invalid_regex_is_refused(group):
-    from core.errors import InvalidRegularExpression
     with pytest.raises(InvalidRegularExpression):
         group.heartbeat(member_id="a", member_epoch=0, instance_id=None, rack=None, rebalance_timeout_ms=5_000,
                         topics=set(), regex="orders-(", assignor=None, owned=set(), client_id="c",
                         client_host="", layouts=LAYOUTS)
     assert not group.members
+
+
+# --- the coordinator: both kinds of group, topic ids, commits, a restart --------------------------
+
+KEY = GroupKey("public", "default", "billing")
+
+
+def coordinator_of(core) -> GroupCoordinator:
+    return GroupCoordinator(core, SETTINGS)
+
+
+async def consumer_beat(coordinator, member_id, epoch, *, owned=None, join=False, key=KEY, topics=("orders",)):
+    fields = dict(topics=list(topics), rebalance_timeout_ms=5_000, owned=[]) if join else \
+        dict(topics=None, rebalance_timeout_ms=-1, owned=owned)
+    return await coordinator.consumer_heartbeat(key, member_id=member_id, member_epoch=epoch, instance_id=None,
+                                                rack=None, regex=None, assignor=None, client_id="c", client_host="",
+                                                partition_rack=lambda topic, index: "room-1", **fields)
+
+
+async def test_coordinator_answers_topic_ids_and_checks_member_epochs_on_commit(core):
+    info = await core.create_topic(TopicName.of("orders"), 2)
+    coordinator = coordinator_of(core)
+    answer, ids = await consumer_beat(coordinator, "a", 0, join=True)
+    assert (answer.epoch, answer.assignment, ids) == (1, {("orders", 0), ("orders", 1)}, {"orders": info.topic_id})
+    answer, _ = await consumer_beat(coordinator, "a", 1, owned=[(info.topic_id, 0), (info.topic_id, 1)])
+    assert answer.assignment is None
+    errors = await coordinator.commit_offsets(KEY, {("orders", 0): OffsetAndMetadata(5)}, member_id="a",
+                                              generation=1)
+    assert errors == {("orders", 0): None}
+    errors = await coordinator.commit_offsets(KEY, {("orders", 0): OffsetAndMetadata(6)}, member_id="a",
+                                              generation=0)
+    assert isinstance(errors[("orders", 0)], StaleMemberEpoch)
+    errors = await coordinator.commit_offsets(KEY, {("orders", 0): OffsetAndMetadata(6)}, member_id="a",
+                                              generation=1, epoch_aware=False)
+    assert isinstance(errors[("orders", 0)], UnsupportedGroupVersion)
+    assert [(o.group_id, o.protocol_type, o.state) for o in await coordinator.list_groups("public", "default")] == [
+        ("billing", "consumer", "Stable")]
+    assert (await coordinator.describe(KEY)).members[0].member_id == "a"
+    coordinator.close()
+
+
+async def test_one_group_id_is_one_kind_at_a_time(core):
+    await core.create_topic(TopicName.of("orders"), 1)
+    coordinator = coordinator_of(core)
+    await consumer_beat(coordinator, "a", 0, join=True)
+    with pytest.raises(InconsistentGroupProtocol):
+        await coordinator.join(KEY, member_id="", instance_id=None, client_id="c", client_host="",
+                               session_timeout_ms=10_000, rebalance_timeout_ms=10_000, protocol_type="consumer",
+                               protocols=[("range", b"")], require_known_member_id=False)
+    with pytest.raises(UnknownMember):
+        await coordinator.heartbeat(KEY, member_id="a", instance_id=None, generation=1)
+    await consumer_beat(coordinator, "a", -1)
+    joining = asyncio.create_task(coordinator.join(
+        KEY, member_id="", instance_id=None, client_id="c", client_host="", session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000, protocol_type="consumer", protocols=[("range", b"")],
+        require_known_member_id=False))
+    await asyncio.sleep(0.01)
+    assert isinstance(coordinator.group(KEY), MembershipGroup)      # the Empty group became classic
+    with pytest.raises(GroupNotFound):
+        await consumer_beat(coordinator, "b", 0, join=True)
+    with pytest.raises(GroupNotFound):
+        await coordinator.describe_consumer_group(KEY)
+    joining.cancel()
+    coordinator.close()
+
+
+async def test_the_group_kind_and_epoch_survive_a_new_coordinator(core):
+    await core.create_topic(TopicName.of("orders"), 1)
+    first = coordinator_of(core)
+    await consumer_beat(first, "a", 0, join=True)
+    await consumer_beat(first, "b", 0, join=True)
+    first.close()
+    again = coordinator_of(core)            # as after a restart: nothing in memory
+    with pytest.raises(UnknownMember):      # the member joins again ...
+        await consumer_beat(again, "a", 2, owned=[])
+    answer, _ = await consumer_beat(again, "a", 0, join=True)
+    assert answer.epoch == 3                # ... at a higher epoch than before
+    assert (await again.describe_consumer_group(KEY)).group_epoch == 3
+    with pytest.raises(UnknownMember):      # a group never stored: join again (epoch 0)
+        await consumer_beat(again, "z", 4, key=GroupKey("public", "default", "never"))
+    again.close()

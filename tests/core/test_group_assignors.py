@@ -64,7 +64,7 @@ def test_balance_within_one(name, count):
 
 def test_range_is_balanced_per_topic_and_co_partitioned():
     result = ASSIGNORS["range"](members(3), layout(a=7, b=7), {})
-    for member, partitions in result.items():
+    for partitions in result.values():
         assert sorted(i for t, i in partitions if t == "a") == sorted(i for t, i in partitions if t == "b")
     per_topic = [sum(1 for t, _ in p if t == "a") for p in result.values()]
     assert max(per_topic) - min(per_topic) <= 1
