@@ -257,21 +257,18 @@ class ConsumerGroup:
         if request.owned is None:
             raise InvalidGroupRequest("a joining member must send its owned partitions (none)")
         existing = self.members.get(request.member_id)
-        if existing is not None and not existing.left_static:
+        if existing is not None and existing.left_static:
+            existing = None
+        held_by = self._static.get(request.instance_id) if request.instance_id is not None else None
+        if held_by is not None and held_by != request.member_id and not self.members[held_by].left_static:
+            raise UnreleasedInstanceId(f"instance {request.instance_id!r} is still member {held_by}")
+        if existing is None and held_by is None and len(self.members) >= self._settings.max_size:
+            raise GroupFull(f"group {self.group_id} has its maximum of {self._settings.max_size} members")
+        if existing is not None:
             # It lost its state (and, as a joining member, owns nothing): it starts over.
             self._remove(existing, "joined again with epoch 0")
-            changed = True
-        else:
-            changed = False
-        if request.instance_id is not None:
-            held_by = self._static.get(request.instance_id)
-            if held_by is not None:
-                previous = self.members[held_by]
-                if not previous.left_static:
-                    raise UnreleasedInstanceId(f"instance {request.instance_id!r} is still member {held_by}")
-                return self._replace_static(previous, request), changed
-        if len(self.members) >= self._settings.max_size:
-            raise GroupFull(f"group {self.group_id} has its maximum of {self._settings.max_size} members")
+        elif held_by is not None:
+            return self._replace_static(self.members[held_by], request), False
         member = ConsumerMember(request.member_id, request.instance_id, request.client_id, request.client_host)
         self.members[member.member_id] = member
         if request.instance_id is not None:
@@ -348,20 +345,12 @@ class ConsumerGroup:
         self.topics = current
         return True
 
-    def refresh(self, layouts: TopicLayouts) -> bool:
-        """Topics changed under the group (created, grown, deleted): recompute if they matter."""
-        if not self.members or not self._refresh_layouts(layouts):
-            return False
-        self._bump("subscribed topics changed")
-        return True
-
     def _leave(self, request: _Request) -> HeartbeatAnswer:
         member = self.members.get(request.member_id)
         if member is None:
             raise UnknownMember(f"no member {request.member_id!r} in group {self.group_id}")
         if request.epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             member.left_static = True     # its partitions wait for the instance until its session ends
-            member.epoch = STATIC_LEAVE_EPOCH
             log.info("group %s: static member %s left for now", self.group_id, member.instance_id)
         else:
             self._remove(member, "left")
@@ -387,6 +376,7 @@ class ConsumerGroup:
         self.dead = True
 
     def hand_over(self, error: Exception) -> None:
+        """Another coordinator takes the group (nothing waits here: members learn it by heartbeat)."""
         self.dead = True
 
     # --- offsets ----------------------------------------------------------------------------------

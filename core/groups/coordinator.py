@@ -365,7 +365,8 @@ class GroupCoordinator:
                 continue
             record = await self._store.load(GroupKey(tenant, namespace, group_id))   # not in memory: Empty
             if record is not None:
-                found[group_id] = GroupOverview(group_id, record.protocol_type or "", GroupState.EMPTY.value)
+                found[group_id] = GroupOverview(group_id, record.protocol_type or record.group_type or "",
+                                                GroupState.EMPTY.value)
         overviews = sorted(found.values(), key=lambda o: o.group_id)
         if wanted:
             overviews = [o for o in overviews if parse_state(o.state) in wanted]
@@ -489,6 +490,8 @@ class GroupCoordinator:
             group.mark_dead()
             group = self._install(key, self._new_group(key, record))
             log.info("group %s of %s/%s: now a classic group", key.group_id, key.tenant, key.namespace)
+            if record.stored:
+                await self._store.save(key, record)
         assert group is None or isinstance(group, MembershipGroup)
         return group
 

@@ -1,18 +1,20 @@
 """ConsumerGroupHeartbeat (key 68), versions 0-1: Kafka's consumer group protocol (KIP-848).
 
-Behaviour: the broker assigns the partitions (core/groups/consumer_group.py): a member joins with
+Behaviour: the broker assigns the partitions (core/groups/consumer_group.py). A member joins with
 epoch 0 (v1: under its own member id, as KIP-1082 has it; v0: the broker makes one up), sends its
-subscribed topic names or regex (v1; matched in full against the namespace's topics, as
-Kafka's RE2J does, with Python's `re`), rack, rebalance timeout and server assignor (`uniform`, the default,
-`range`, `averagely`, `circle`, `consistent-hash`, `machine-room`) whenever they change, and gets
-its member epoch, the heartbeat interval and, when it changed, the partitions it may consume (by
-topic id). Partitions move only after their old owner gave them up (its next heartbeat's owned
-partitions). Errors as Kafka answers them: FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID,
-UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, GROUP_MAX_SIZE_REACHED,
-INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, GROUP_ID_NOT_FOUND for a classic group with members (an Empty one becomes a
-consumer group). The room of a partition for `machine-room` is the rack of the broker leading it.
-With ACLs enforced (SASL on), the group needs READ (GROUP_AUTHORIZATION_FAILED).
-Gaps: classic members cannot join a consumer group (nor the other way round) while it has members.
+subscribed topic names and/or regex (v1; matched in full against the namespace's topics with
+Python's `re` where Kafka uses RE2J), rack, rebalance timeout and server assignor (`uniform`, the
+default, `range`, `averagely`, `circle`, `consistent-hash`, `machine-room`) whenever they change,
+and gets its member epoch, the heartbeat interval and, when it changed, the partitions it may
+consume (by topic id). Partitions move only after their old owner gave them up (its next
+heartbeat's owned partitions). Errors as Kafka answers them: FENCED_MEMBER_EPOCH,
+UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR,
+GROUP_MAX_SIZE_REACHED, INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, and GROUP_ID_NOT_FOUND for a
+classic group with members (an Empty one becomes a consumer group). The room of a partition for
+`machine-room` is the rack of the broker leading it. With ACLs enforced (SASL on), the group needs
+READ (GROUP_AUTHORIZATION_FAILED).
+Gaps: classic members cannot join a consumer group (nor the other way round) while it has members;
+an unknown group with an epoch other than 0 is UNKNOWN_MEMBER_ID (Kafka: GROUP_ID_NOT_FOUND).
 """
 
 import uuid

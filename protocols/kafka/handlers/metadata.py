@@ -7,8 +7,8 @@ no live owner yet is LEADER_NOT_AVAILABLE with leader -1, so clients ask again.
 A null topic list (v1+) or an empty one (v0)
 means every topic of the client's tenant/namespace. An unknown topic is created with the default
 partition count when the request allows it (v4+ flag, always before v4) and auto-creation is on.
-A topic asked for by id (v12: null name, as consumers of KIP-848 groups
-ask for their assigned topics) is looked up by id: UNKNOWN_TOPIC_ID if none has it.
+A topic asked for by id (v12: a null name, as consumers in KIP-848 groups ask for the topics
+assigned to them) is looked up by id: UNKNOWN_TOPIC_ID if no topic has it.
 Leader epochs are -1 everywhere, so clients skip KIP-320 truncation checks consistently.
 __consumer_offsets is listed with is_internal (protocols/kafka/consumer_offsets.py).
 With ACLs enforced (SASL on), as in Kafka 2.8: a topic needs DESCRIBE. Asking for all topics, the
