@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from core.clock import Clock
 from core.errors import (FencedInstanceId, FencedMemberEpoch, GroupFull, InvalidGroupRequest,
                          InvalidRegularExpression, StaleMemberEpoch, UnknownMember, UnreleasedInstanceId,
-                         UnsupportedAssignor)
+                         UnsupportedAssignor, UnsupportedGroupVersion)
 from core.groups.assignors import ASSIGNORS, DEFAULT
 from core.groups.assignors.spec import Subscriber, TopicLayouts
 from core.groups.settings import GroupSettings
@@ -381,16 +381,25 @@ class ConsumerGroup:
 
     # --- offsets ----------------------------------------------------------------------------------
 
-    def validate_commit(self, *, member_id: str, instance_id: str | None, generation: int) -> None:
-        """Kafka's rule: without a member (epoch < 0) only while the group has no members; a member
-        commits at its own epoch (STALE_MEMBER_EPOCH otherwise)."""
+    def validate_commit(self, *, member_id: str, generation: int, partitions: Iterable[TopicPartition],
+                        epoch_aware: bool = True) -> None:
+        """Kafka's rules: without a member (epoch < 0) only while the group has no members; a member
+        commits at its own epoch, in a request that can carry one (`epoch_aware`: OffsetCommit v9+),
+        else STALE_MEMBER_EPOCH / UNSUPPORTED_VERSION. An older epoch of the member is accepted for
+        partitions it still holds (as KIP-1251 has it): the answer moving it on may have crossed
+        the commit, and nobody else can have consumed them meanwhile."""
         if generation < 0 and not self.members:
             return
         member = self.members.get(member_id)
         if member is None or member.left_static:
             raise UnknownMember(f"no member {member_id!r} in group {self.group_id}")
-        if generation != member.epoch:
-            raise StaleMemberEpoch(f"member {member_id} is at epoch {member.epoch}, not {generation}")
+        if not epoch_aware:
+            raise UnsupportedGroupVersion(f"member {member_id} must commit with OffsetCommit v9 or later")
+        if generation == member.epoch:
+            return
+        if 0 < generation < member.epoch and set(partitions) <= member.assigned | member.revoking:
+            return
+        raise StaleMemberEpoch(f"member {member_id} is at epoch {member.epoch}, not {generation}")
 
     # --- assignment -------------------------------------------------------------------------------
 

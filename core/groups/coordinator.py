@@ -31,7 +31,7 @@ from core.clock import Clock
 from core.cluster.bundles import Bundle, group_bundle
 from core.errors import (CoreError, GroupError, GroupNotFound, GroupSubscribedToTopic, IllegalGeneration,
                          InconsistentGroupProtocol, InvalidGroupId, InvalidName, InvalidSessionTimeout, NonEmptyGroup,
-                         NotCoordinator, OffsetMetadataTooLarge, UnknownMember, UnknownTopic, UnsupportedGroupVersion)
+                         NotCoordinator, OffsetMetadataTooLarge, UnknownMember, UnknownTopic)
 from core.groups.consumer_group import (CONSUMER_PROTOCOL_TYPE, JOIN_EPOCH, ConsumerGroup, ConsumerGroupSummary,
                                        HeartbeatAnswer, matching, pattern)
 from core.groups.group import MembershipGroup, Protocols
@@ -261,9 +261,11 @@ class GroupCoordinator:
             return results | {tp: error for tp in valid}
         if check_membership:
             try:
-                if isinstance(group, ConsumerGroup) and not epoch_aware and group.has_member(member_id):
-                    raise UnsupportedGroupVersion(f"member {member_id} must commit with OffsetCommit v9 or later")
-                group.validate_commit(member_id=member_id, instance_id=instance_id, generation=generation)
+                if isinstance(group, ConsumerGroup):
+                    group.validate_commit(member_id=member_id, generation=generation, partitions=valid,
+                                          epoch_aware=epoch_aware)
+                else:
+                    group.validate_commit(member_id=member_id, instance_id=instance_id, generation=generation)
             except GroupError as exc:
                 return results | {tp: exc for tp in valid}
             finally:

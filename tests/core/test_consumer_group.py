@@ -188,13 +188,22 @@ def test_subscribed_topic_growth_bumps_the_epoch(group):
 
 
 def test_commit_checks_the_member_epoch(group):
-    group.validate_commit(member_id="", instance_id=None, generation=-1)     # empty: anyone
+    group.validate_commit(member_id="", generation=-1, partitions=[])     # empty: anyone
     beat(group, "a", 0, join=True)
-    group.validate_commit(member_id="a", instance_id=None, generation=1)
+    group.validate_commit(member_id="a", generation=1, partitions=[("t", 0)])
     with pytest.raises(StaleMemberEpoch):
-        group.validate_commit(member_id="a", instance_id=None, generation=0)
+        group.validate_commit(member_id="a", generation=2, partitions=[("t", 0)])
     with pytest.raises(UnknownMember):
-        group.validate_commit(member_id="", instance_id=None, generation=-1)
+        group.validate_commit(member_id="", generation=-1, partitions=[])
+    with pytest.raises(UnsupportedGroupVersion):
+        group.validate_commit(member_id="a", generation=1, partitions=[], epoch_aware=False)
+    beat(group, "b", 0, join=True)
+    kept = beat(group, "a", 1).assignment
+    beat(group, "a", 1, owned=kept)                                   # a is at epoch 2 now
+    gone = next(iter(ALL - kept))
+    group.validate_commit(member_id="a", generation=1, partitions=kept)   # the older epoch, still its own
+    with pytest.raises(StaleMemberEpoch):
+        group.validate_commit(member_id="a", generation=1, partitions=[gone])
 
 
 def test_random_churn_never_shares_a_partition_and_converges(clock):
