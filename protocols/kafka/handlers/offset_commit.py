@@ -9,8 +9,8 @@ no member id (manually assigned consumers, admin tools) is accepted while the gr
 creating it if need be. A member of a consumer-protocol group (KIP-848) commits at its member
 epoch (sent as the generation, from v9: an older version is UNSUPPORTED_VERSION, as in Kafka), or
 at an older one of its epochs for partitions it still holds (KIP-1251's relief for a commit that
-crossed an epoch change); otherwise STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID. v0 commits are not checked against the group, as Kafka's (stored in
-ZooKeeper) were not. Metadata over 4096 characters is OFFSET_METADATA_TOO_LARGE.
+crossed an epoch change); otherwise STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID.
+v0 commits are not checked against the group, as Kafka's (stored in ZooKeeper) were not. Metadata over 4096 characters is OFFSET_METADATA_TOO_LARGE.
 With ACLs enforced (SASL on), as in Kafka 2.8: without READ on the group every partition is
 GROUP_AUTHORIZATION_FAILED; then each topic needs READ (TOPIC_AUTHORIZATION_FAILED, before the
 existence check), and only the allowed partitions reach the group.
