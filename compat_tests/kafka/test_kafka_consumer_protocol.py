@@ -292,6 +292,30 @@ def test_machine_room_prefers_consumers_in_the_partitions_rack(gateway_launcher)
         far.close()
 
 
+def test_a_static_member_restarting_gets_its_partitions_back_without_a_new_epoch(gateway):
+    servers = servers_of(gateway)
+    topic, group, partitions = "kip-static", "kip-static-group", 4
+    create_topic(servers, topic, partitions)
+    seen: list[tuple[str, str]] = []
+    one = Member("one", member_config(servers, group, "one", **{"group.instance.id": "i-1"}), topic, seen)
+    two = Member("two", member_config(servers, group, "two", **{"group.instance.id": "i-2"}), topic, seen)
+    again = None
+    try:
+        wait_until(lambda: owned_exactly_once([one, two], partitions)
+                   and describe(gateway, group).group_state == "Stable", "both static members to settle")
+        epoch, owned = describe(gateway, group).group_epoch, two.assigned
+        two.close()                  # a static member leaves "for now" (epoch -2): its partitions wait
+        assert describe(gateway, group).group_epoch == epoch
+        assert one.assigned != set(range(partitions))
+        again = Member("again", member_config(servers, group, "again", **{"group.instance.id": "i-2"}), topic, seen)
+        wait_until(lambda: again.assigned == owned, "the restarted instance to get its partitions back")
+        assert describe(gateway, group).group_epoch == epoch
+    finally:
+        for member in (one, two, again):
+            if member is not None:
+                member.close()
+
+
 def heartbeat(gateway, group: str, member_id: str, epoch: int, **fields):
     body = {"group_id": group, "member_id": member_id, "member_epoch": epoch, "rebalance_timeout_ms": 30_000,
             "subscribed_topic_names": ["kip-mixed"], "topic_partitions": []} | fields
