@@ -8,7 +8,6 @@ include_authorized_operations reports the group operations allowed.
 """
 
 import uuid
-from collections import defaultdict
 
 from core.errors import CoreError
 from core.names import TopicName
@@ -17,7 +16,7 @@ from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.errors import kafka_code
-from protocols.kafka.groups import coordinator, group_key
+from protocols.kafka.groups import by_topic, coordinator, group_key
 from protocols.kafka.schema.consumer_group_describe import CONSUMER_GROUP_DESCRIBE as API
 
 NOT_REQUESTED = -2147483648
@@ -52,11 +51,8 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
 
 
 async def _assignment(ctx: RequestContext, partitions, ids: dict[str, uuid.UUID | None]) -> dict:
-    by_topic: dict[str, list[int]] = defaultdict(list)
-    for topic, index in sorted(partitions):
-        by_topic[topic].append(index)
     listed = []
-    for topic, indexes in by_topic.items():
+    for topic, indexes in by_topic(partitions).items():
         if topic not in ids:
             try:
                 info = await ctx.core.registry.get_topic(TopicName.of(topic, ctx.tenant, ctx.namespace))

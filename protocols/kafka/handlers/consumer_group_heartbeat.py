@@ -18,7 +18,6 @@ an unknown group with an epoch other than 0 is UNKNOWN_MEMBER_ID (Kafka: GROUP_I
 """
 
 import uuid
-from collections import defaultdict
 
 from core.errors import CoreError
 from core.names import TopicName
@@ -28,7 +27,7 @@ from protocols.kafka.cluster_view import brokers, partition_leader
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.errors import kafka_code
-from protocols.kafka.groups import client_host, coordinator, group_key
+from protocols.kafka.groups import by_topic, client_host, coordinator, group_key
 from protocols.kafka.schema.consumer_group_heartbeat import CONSUMER_GROUP_HEARTBEAT as API
 
 
@@ -57,11 +56,9 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         return _error(kafka_code(exc), str(exc))
     assignment = None
     if answer.assignment is not None:
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for topic, index in sorted(answer.assignment):
-            by_topic[topic].append(index)
         assignment = {"topic_partitions": [{"topic_id": uuid.UUID(hex=topic_ids[topic]), "partitions": indexes}
-                                           for topic, indexes in by_topic.items() if topic in topic_ids]}
+                                           for topic, indexes in by_topic(answer.assignment).items()
+                                           if topic in topic_ids]}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "member_id": answer.member_id,
             "member_epoch": answer.epoch, "heartbeat_interval_ms": answer.heartbeat_interval_ms,
             "assignment": assignment}
