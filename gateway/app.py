@@ -131,6 +131,8 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
                          group_min_session_timeout_ms=config.group_min_session_timeout_ms,
                          group_max_session_timeout_ms=config.group_max_session_timeout_ms,
                          group_max_size=config.group_max_size,
+                         group_consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+                         group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
                          offsets_retention_minutes=config.offsets_retention_minutes,
                          offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
                          transaction_cleanup_interval_ms=config.transaction_cleanup_interval_ms,

@@ -97,6 +97,14 @@ def serve(
         int | None, typer.Option(help="Most members of one consumer group (Kafka's group.max.size).",
                                  show_default="2147483647")
     ] = None,
+    kafka_group_consumer_session_timeout_ms: Annotated[
+        int | None, typer.Option(help="Session timeout of consumer-protocol (KIP-848) group members "
+                                      "(Kafka's group.consumer.session.timeout.ms).", show_default="45000")
+    ] = None,
+    kafka_group_consumer_heartbeat_interval_ms: Annotated[
+        int | None, typer.Option(help="Heartbeat interval told to consumer-protocol (KIP-848) group members "
+                                      "(Kafka's group.consumer.heartbeat.interval.ms).", show_default="5000")
+    ] = None,
     kafka_offsets_retention_minutes: Annotated[
         int | None, typer.Option(help="Committed offsets of a group empty this long are deleted "
                                       "(Kafka's offsets.retention.minutes).", show_default="10080")
@@ -136,6 +144,8 @@ def serve(
         "kafka_group_min_session_timeout_ms": kafka_group_min_session_timeout_ms,
         "kafka_group_max_session_timeout_ms": kafka_group_max_session_timeout_ms,
         "kafka_group_max_size": kafka_group_max_size,
+        "kafka_group_consumer_session_timeout_ms": kafka_group_consumer_session_timeout_ms,
+        "kafka_group_consumer_heartbeat_interval_ms": kafka_group_consumer_heartbeat_interval_ms,
         "kafka_offsets_retention_minutes": kafka_offsets_retention_minutes,
         "kafka_offsets_retention_check_interval_ms": kafka_offsets_retention_check_interval_ms,
     }

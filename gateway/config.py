@@ -60,6 +60,8 @@ KAFKA_SETTINGS: Mapping[str, type] = {
     "group_min_session_timeout_ms": int,
     "group_max_session_timeout_ms": int,
     "group_max_size": int,
+    "group_consumer_session_timeout_ms": int,
+    "group_consumer_heartbeat_interval_ms": int,
     "offsets_retention_minutes": int,
     "offsets_retention_check_interval_ms": int,
     "transaction_cleanup_interval_ms": int,
@@ -92,6 +94,8 @@ class KafkaConfig:
     group_min_session_timeout_ms: int = 6_000     # Kafka's group.min.session.timeout.ms
     group_max_session_timeout_ms: int = 1_800_000  # Kafka's group.max.session.timeout.ms
     group_max_size: int = 0x7FFFFFFF              # Kafka's group.max.size: members per group
+    group_consumer_session_timeout_ms: int = 45_000     # Kafka's group.consumer.session.timeout.ms
+    group_consumer_heartbeat_interval_ms: int = 5_000   # Kafka's group.consumer.heartbeat.interval.ms
     offsets_retention_minutes: int = 10_080       # Kafka's offsets.retention.minutes (7 days)
     offsets_retention_check_interval_ms: int = 600_000   # Kafka's offsets.retention.check.interval.ms
     # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often transactions
@@ -121,10 +125,15 @@ class KafkaConfig:
                               f"got {self.group_initial_rebalance_delay_ms!r}")
         for key, low in (("group_min_session_timeout_ms", 0), ("group_max_session_timeout_ms", 0),
                          ("group_max_size", 1), ("offsets_retention_minutes", 1),
+                         ("group_consumer_session_timeout_ms", 1), ("group_consumer_heartbeat_interval_ms", 1),
                          ("offsets_retention_check_interval_ms", 1)):
             value = getattr(self, key)
             if not _is_int(value) or not low <= value <= 0x7FFFFFFF:
                 raise ConfigError(f"kafka.{key} must be an integer in {low}..2147483647, got {value!r}")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ConfigError(f"kafka.group_consumer_heartbeat_interval_ms ({self.group_consumer_heartbeat_interval_ms}) "
+                              f"must be below kafka.group_consumer_session_timeout_ms "
+                              f"({self.group_consumer_session_timeout_ms})")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError(f"kafka.group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) is above "
                               f"kafka.group_max_session_timeout_ms ({self.group_max_session_timeout_ms})")
