@@ -39,8 +39,10 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 run: $(RUN_STAMP)
 	$(BIN)/gateway serve $(ARGS)
 
+# Two workers, each test module on one of them (its shared gateway or cluster stays one fixture):
+# most tests wait on processes and clients, so two run side by side on two cores.
 test: $(TEST_STAMP) system-packages java
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 # The fault soak (compat_tests/faults/soak.py): one gateway under Kafka and AMQP load with a random
 # fault every few seconds for SOAK_MINUTES; prints the totals and fails on any lost or inconsistent write.

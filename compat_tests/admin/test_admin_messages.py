@@ -45,6 +45,7 @@ def test_messages_are_found_by_offset_time_key_header_and_message_id(admin_gatew
         *admin_gateway.amqp, virtual_host=f"{tenant}/ns", credentials=pika.PlainCredentials("writer", "w")))
     channel = amqp.channel()
     channel.queue_declare("orders")
+    channel.confirm_delivery()      # each publish stored before the query looks for it
     for n in range(5):
         channel.basic_publish("", "orders", f"order-{n}".encode(),
                               pika.BasicProperties(message_id=f"m-{n}", content_type="text/plain"))
