@@ -455,6 +455,10 @@ class GroupCoordinator:
         """The group if it is in memory (for inspection)."""
         return self._groups.get(key)
 
+    async def exists(self, key: GroupKey) -> bool:
+        """Whether a classic or consumer group holds the id (in memory or stored)."""
+        return key in self._groups or await self._store.load(key) is not None
+
     async def _find(self, key: GroupKey, *, create: bool = False, consumer: bool = False) -> AnyGroup | None:
         """The group, loaded from its record if need be; a new one (consumer-protocol if `consumer`)
         if it does not exist and `create`."""
