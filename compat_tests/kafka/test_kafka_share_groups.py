@@ -20,6 +20,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.kafka.wire_call import raw_request
 from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.schema.join_group import JOIN_GROUP
+from protocols.kafka.schema.share_acknowledge import SHARE_ACKNOWLEDGE
+from protocols.kafka.schema.share_fetch import SHARE_FETCH
 from protocols.kafka.schema.share_group_heartbeat import SHARE_GROUP_HEARTBEAT
 
 ENV = {"GATEWAY_KAFKA_SHARE_AUTO_OFFSET_RESET": "earliest",
@@ -79,7 +82,10 @@ def test_two_members_share_one_partition_and_every_record_is_accepted_once(gatew
     errors: list[BaseException] = []
 
     def member(name: str) -> None:
-        consumer = share_consumer(servers, "workers", topic, **{"max.poll.records": 10})
+        # "a" acknowledges each record; "b" lets the client accept a poll's records implicitly
+        mode = "explicit" if name == "a" else "implicit"
+        consumer = share_consumer(servers, "workers", topic, **{"max.poll.records": 10,
+                                                                "share.acknowledgement.mode": mode})
         try:
             while not stop.is_set():
                 messages = consumer.poll(0.2)
@@ -87,7 +93,8 @@ def test_two_members_share_one_partition_and_every_record_is_accepted_once(gatew
                 for message in messages:
                     assert message.error() is None, message.error()
                     time.sleep(0.002)                # some work, so that both members get some
-                    consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                    if mode == "explicit":
+                        consumer.acknowledge(message, AcknowledgeType.ACCEPT)
                 if messages:
                     consumer.commit_sync()
                     accepted[name].update(m.value().decode() for m in messages)
@@ -227,3 +234,50 @@ def test_a_share_group_cannot_take_a_consumer_groups_id(gateway):
     fresh = raw_request(gateway.kafka, SHARE_GROUP_HEARTBEAT, 1, {**body, "group_id": "free"})
     assert fresh.error_code == ErrorCode.NONE and fresh.member_epoch > 0
     assert [p for t in fresh.assignment.topic_partitions for p in t.partitions] == [0]
+    join = {"group_id": "free", "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000,
+            "member_id": "", "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}
+    assert raw_request(gateway.kafka, JOIN_GROUP, 5, join).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    stale = raw_request(gateway.kafka, SHARE_GROUP_HEARTBEAT, 1, {**body, "group_id": "free", "member_epoch": 99})
+    assert stale.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+
+
+def test_share_sessions_and_acknowledgements_refuse_what_does_not_fit(gateway):
+    servers, topic = servers_of(gateway), "share-sessions"
+    create_topic(servers, topic)
+    produce(servers, topic, ["s0", "s1"])
+    joined = raw_request(gateway.kafka, SHARE_GROUP_HEARTBEAT, 1, {
+        "group_id": "raw", "member_id": "m", "member_epoch": 0, "rack_id": None, "subscribed_topic_names": [topic]})
+    topic_id = joined.assignment.topic_partitions[0].topic_id
+
+    def fetch(epoch: int, acks=(), partitions=True):
+        parts = [{"partition_index": 0, "acknowledgement_batches": list(acks)}] if partitions else []
+        return raw_request(gateway.kafka, SHARE_FETCH, 1, {
+            "group_id": "raw", "member_id": "m", "share_session_epoch": epoch, "max_wait_ms": 100,
+            "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 1, "batch_size": 1,
+            "topics": [{"topic_id": topic_id, "partitions": parts}] if parts else [],
+            "forgotten_topics_data": []})
+
+    def acknowledge(epoch: int, first: int, last: int, kind: int):
+        return raw_request(gateway.kafka, SHARE_ACKNOWLEDGE, 1, {
+            "group_id": "raw", "member_id": "m", "share_session_epoch": epoch,
+            "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                {"first_offset": first, "last_offset": last, "acknowledge_types": [kind]}]}]}]})
+
+    assert fetch(3).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+    opened = fetch(0)
+    assert opened.error_code == ErrorCode.NONE and opened.acquisition_lock_timeout_ms == 2000
+    assert [(r.first_offset, r.last_offset, r.delivery_count)
+            for r in opened.responses[0].partitions[0].acquired_records] == [(0, 0, 1)]   # max_records 1
+    assert fetch(5, partitions=False).error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+    assert acknowledge(0, 0, 0, 1).error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+    refused = acknowledge(1, 1, 1, 1)                    # offset 1 was never acquired
+    assert refused.responses[0].partitions[0].error_code == ErrorCode.INVALID_RECORD_STATE
+    accepted = acknowledge(2, 0, 0, 1)
+    assert accepted.error_code == ErrorCode.NONE and accepted.responses[0].partitions[0].error_code == ErrorCode.NONE
+    piggybacked = fetch(3, acks=[])
+    assert [(r.first_offset, r.last_offset) for r in piggybacked.responses[0].partitions[0].acquired_records] \
+        == [(1, 1)]
+    closed = fetch(-1, acks=[{"first_offset": 1, "last_offset": 1, "acknowledge_types": [1]}])
+    assert closed.error_code == ErrorCode.NONE
+    assert closed.responses[0].partitions[0].acknowledge_error_code == ErrorCode.NONE
+    assert fetch(4).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND

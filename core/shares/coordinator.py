@@ -8,7 +8,8 @@ or at its start ("earliest").
 
 A group id names one group of one kind: the caller says (through `other_kind`) whether a classic or
 consumer group holds the id, and then a share heartbeat is refused with GroupNotFound, as Kafka
-answers GROUP_ID_NOT_FOUND.
+answers GROUP_ID_NOT_FOUND; the other way round, `active` tells the group coordinator that a share
+group with members holds an id.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ class ShareCoordinator:
 
     def group(self, key: GroupKey) -> ShareGroup | None:
         return self._groups.get(key)
+
+    def active(self, key: GroupKey) -> bool:
+        """Whether a share group with members holds the id."""
+        group = self._groups.get(key)
+        return group is not None and bool(group.members)
 
     async def heartbeat(self, key: GroupKey, *, member_id: str, epoch: int, topics: Sequence[str] | None,
                         rack: str | None, client_id: str, client_host: str) -> tuple[ShareAnswer, dict[str, str]]:

@@ -161,21 +161,21 @@ class SharePartition:
 
     def acknowledge(self, member: str, first: int, last: int, kinds: list[int]) -> bool:
         """Settle [first, last] by `kinds` (one for the whole range, or one per offset). False if
-        some record of the range is not acquired by `member` (INVALID_RECORD_STATE): none is settled."""
-        if not kinds or (len(kinds) != 1 and len(kinds) != last - first + 1) or last < first:
-            return False
+        some record of the range is not acquired by `member` (INVALID_RECORD_STATE): none is settled.
+        A gap (no record at the offset) is settled as accepted; it was acquired with its batch."""
+        count = last - first + 1
+        if not kinds or (len(kinds) != 1 and len(kinds) != count) or count < 1 or count > len(self._acquired):
+            return False           # (a range larger than all that is acquired is not looked through)
         if any(k not in (GAP, ACCEPT, RELEASE, REJECT) for k in kinds):
             return False
         for offset in range(first, last + 1):
             owner = self._acquired.get(offset)
-            kind = kinds[0] if len(kinds) == 1 else kinds[offset - first]
-            if kind != GAP and (owner is None or owner.member != member):
+            if owner is None or owner.member != member:
                 return False
         for offset in range(first, last + 1):
-            kind = kinds[0] if len(kinds) == 1 else kinds[offset - first]
-            if kind == RELEASE:
+            if (kinds[0] if len(kinds) == 1 else kinds[offset - first]) == RELEASE:
                 self._release(offset)
-            elif offset in self._acquired or kind != GAP:
+            else:
                 self._done(offset)
         self._wake()
         return True

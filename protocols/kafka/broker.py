@@ -76,6 +76,7 @@ class KafkaBroker:
         self.groups = GroupCoordinator(core, group_settings(settings), observer=self.consumer_offsets)
         self.shares = ShareCoordinator(core, settings.share, other_kind=self.groups.exists)
         self.share_sessions = ShareSessions()
+        self.groups.share_group_active = self.shares.active
         self.transactions = TransactionCoordinator(
             core, self.groups, lambda: core.metadata.next_id(PRODUCER_ID_COUNTER),
             TransactionSettings(max_timeout_ms=settings.transaction_max_timeout_ms,

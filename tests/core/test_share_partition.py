@@ -71,6 +71,7 @@ async def test_only_the_holder_settles_a_record(core, topic):
     assert not share.acknowledge("a", 0, 2, [ACCEPT])          # offset 2 was never acquired
     assert not share.acknowledge("a", 0, 1, [ACCEPT, ACCEPT, ACCEPT])   # one type per offset, or one
     assert not share.acknowledge("a", 0, 1, [7])
+    assert not share.acknowledge("a", 0, 2**62, [ACCEPT])      # refused without looking through it
     assert share.acquired_by("a") == [0, 1]                     # nothing settled by a refused batch
 
 
