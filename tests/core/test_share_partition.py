@@ -10,7 +10,7 @@ from core.names import TopicName
 from core.records.batch import read_header, split_batches
 from core.records.builder import Record, build_batch
 from core.shares.coordinator import ShareCoordinator, ShareSettings, cursor_name
-from core.shares.share_partition import ACCEPT, GAP, RELEASE, REJECT, SharePartition
+from core.shares.share_partition import ACCEPT, GAP, REJECT, RELEASE, SharePartition
 
 TOPIC = TopicName.of("jobs")
 KEY = GroupKey("public", "default", "workers")
