@@ -12,15 +12,9 @@ from protocols.kafka.authorization import Operation, ResourceType, check
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
-from protocols.kafka.share_sessions import (
-    CLOSE_EPOCH,
-    NO_LEADER_CHANGE,
-    OPEN_EPOCH,
-    acknowledge,
-    key_of,
-    release_member,
-    sessions,
-)
+from protocols.kafka.schema.share_acknowledge import SHARE_ACKNOWLEDGE as API
+from protocols.kafka.share_sessions import (CLOSE_EPOCH, NO_LEADER_CHANGE, OPEN_EPOCH, acknowledge, key_of,
+                                            release_member, sessions)
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:

@@ -25,16 +25,9 @@ from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.errors import kafka_code
-from protocols.kafka.share_sessions import (
-    CLOSE_EPOCH,
-    NO_LEADER_CHANGE,
-    OPEN_EPOCH,
-    acknowledge,
-    key_of,
-    release_member,
-    sessions,
-    share_partition,
-)
+from protocols.kafka.schema.share_fetch import SHARE_FETCH as API
+from protocols.kafka.share_sessions import (CLOSE_EPOCH, NO_LEADER_CHANGE, OPEN_EPOCH, acknowledge, key_of,
+                                            release_member, sessions, share_partition)
 
 MAX_WAIT_MS = 30_000
 DEFAULT_MAX_RECORDS = 500      # when the request says 0 or less while fetching

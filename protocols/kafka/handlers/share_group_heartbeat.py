@@ -23,6 +23,7 @@ from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.errors import kafka_code
 from protocols.kafka.groups import by_topic, client_host, group_key
+from protocols.kafka.schema.share_group_heartbeat import SHARE_GROUP_HEARTBEAT as API
 
 
 async def handle(request: Msg, ctx: RequestContext) -> dict:

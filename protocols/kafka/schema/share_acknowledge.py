@@ -2,11 +2,7 @@
 closing of a share session). Version 0 was Kafka 4.0's early access, removed in 4.1."""
 
 from protocols.kafka.codec.declare import ARRAY, INT16, INT32, STRING, UUID, F, api
-from protocols.kafka.schema.share_fetch import (
-    ACKNOWLEDGEMENT_BATCHES,
-    CURRENT_LEADER,
-    NODE_ENDPOINTS,
-)
+from protocols.kafka.schema.share_fetch import ACKNOWLEDGEMENT_BATCHES, CURRENT_LEADER, NODE_ENDPOINTS
 
 SHARE_ACKNOWLEDGE = api(79, "ShareAcknowledge", (1, 1), flexible="0+", request=[
     F("group_id", STRING, nullable="0+", default=None),

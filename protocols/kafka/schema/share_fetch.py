@@ -1,18 +1,7 @@
 """ShareFetch (key 78), version 1 (flexible): KIP-932 fetches that acquire records, with
 acknowledgements piggybacked. Version 0 was Kafka 4.0's early access, removed in 4.1."""
 
-from protocols.kafka.codec.declare import (
-    ARRAY,
-    INT8,
-    INT16,
-    INT32,
-    INT64,
-    RECORDS,
-    STRING,
-    UUID,
-    F,
-    api,
-)
+from protocols.kafka.codec.declare import ARRAY, INT8, INT16, INT32, INT64, RECORDS, STRING, UUID, F, api
 
 ACKNOWLEDGEMENT_BATCHES = ARRAY([
     F("first_offset", INT64),
