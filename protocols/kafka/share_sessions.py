@@ -83,9 +83,6 @@ class ShareSessions:
             name = self._names[ident] = info.name
         return name
 
-    def forget_topic_names(self) -> None:
-        self._names.clear()
-
 
 def sessions(ctx: RequestContext) -> ShareSessions:
     return ctx.broker.share_sessions
