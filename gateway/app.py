@@ -25,6 +25,7 @@ from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.members import BrokerInfo
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from core.service import Core
+from core.shares.coordinator import ShareSettings
 from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
@@ -136,6 +137,11 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
                          offsets_retention_minutes=config.offsets_retention_minutes,
                          offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
                          transaction_cleanup_interval_ms=config.transaction_cleanup_interval_ms,
+                         share=ShareSettings(record_lock_duration_ms=config.group_share_record_lock_duration_ms,
+                                             delivery_count_limit=config.group_share_delivery_count_limit,
+                                             session_timeout_ms=config.group_share_session_timeout_ms,
+                                             heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
+                                             auto_offset_reset=config.share_auto_offset_reset),
                          given=config.given)
 
 

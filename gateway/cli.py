@@ -113,6 +113,26 @@ def serve(
         int | None, typer.Option(help="How often expired committed offsets are looked for "
                                       "(Kafka's offsets.retention.check.interval.ms).", show_default="600000")
     ] = None,
+    kafka_group_share_record_lock_duration_ms: Annotated[
+        int | None, typer.Option(help="How long a record a share group member fetched stays locked to it "
+                                      "(Kafka's group.share.record.lock.duration.ms).", show_default="30000")
+    ] = None,
+    kafka_group_share_delivery_count_limit: Annotated[
+        int | None, typer.Option(help="Deliveries of a record to share group members before it is archived "
+                                      "(Kafka's group.share.delivery.count.limit).", show_default="5")
+    ] = None,
+    kafka_group_share_session_timeout_ms: Annotated[
+        int | None, typer.Option(help="Session timeout of share group members "
+                                      "(Kafka's group.share.session.timeout.ms).", show_default="45000")
+    ] = None,
+    kafka_group_share_heartbeat_interval_ms: Annotated[
+        int | None, typer.Option(help="Heartbeat interval told to share group members "
+                                      "(Kafka's group.share.heartbeat.interval.ms).", show_default="5000")
+    ] = None,
+    kafka_share_auto_offset_reset: Annotated[
+        str | None, typer.Option(help="Where a share group starts on a partition it never read: latest or "
+                                      "earliest (Kafka's share.auto.offset.reset).", show_default="latest")
+    ] = None,
 ) -> None:
     """Serve Kafka, AMQP and the admin API until SIGTERM or SIGINT.
 
@@ -148,6 +168,11 @@ def serve(
         "kafka_group_consumer_heartbeat_interval_ms": kafka_group_consumer_heartbeat_interval_ms,
         "kafka_offsets_retention_minutes": kafka_offsets_retention_minutes,
         "kafka_offsets_retention_check_interval_ms": kafka_offsets_retention_check_interval_ms,
+        "kafka_group_share_record_lock_duration_ms": kafka_group_share_record_lock_duration_ms,
+        "kafka_group_share_delivery_count_limit": kafka_group_share_delivery_count_limit,
+        "kafka_group_share_session_timeout_ms": kafka_group_share_session_timeout_ms,
+        "kafka_group_share_heartbeat_interval_ms": kafka_group_share_heartbeat_interval_ms,
+        "kafka_share_auto_offset_reset": kafka_share_auto_offset_reset,
     }
     try:
         gateway_config = resolve_config(config_file=config, flags=flags)

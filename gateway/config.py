@@ -65,6 +65,11 @@ KAFKA_SETTINGS: Mapping[str, type] = {
     "offsets_retention_minutes": int,
     "offsets_retention_check_interval_ms": int,
     "transaction_cleanup_interval_ms": int,
+    "group_share_record_lock_duration_ms": int,
+    "group_share_delivery_count_limit": int,
+    "group_share_session_timeout_ms": int,
+    "group_share_heartbeat_interval_ms": int,
+    "share_auto_offset_reset": str,
 }
 KAFKA_ENV_VARS: Mapping[str, str] = {name: f"GATEWAY_KAFKA_{name.upper()}" for name in KAFKA_SETTINGS}
 KAFKA_FLAG_PREFIX = "kafka_"
@@ -101,6 +106,12 @@ class KafkaConfig:
     # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often transactions
     # past their timeout are looked for and aborted
     transaction_cleanup_interval_ms: int = 10_000
+    # Share groups (KIP-932), Kafka's names
+    group_share_record_lock_duration_ms: int = 30_000   # how long an acquired record stays locked
+    group_share_delivery_count_limit: int = 5           # deliveries before a record is archived
+    group_share_session_timeout_ms: int = 45_000
+    group_share_heartbeat_interval_ms: int = 5_000
+    share_auto_offset_reset: str = "latest"   # where a group's share partition starts: latest or earliest
     # The keys some source set (DescribeConfigs tells them from defaults); not part of the value.
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
@@ -140,6 +151,16 @@ class KafkaConfig:
         if not _is_int(self.transaction_cleanup_interval_ms) or not 1 <= self.transaction_cleanup_interval_ms <= 3_600_000:
             raise ConfigError("kafka.transaction_cleanup_interval_ms must be an integer in 1..3600000, "
                               f"got {self.transaction_cleanup_interval_ms!r}")
+        for key, low, high in (("group_share_record_lock_duration_ms", 1_000, 3_600_000),
+                               ("group_share_delivery_count_limit", 2, 10),
+                               ("group_share_session_timeout_ms", 1, 0x7FFFFFFF),
+                               ("group_share_heartbeat_interval_ms", 1, 0x7FFFFFFF)):
+            value = getattr(self, key)
+            if not _is_int(value) or not low <= value <= high:
+                raise ConfigError(f"kafka.{key} must be an integer in {low}..{high}, got {value!r}")
+        if self.share_auto_offset_reset not in ("latest", "earliest"):
+            raise ConfigError("kafka.share_auto_offset_reset must be latest or earliest, "
+                              f"got {self.share_auto_offset_reset!r}")
 
 
     @property

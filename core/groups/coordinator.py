@@ -15,6 +15,9 @@ offsets stay); a group with members refuses the other protocol: a consumer heart
 group is GroupNotFound ("not a consumer group"), a JoinGroup to a consumer group is
 InconsistentGroupProtocol, and the classic member APIs find no such member (UnknownMember).
 
+Share groups (core/shares/) take ids from the same space: a classic join under the id of a share
+group with members is InconsistentGroupProtocol, a consumer heartbeat GroupNotFound.
+
 Owned by the event loop. Group operations are synchronous state changes (group.py); only loading
 a group and reading or writing offsets await. JoinGroup and SyncGroup return once the rebalance
 they wait for completes.
@@ -97,6 +100,9 @@ class GroupCoordinator:
         self._deadlines: Deadlines[GroupKey] = Deadlines(self._clock, self._on_due)
         self._expiry: asyncio.Task | None = None
         self._settled: dict[GroupKey, tuple[int, GroupState]] = {}   # what the observer last heard
+        # Whether a share group (core/shares/) with members holds the id: then no group of these
+        # kinds is made under it.
+        self.share_group_active: Callable[[GroupKey], bool] = lambda key: False
         if core.cluster is not None:
             core.cluster.on_release(self._release_bundle)
 
@@ -128,6 +134,8 @@ class GroupCoordinator:
         low, high = self.settings.min_session_timeout_ms, self.settings.max_session_timeout_ms
         if not low <= session_timeout_ms <= high:
             raise InvalidSessionTimeout(f"session timeout {session_timeout_ms} ms is outside {low}..{high} ms")
+        if key not in self._groups and self.share_group_active(key):
+            raise InconsistentGroupProtocol(f"group {key.group_id} is a share group", member_id=member_id)
         group = await self._classic(key, create=member_id == "")
         if group is None:
             raise UnknownMember(f"group {key.group_id} does not exist")
@@ -185,6 +193,8 @@ class GroupCoordinator:
         if regex:
             pattern(regex)      # an invalid expression is refused before the group is touched
         self._check_group_id(key, allow_empty=False)
+        if key not in self._groups and self.share_group_active(key):
+            raise GroupNotFound(f"group {key.group_id} is a share group")
         group = await self._find(key, create=member_epoch == JOIN_EPOCH, consumer=True)
         if group is None:
             # Unknown here (deleted, or never stored): the member joins again, as after a fencing.
@@ -454,6 +464,10 @@ class GroupCoordinator:
     def group(self, key: GroupKey) -> AnyGroup | None:
         """The group if it is in memory (for inspection)."""
         return self._groups.get(key)
+
+    async def exists(self, key: GroupKey) -> bool:
+        """Whether a classic or consumer group holds the id (in memory or stored)."""
+        return key in self._groups or await self._store.load(key) is not None
 
     async def _find(self, key: GroupKey, *, create: bool = False, consumer: bool = False) -> AnyGroup | None:
         """The group, loaded from its record if need be; a new one (consumer-protocol if `consumer`)

@@ -13,8 +13,10 @@ from core.groups.settings import GroupSettings
 from core.quotas import ClientQuotas
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.service import Core
+from core.shares.coordinator import ShareCoordinator, ShareSettings
 from core.transactions.coordinator import TransactionCoordinator, TransactionSettings
 from protocols.kafka.consumer_offsets import ConsumerOffsetsLog
+from protocols.kafka.share_sessions import ShareSessions
 from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import Limits
 from protocols.kafka.sasl.scram import ScramServer
@@ -44,6 +46,7 @@ class KafkaSettings:
     transaction_max_timeout_ms: int = 900_000      # Kafka's transaction.max.timeout.ms
     # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
     transaction_cleanup_interval_ms: int = 10_000
+    share: ShareSettings = field(default_factory=ShareSettings)   # share groups (KIP-932)
     given: frozenset[str] = frozenset()   # the [kafka] settings the configuration set (the rest are defaults)
 
 PRODUCER_ID_COUNTER = "kafka-producer-id"   # one counter for idempotent and transactional producers
@@ -71,6 +74,9 @@ class KafkaBroker:
         self.quotas = ClientQuotas(core.metadata, core.clock)
         self.consumer_offsets = ConsumerOffsetsLog(core)   # the __consumer_offsets topic
         self.groups = GroupCoordinator(core, group_settings(settings), observer=self.consumer_offsets)
+        self.shares = ShareCoordinator(core, settings.share, other_kind=self.groups.exists)
+        self.share_sessions = ShareSessions()
+        self.groups.share_group_active = self.shares.active
         self.transactions = TransactionCoordinator(
             core, self.groups, lambda: core.metadata.next_id(PRODUCER_ID_COUNTER),
             TransactionSettings(max_timeout_ms=settings.transaction_max_timeout_ms,

@@ -374,3 +374,16 @@ def test_the_amqp_consumer_timeout_defaults_to_rabbitmqs_and_comes_from_every_so
         resolve_config(env={"GATEWAY_AMQP_CONSUMER_TIMEOUT_MS": "-1"})
     with pytest.raises(ConfigError, match="amqp_consumer_timeout_ms must be a int"):
         resolve_config(config_file=write_toml(tmp_path, 'amqp_consumer_timeout_ms = "1"\n'), env={})
+
+
+def test_share_group_settings_reach_the_kafka_broker_and_are_checked(tmp_path):
+    config = resolve_config(flags={"data_dir": tmp_path, "kafka_share_auto_offset_reset": "earliest",
+                                   "kafka_group_share_delivery_count_limit": 3},
+                            env={"GATEWAY_KAFKA_GROUP_SHARE_RECORD_LOCK_DURATION_MS": "15000"})
+    share = kafka_settings(config.kafka, "127.0.0.1", 9092).share
+    assert (share.auto_offset_reset, share.delivery_count_limit, share.record_lock_duration_ms) == \
+        ("earliest", 3, 15000)
+    with pytest.raises(ConfigError, match="share_auto_offset_reset"):
+        KafkaConfig(share_auto_offset_reset="oldest")
+    with pytest.raises(ConfigError, match="group_share_delivery_count_limit"):
+        KafkaConfig(group_share_delivery_count_limit=1)
