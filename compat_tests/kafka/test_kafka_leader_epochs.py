@@ -7,16 +7,11 @@ with OffsetForLeaderEpoch once they see the new epoch."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaConsumer
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as ConfluentPartition
-from kafka import KafkaConsumer, TopicPartition
 
+from compat_tests.kafka.epoch_readers import READER_IDS, READERS, AiokafkaReader, produce
 from gateway.cluster.zookeeper import free_port
 from protocols.kafka.schema.fetch import FETCH
 from protocols.kafka.schema.list_offsets import LIST_OFFSETS
@@ -24,80 +19,7 @@ from protocols.kafka.schema.metadata import METADATA
 from protocols.kafka.schema.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from wire_call import raw_request
 
-TIMEOUT_S = 60.0
 BATCH = 10
-
-
-def produce(address: str, topic: str, values: range) -> None:
-    producer = Producer({"bootstrap.servers": address, "enable.idempotence": True})
-    for i in values:
-        producer.produce(topic, value=b"%d" % i, partition=0)
-    assert producer.flush(TIMEOUT_S) == 0
-
-
-class ConfluentReader:
-    def __init__(self, address: str, topic: str) -> None:
-        self.consumer = Consumer({"bootstrap.servers": address, "group.id": f"g-{uuid.uuid4().hex[:8]}",
-                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-        self.consumer.assign([ConfluentPartition(topic, 0)])
-
-    def read(self, count: int, timeout_s: float = TIMEOUT_S) -> list[tuple[int, bytes, int]]:
-        got: list[tuple[int, bytes, int]] = []
-        deadline = time.monotonic() + timeout_s
-        while len(got) < count and time.monotonic() < deadline:
-            message = self.consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                got.append((message.offset(), message.value(), message.leader_epoch()))
-        return got
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-class KafkaPythonReader:
-    def __init__(self, address: str, topic: str) -> None:
-        self.consumer = KafkaConsumer(bootstrap_servers=address, group_id=f"g-{uuid.uuid4().hex[:8]}",
-                                      auto_offset_reset="earliest", enable_auto_commit=False)
-        self.consumer.assign([TopicPartition(topic, 0)])
-
-    def read(self, count: int, timeout_s: float = TIMEOUT_S) -> list[tuple[int, bytes, int]]:
-        got: list[tuple[int, bytes, int]] = []
-        deadline = time.monotonic() + timeout_s
-        while len(got) < count and time.monotonic() < deadline:
-            for records in self.consumer.poll(500).values():
-                got.extend((r.offset, r.value, r.leader_epoch) for r in records)
-        return got
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-class AiokafkaReader:
-    """aiokafka keeps no leader epochs: it reads on as before (its records name no epoch: None)."""
-
-    def __init__(self, address: str, topic: str) -> None:
-        async def start() -> AIOKafkaConsumer:
-            consumer = AIOKafkaConsumer(bootstrap_servers=address, auto_offset_reset="earliest",
-                                        enable_auto_commit=False)
-            consumer.assign([TopicPartition(topic, 0)])
-            await consumer.start()
-            return consumer
-        self.loop = asyncio.new_event_loop()
-        self.consumer = self.loop.run_until_complete(start())
-
-    def read(self, count: int, timeout_s: float = TIMEOUT_S) -> list[tuple[int, bytes, int]]:
-        async def read() -> list[tuple[int, bytes, int]]:
-            got: list[tuple[int, bytes, int]] = []
-            deadline = time.monotonic() + timeout_s
-            while len(got) < count and time.monotonic() < deadline:
-                for records in (await self.consumer.getmany(timeout_ms=500)).values():
-                    got.extend((r.offset, r.value, None) for r in records)
-            return got
-        return self.loop.run_until_complete(read())
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.consumer.stop())
-        self.loop.close()
 
 
 def metadata_epoch(address: tuple[str, int], topic: str) -> int:
@@ -133,8 +55,7 @@ def latest_epoch(address: tuple[str, int], topic: str) -> tuple[int, int]:
     return part.offset, part.leader_epoch
 
 
-@pytest.mark.parametrize("reader", [ConfluentReader, KafkaPythonReader, AiokafkaReader],
-                         ids=["confluent", "kafka-python", "aiokafka"])
+@pytest.mark.parametrize("reader", READERS, ids=READER_IDS)
 def test_a_consumer_reads_on_across_a_restart_that_begins_a_new_epoch(gateway_launcher, tmp_path, reader):
     data_dir, port = tmp_path / "data", free_port()
     gateway = gateway_launcher.start("--kafka-port", str(port), data_dir=data_dir)
