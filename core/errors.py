@@ -63,6 +63,16 @@ class NotOwner(CoreError):
     retriable = True
 
 
+class FencedLeaderEpoch(CoreError):
+    """The client's leader epoch of the partition is older than this broker's: its metadata is stale."""
+    retriable = True
+
+
+class UnknownLeaderEpoch(CoreError):
+    """The client's leader epoch of the partition is newer than this broker's (it lags behind)."""
+    retriable = True
+
+
 class StorageUnavailable(CoreError):
     """The storage cannot take writes right now (read-only bookie, not enough bookies)."""
     retriable = True

@@ -24,8 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from core.clock import Clock
-from core.errors import (BacklogQuotaExceeded, CoreError, CorruptRecord, InvalidRecord, NotEnoughReplicas, NotOwner,
-                         OffsetOutOfRange, RecordTooLarge, StorageUnavailable)
+from core.errors import (BacklogQuotaExceeded, CoreError, CorruptRecord, FencedLeaderEpoch, InvalidRecord,
+                         NotEnoughReplicas, NotOwner, OffsetOutOfRange, RecordTooLarge, StorageUnavailable,
+                         UnknownLeaderEpoch)
 from core.meters import NamespaceMeter
 from core.producer_state import ProducerStates
 from core.records import batch as record_batch
@@ -122,6 +123,18 @@ class Partition:
         return self.log.high_watermark
 
     @property
+    def leader_epoch(self) -> int:
+        """Kafka's partition leader epoch: begun by this broker when it opened the partition."""
+        return self.log.leader_epoch
+
+    def check_leader_epoch(self, client_epoch: int) -> None:
+        """A client's current_leader_epoch (-1: not given) against this one: older is fenced, newer
+        means this broker's view is behind (Kafka's FENCED_ / UNKNOWN_LEADER_EPOCH)."""
+        if client_epoch >= 0 and client_epoch != self.log.leader_epoch:
+            raise (FencedLeaderEpoch if client_epoch < self.log.leader_epoch else UnknownLeaderEpoch)(
+                f"{self.topic}-{self.index}: leader epoch {client_epoch}, the partition's is {self.log.leader_epoch}")
+
+    @property
     def last_stable_offset(self) -> int:
         """Where read_committed readers stop: the oldest open transaction's first offset, else the HW."""
         high_watermark = self.log.high_watermark
@@ -165,6 +178,7 @@ class Partition:
         first_queued = self.log.next_offset
         with storage_errors():
             now_ms = self._clock.now_ms() if self.config.log_append_time else 0
+            epoch = self.log.leader_epoch
             for batch, header in zip(batches, headers):
                 idempotent = header.producer_id >= 0
                 if idempotent:
@@ -175,10 +189,10 @@ class Partition:
                         continue
                 base_offset = self.log.next_offset
                 if self.config.log_append_time:
-                    stored = record_batch.with_log_append_time(batch, base_offset, now_ms)
+                    stored = record_batch.with_log_append_time(batch, base_offset, now_ms, epoch)
                     max_timestamp = now_ms
                 else:
-                    stored = record_batch.with_offset_and_epoch(batch, base_offset, record_batch.NO_LEADER_EPOCH)
+                    stored = record_batch.with_offset_and_epoch(batch, base_offset, epoch)
                     max_timestamp = header.max_timestamp
                 appended = self.log.append(stored, header.record_count, max_timestamp)
                 pending.append(appended)
@@ -203,7 +217,7 @@ class Partition:
         with storage_errors():
             offset = self.log.next_offset
             batch = build_marker(marker, self._clock.now_ms())
-            stored = record_batch.with_offset_and_epoch(batch, offset, record_batch.NO_LEADER_EPOCH)
+            stored = record_batch.with_offset_and_epoch(batch, offset, self.log.leader_epoch)
             timestamp = record_batch.read_header(batch).max_timestamp
             await self.log.append(stored, 1, timestamp)
         if self._max_timestamp is not None and timestamp > self._max_timestamp:

@@ -60,6 +60,9 @@ class Core:
         self._partitions: OrderedDict[tuple[TopicName, int], Partition] = OrderedDict()
         self._last_used: dict[tuple[TopicName, int], float] = {}
         self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
+        # Leader epochs of the partitions opened since their bundle was taken, kept when they close
+        # idle (reopening keeps the epoch: the same writer), dropped when the bundle goes.
+        self._epochs: dict[tuple[TopicName, int], int] = {}
         self._sweeper: asyncio.Task | None = None
         self._retention_check_s = retention_check_s
         self._takeovers: set[asyncio.Task] = set()
@@ -86,6 +89,7 @@ class Core:
         for index in range(info.partitions):
             partition = self._partitions.pop((name, index), None)
             self._last_used.pop((name, index), None)
+            self._epochs.pop((name, index), None)   # a topic made again under this name starts over
             if partition is not None:
                 await partition.close()
             await self.logs.delete_log(name.partition_log(index))
@@ -170,6 +174,7 @@ class Core:
             del self._opening[key]
         future.set_result(partition)
         self._partitions[key] = partition
+        self._epochs[key] = partition.leader_epoch
         self._last_used[key] = time.monotonic()
         if len(self._partitions) > MAX_OPEN_PARTITIONS:
             await self._close_oldest(len(self._partitions) - MAX_OPEN_PARTITIONS)
@@ -189,6 +194,11 @@ class Core:
         await partition.load_producer_states()
         return partition
 
+    def leader_epoch(self, name: TopicName, index: int) -> int:
+        """The partition's leader epoch as far as this broker knows it without opening it: -1 unless
+        it serves the partition and opened it since it took it over."""
+        return self._epochs.get((name, index), -1)
+
     def _owns(self, name: TopicName, index: int) -> bool:
         return self.cluster.owns(partition_bundle(name.tenant, name.namespace, name.topic, index))
 
@@ -203,6 +213,9 @@ class Core:
         return NotOwner(f"partition {name}-{index} is served by {where}, not by broker {self.cluster.local.id}")
 
     async def _close_bundle(self, bundle: Bundle) -> None:
+        for key in [k for k in self._epochs
+                    if partition_bundle(k[0].tenant, k[0].namespace, k[0].topic, k[1]) == bundle]:
+            del self._epochs[key]   # another broker may own it before this one opens it again
         for key in [k for k in self._partitions
                     if partition_bundle(k[0].tenant, k[0].namespace, k[0].topic, k[1]) == bundle]:
             partition = self._partitions.pop(key)

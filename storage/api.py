@@ -273,6 +273,17 @@ class ManagedLog(Protocol):
     @property
     def size_bytes(self) -> int: ...
 
+    @property
+    def leader_epoch(self) -> int:
+        """The epoch this writer began when it opened the log (Kafka's partition leader epoch)."""
+
+    def epoch_at(self, offset: int) -> int:
+        """The epoch in which `offset` was written; -1 before the first recorded epoch."""
+
+    def epoch_end(self, epoch: int) -> tuple[int, int]:
+        """(the largest epoch <= `epoch`, the offset where it ended), as Kafka's OffsetForLeaderEpoch
+        answers; the current epoch ends at the high watermark; (-1, -1) when unknown."""
+
     def append(self, payload: bytes, record_count: int, max_timestamp_ms: int) -> Awaitable[int]:
         """Assign `next_offset` to the entry synchronously, then resolve to it once durable.
         Appends complete in order."""

@@ -27,6 +27,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 from compat_tests.faults.harness.failover import describe, failover_times
 from compat_tests.faults.harness.history import INVOKE, OK
 from compat_tests.faults.harness.scenarios import settle
+from compat_tests.kafka.epoch_readers import READERS, AiokafkaReader, produce
 from core.cluster.bundles import partition_bundle
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
 from storage.metadata.zookeeper import ZooKeeperMetadataStore
@@ -240,6 +241,36 @@ def test_confluent_and_kafka_python_follow_the_leaders(healthy) -> None:
             break
     reader.close()
     assert count == 600
+
+
+def test_consumers_read_on_through_a_failover_that_begins_a_new_leader_epoch(healthy) -> None:
+    """kill -9 of a partition's owner: the new owner fences the ledger and begins a new leader epoch
+    where the log ends. librdkafka and kafka-python see the epoch rise and validate their position
+    with OffsetForLeaderEpoch; they and aiokafka read on: no offset reset, nothing twice, nothing missed."""
+    wait_until_balanced(healthy)
+    topic = create_topic(kafka_address(healthy.brokers[0]), 1)
+    owner = wait_for_holders(healthy, topic, 1, lambda h: h[0] is not None)[0]
+    victim = healthy.brokers[owner]
+    bootstrap = ",".join(others(healthy, victim) + [kafka_address(victim)])
+    produce(bootstrap, topic, range(10))
+    readers = [reader(bootstrap, topic) for reader in READERS]
+    try:
+        epochs_before = set()
+        for reader in readers:
+            got = reader.read(10)
+            assert [(o, v) for o, v, _ in got] == [(i, b"%d" % i) for i in range(10)], type(reader).__name__
+            epochs_before |= {e for _, _, e in got if not isinstance(reader, AiokafkaReader)}
+        victim.kill()
+        wait_for_holders(healthy, topic, 1, lambda h: h[0] not in (None, owner))
+        produce(bootstrap, topic, range(10, 20))
+        for reader in readers:
+            got = reader.read(10) + reader.read(1, timeout_s=2.0)
+            assert [(o, v) for o, v, _ in got] == [(i, b"%d" % i) for i in range(10, 20)], type(reader).__name__
+            if not isinstance(reader, AiokafkaReader):
+                assert len(epochs_before) == 1 and {e for _, _, e in got} == {max(epochs_before) + 1}
+    finally:
+        for reader in readers:
+            reader.close()
 
 
 def wait_for_acks(history, key: str, since: float, count: int) -> None:

@@ -70,6 +70,7 @@ class BrokerCluster:
         self.suspended = True            # serving nothing: not registered yet, or the session is in doubt
         self._poll_s = poll_s
         self._session = SessionState.CONNECTED
+        self._sessions_lost = 0          # what a step made in an earlier session went with it
         self._registered = False
         self._brokers: dict[int, BrokerInfo] = {}
         self._assignment: dict[Bundle, int] = {}
@@ -116,7 +117,7 @@ class BrokerCluster:
         self._cancels.append(self.metadata.on_session_event(self._on_session))
         for path in (ASSIGNMENT, LEADER):
             self._cancels.append(self.metadata.watch(path, self._wake))
-        await self._register()
+        await self._register(self._sessions_lost)
         await self._step()
         self._task = asyncio.create_task(self._run(), name="broker-cluster")
 
@@ -150,6 +151,7 @@ class BrokerCluster:
             self.suspended = True
         if state is SessionState.LOST:
             # Every ephemeral node went with the session: the leases, the registration, the leadership.
+            self._sessions_lost += 1
             self._dropped |= self._held
             self._held = set()
             self._registered = False
@@ -162,7 +164,10 @@ class BrokerCluster:
     async def _run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._changed.wait(), self._poll_s)
+                # Not wait_for: on Python 3.11 it swallows a cancel that comes as the event is set,
+                # and a watched change sets it often, so close() would wait for this loop forever.
+                async with asyncio.timeout(self._poll_s):
+                    await self._changed.wait()
             except TimeoutError:
                 pass
             self._changed.clear()
@@ -179,19 +184,28 @@ class BrokerCluster:
             await self._release(bundle, give_up_lease=False)
         if self._session is not SessionState.CONNECTED:
             return
+        session = self._sessions_lost
         if not self._registered:
-            await self._register()
+            await self._register(session)
+        if self._session is not SessionState.CONNECTED:
+            return   # suspended meanwhile: serving resumes at the next step in CONNECTED
         self.suspended = False
         await self._read_brokers()
-        await self._elect()
+        await self._elect(session)
         if self.is_leader:
             await self._assign()
         await self._read_assignment()
-        await self._reconcile()
+        await self._reconcile(session)
+
+    def _check_session(self, session: int) -> None:
+        """Raise if the session a step began in was lost since: a node it created went with it, and
+        recording it (registered, leader, a lease held) would leave this broker out for good."""
+        if session != self._sessions_lost:
+            raise StorageError("metadata session lost during the step")
 
     # --- membership and leadership --------------------------------------------------------------
 
-    async def _register(self) -> None:
+    async def _register(self, session: int) -> None:
         """Create this broker's node. A node of this id from another process (killed, its session not
         expired yet) is waited out: its leases are still held in that session."""
         path = f"{BROKERS}/{self.local.id}"
@@ -213,6 +227,7 @@ class BrokerCluster:
                                 "complete yet?): waiting for it to go", self.local.id)
                     warned = True
                 await asyncio.sleep(self._poll_s / 2)
+        self._check_session(session)
         self._registered = True
         log.info("registered as %s", self.local.describe())
 
@@ -236,7 +251,7 @@ class BrokerCluster:
             self._member_watches.pop(broker_id)()
         self._brokers = found
 
-    async def _elect(self) -> None:
+    async def _elect(self, session: int) -> None:
         if self.is_leader:
             return
         try:
@@ -249,6 +264,7 @@ class BrokerCluster:
             self.leader_id = json.loads(node.value).get("broker")
             if not _held_by(node.value, self.local):
                 return
+        self._check_session(session)
         self.is_leader = True
         self.leader_id = self.local.id
         log.info("broker %d is the cluster leader: it assigns bundles", self.local.id)
@@ -284,7 +300,7 @@ class BrokerCluster:
 
     # --- leases ---------------------------------------------------------------------------------
 
-    async def _reconcile(self) -> None:
+    async def _reconcile(self, session: int) -> None:
         mine = {bundle for bundle, broker in self._assignment.items() if broker == self.local.id}
         for bundle in sorted(self._held - mine):
             await self._release(bundle, give_up_lease=True)
@@ -293,9 +309,9 @@ class BrokerCluster:
         for bundle in sorted(mine - self._held):
             if self.suspended:
                 return
-            await self._acquire(bundle)
+            await self._acquire(bundle, session)
 
-    async def _acquire(self, bundle: Bundle) -> None:
+    async def _acquire(self, bundle: Bundle, session: int) -> None:
         path = f"{LEASES}/{bundle.path}"
         try:
             await self.metadata.create(path, _holder_value(self.local), ephemeral=True)
@@ -311,8 +327,13 @@ class BrokerCluster:
         cancel = self._waiting.pop(bundle, None)
         if cancel is not None:
             cancel()
+        self._check_session(session)
         for callback in self._on_acquire:
             await callback(bundle)
+        if session != self._sessions_lost:   # the lease went with the session: close what was opened
+            self._dropped.add(bundle)
+            self._wake()
+            return
         self._held.add(bundle)
         log.info("owning bundle %s", bundle)
 

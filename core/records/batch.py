@@ -45,7 +45,7 @@ import crc32c
 from core.records.compression import Compression
 
 MAGIC = 2
-NO_LEADER_EPOCH = -1   # what the broker stamps: leader epochs are not exposed (-1 everywhere)
+NO_LEADER_EPOCH = -1   # "unknown": what batches stored before leader epochs were kept carry
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count
@@ -203,11 +203,12 @@ def with_partition_leader_epoch(batch: bytes | bytearray | memoryview, epoch: in
     return b"".join((view[:start], _INT32.pack(epoch), view[start + _INT32.size :]))
 
 
-def with_log_append_time(batch: bytes | bytearray | memoryview, base_offset: int, now_ms: int) -> bytes:
+def with_log_append_time(batch: bytes | bytearray | memoryview, base_offset: int, now_ms: int,
+                         epoch: int = NO_LEADER_EPOCH) -> bytes:
     """A copy stamped by the broker (topic message.timestamp.type=LogAppendTime): the timestamp-type
     bit set, maxTimestamp = now, the CRC recomputed. Readers take every record's timestamp from
     maxTimestamp then, as Kafka does."""
-    stamped = bytearray(with_offset_and_epoch(batch, base_offset, NO_LEADER_EPOCH))
+    stamped = bytearray(with_offset_and_epoch(batch, base_offset, epoch))
     (attributes,) = _INT16.unpack_from(stamped, ATTRIBUTES_OFFSET)
     _INT16.pack_into(stamped, ATTRIBUTES_OFFSET, attributes | _TIMESTAMP_TYPE_BIT)
     _INT64.pack_into(stamped, MAX_TIMESTAMP_OFFSET, now_ms)

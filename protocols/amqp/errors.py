@@ -45,6 +45,8 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     core.NotEnoughReplicas: ReplyCode.INTERNAL_ERROR,
     core.OffsetOutOfRange: ReplyCode.INTERNAL_ERROR,
     core.CorruptRecord: ReplyCode.INTERNAL_ERROR,               # records the gateway built itself
+    core.FencedLeaderEpoch: ReplyCode.INTERNAL_ERROR,           # Kafka's alone: AMQP names no epochs
+    core.UnknownLeaderEpoch: ReplyCode.INTERNAL_ERROR,
     core.InvalidRecord: ReplyCode.INTERNAL_ERROR,
     core.TopicExists: ReplyCode.INTERNAL_ERROR,
     # Kafka's alone (producers, groups, ACLs, transactions): never raised by what AMQP methods call

@@ -21,6 +21,8 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.CorruptRecord: ErrorCode.CORRUPT_MESSAGE,
     core.InvalidRecord: ErrorCode.INVALID_RECORD,
     core.NotOwner: ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    core.FencedLeaderEpoch: ErrorCode.FENCED_LEADER_EPOCH,
+    core.UnknownLeaderEpoch: ErrorCode.UNKNOWN_LEADER_EPOCH,
     core.StorageUnavailable: ErrorCode.KAFKA_STORAGE_ERROR,
     core.NotEnoughReplicas: ErrorCode.NOT_ENOUGH_REPLICAS,
     core.OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,

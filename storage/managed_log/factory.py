@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from storage.api import MetadataStore, NoNode, RetentionPolicy
 from storage.ledger.client import LedgerClient
 from storage.managed_log.ledger_list import LedgerList
@@ -10,13 +12,16 @@ from storage.managed_log.tail_cache import TailCache
 
 
 class ManagedLogFactoryImpl:
-    def __init__(self, ledgers: LedgerClient, metadata: MetadataStore, tail_cache: TailCache | None = None) -> None:
+    def __init__(self, ledgers: LedgerClient, metadata: MetadataStore, tail_cache: TailCache | None = None,
+                 writer: str | None = None) -> None:
         self._ledgers = ledgers
+        self.writer = writer or uuid.uuid4().hex   # this process, as the logs' epochs name it
         self._metadata = metadata
         self.tail_cache = tail_cache if tail_cache is not None else TailCache()   # shared by every log
 
     async def open_log(self, name: str, policy: RetentionPolicy) -> ManagedLogImpl:
-        return await ManagedLogImpl.open(name, self._ledgers, self._metadata, policy, self.tail_cache)
+        return await ManagedLogImpl.open(name, self._ledgers, self._metadata, policy, self.tail_cache,
+                                         writer=self.writer)
 
     async def needs_recovery(self, name: str) -> bool:
         node = await self._metadata.get(f"/logs/{name}")

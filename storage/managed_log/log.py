@@ -89,7 +89,11 @@ class ManagedLogImpl:
 
     @classmethod
     async def open(cls, name: str, ledgers: LedgerClient, metadata: MetadataStore,
-                   policy: RetentionPolicy, tail_cache: TailCache | None = None) -> "ManagedLogImpl":
+                   policy: RetentionPolicy, tail_cache: TailCache | None = None, *,
+                   writer: str = "") -> "ManagedLogImpl":
+        """Open the log as `writer` (one name per process): recover and fence a ledger left open,
+        and begin a new leader epoch unless `writer` began the current one. Both in one
+        compare-and-set of the list, which fails (BadVersion) if another writer changed it meanwhile."""
         path = f"/logs/{name}"
         node = await metadata.get(path)
         if node is None:
@@ -100,6 +104,7 @@ class ManagedLogImpl:
                 node = await metadata.get(path)
         if node is not None:
             listing, version = LedgerList.from_json(node.value), node.version
+        opened = listing
         if any(r.is_open for r in listing.ledgers):
             recovered = []
             for r in listing.ledgers:
@@ -107,6 +112,8 @@ class ManagedLogImpl:
                 if sealed is not None:
                     recovered.append(sealed)
             listing = replace(listing, ledgers=tuple(recovered))
+        listing = listing.taken_over_by(writer)
+        if listing != opened:
             version = await metadata.put(path, listing.to_json(), version)
         return cls(name, ledgers, metadata, policy, listing, version, tail_cache=tail_cache)
 
@@ -123,6 +130,16 @@ class ManagedLogImpl:
     @property
     def high_watermark(self) -> int:
         return self._hwm
+
+    @property
+    def leader_epoch(self) -> int:
+        return self._list.leader_epoch
+
+    def epoch_at(self, offset: int) -> int:
+        return self._list.epoch_at(offset)
+
+    def epoch_end(self, epoch: int) -> tuple[int, int]:
+        return self._list.epoch_end(epoch, self._hwm)
 
     @property
     def size_bytes(self) -> int:
@@ -514,7 +531,7 @@ class ManagedLogImpl:
             new_start = max(new_start, dropped[-1].end_offset)
         if not dropped and new_start == self.log_start_offset:
             return new_start
-        await self._swap(LedgerList(new_start, kept))
+        await self._swap(replace(self._list, log_start_offset=new_start, ledgers=kept).without_epochs_before(new_start))
         for r in dropped:
             if self._tail is not None and self._tail.ledger_id == r.ledger_id:
                 self._cache.forget(self._tail)

@@ -30,6 +30,7 @@ class Lease:
         self._token = uuid.uuid4().hex.encode()
         self._wake = asyncio.Event()
         self._connected = True
+        self._interruptions = 0     # session events other than CONNECTED: a reply from before one is stale
         self._working: asyncio.Task | None = None
         self.held = False
 
@@ -45,7 +46,8 @@ class Lease:
                 except StorageError as exc:
                     log.warning("lease %s: %s", self._path, exc)
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self._retry_interval_s)
+                    async with asyncio.timeout(self._retry_interval_s):   # not wait_for, see zookeeper.py
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
                 self._wake.clear()
@@ -60,7 +62,10 @@ class Lease:
     async def _step(self, work: Callable[[], Awaitable[None]]) -> None:
         if not self._connected:
             return
+        interruptions = self._interruptions
         ours = await self._is_ours() if self.held else await self._acquire()
+        if interruptions != self._interruptions:
+            return   # the session was suspended or lost meanwhile: the answer may not hold; ask again
         if not ours:
             if self.held:
                 self._stop_working("the lease node is no longer ours")
@@ -87,6 +92,7 @@ class Lease:
     def _on_session(self, state: SessionState) -> None:
         self._connected = state is SessionState.CONNECTED
         if not self._connected:
+            self._interruptions += 1
             self._stop_working(f"metadata session {state.value}")
         self._wake.set()
 

@@ -153,7 +153,11 @@ class ZooKeeperMetadataStore:
                     future.set_exception(result.exception)
         async_result.rawlink(lambda result: self._post(settle, result))
         try:
-            return await asyncio.wait_for(future, self._request_timeout_s)
+            # Not asyncio.wait_for: on Python 3.11 it returns the result instead of raising when the
+            # caller is cancelled as the answer arrives, and a cancelled lease or membership loop
+            # would then run on.
+            async with asyncio.timeout(self._request_timeout_s):
+                return await future
         except TimeoutError:
             raise StorageError(f"metadata store did not answer within {self._request_timeout_s}s "
                                "(outcome unknown)") from None

@@ -10,6 +10,10 @@ open transaction, else the high watermark), waits for that offset to move, and l
 transactions (producer id, first offset) with records in the range returned, so the consumer drops
 them; read_uncommitted returns everything up to the high watermark. Control batches (transaction
 markers) are returned as stored: consumers skip them.
+Leader epochs (KIP-320): a current_leader_epoch (v9+) older than the partition's is
+FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (the client refreshes its metadata); a
+last_fetched_epoch (v12+, sent by followers) whose epoch ended before the fetch offset gets that
+epoch's end as diverging_epoch and no records.
 Fetch sessions (KIP-227): answered as "no session" (session id 0), so clients keep sending full
 fetch requests, which the protocol allows.
 With ACLs enforced (SASL on), as in Kafka 2.8: a consumer needs READ on each topic, checked before
@@ -121,9 +125,19 @@ async def _read_all(request: Msg, wanted: list, soft_limits: bool) -> tuple[list
         if isinstance(partition, CoreError):
             answer["error_code"] = kafka_code(partition)
             continue
+        try:
+            partition.check_leader_epoch(asked.current_leader_epoch)
+        except CoreError as exc:
+            answer["error_code"] = kafka_code(exc)
+            continue
         high_watermark, stable, start = partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
         answer.update(high_watermark=high_watermark, last_stable_offset=stable, log_start_offset=start,
                       aborted_transactions=[] if committed else None)
+        if asked.last_fetched_epoch >= 0:
+            epoch, end_offset = partition.log.epoch_end(asked.last_fetched_epoch)
+            if epoch != asked.last_fetched_epoch or end_offset < asked.fetch_offset:
+                answer["diverging_epoch"] = {"epoch": epoch, "end_offset": end_offset}
+                continue
         if asked.fetch_offset == (stable if committed else high_watermark) and asked.fetch_offset >= start:
             continue   # caught up: nothing to read (every fetch of a waiting consumer)
         limit = min(asked.partition_max_bytes, budget - total)

@@ -8,6 +8,9 @@ offset whose record timestamp is at or after it. A timestamp lookup (-3 included
 the last stable offset). As a Kafka 3.x broker does, -3 is answered so at v1-6 too (clients send it
 only at v7+); v0 (offsets before a time) answers it with no offsets. v0 answers in
 old_style_offsets.
+Leader epochs (v4+): the answer names the epoch in which the offset was written (for latest, the
+partition's current epoch; -1 for records older than epochs, or no offset); a current_leader_epoch
+older than the partition's is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH.
 With ACLs enforced (SASL on), each topic needs DESCRIBE, checked before its existence
 (TOPIC_AUTHORIZATION_FAILED), as in Kafka.
 Gaps: none known.
@@ -44,6 +47,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             try:
                 partition = await ctx.core.partition(TopicName.of(topic.name, ctx.tenant, ctx.namespace),
                                                      asked.partition_index)
+                partition.check_leader_epoch(asked.current_leader_epoch)
                 if asked.timestamp == EARLIEST:
                     offset, timestamp = partition.log_start_offset, -1
                 elif asked.timestamp == LATEST:
@@ -63,5 +67,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             except CoreError as exc:
                 answer["error_code"] = kafka_code(exc)
                 continue
-            answer.update(offset=offset, timestamp=timestamp, old_style_offsets=[offset] if offset >= 0 else [])
+            epoch = partition.leader_epoch if asked.timestamp == LATEST else partition.log.epoch_at(offset)
+            answer.update(offset=offset, timestamp=timestamp, old_style_offsets=[offset] if offset >= 0 else [],
+                          leader_epoch=epoch if offset >= 0 else -1)
     return {"throttle_time_ms": 0, "topics": topics}

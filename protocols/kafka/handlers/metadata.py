@@ -9,7 +9,9 @@ means every topic of the client's tenant/namespace. An unknown topic is created 
 partition count when the request allows it (v4+ flag, always before v4) and auto-creation is on.
 A topic asked for by id (v12: a null name, as consumers in KIP-848 groups ask for the topics
 assigned to them) is looked up by id: UNKNOWN_TOPIC_ID if no topic has it.
-Leader epochs are -1 everywhere, so clients skip KIP-320 truncation checks consistently.
+Leader epochs: a partition this broker serves and has opened since it took it over is given its
+epoch; any other is given -1 ("unknown"), which clients accept from any broker (a lower epoch than
+one they saw would be ignored as stale metadata, -1 never is).
 __consumer_offsets is listed with is_internal (protocols/kafka/consumer_offsets.py).
 With ACLs enforced (SASL on), as in Kafka 2.8: a topic needs DESCRIBE. Asking for all topics, the
 others are left out; a named one is answered TOPIC_AUTHORIZATION_FAILED (no partitions, zero topic
@@ -145,13 +147,14 @@ async def _describe(name: str | None, ctx: RequestContext, may_create: bool, acl
         "name": name,
         "topic_id": uuid.UUID(hex=info.topic_id),
         "is_internal": name in INTERNAL_TOPICS,
-        "partitions": [_partition(index, partition_leader(ctx, topic, index)) for index in range(info.partitions)],
+        "partitions": [_partition(index, partition_leader(ctx, topic, index), ctx.core.leader_epoch(topic, index))
+                       for index in range(info.partitions)],
     }
 
 
-def _partition(index: int, leader: int) -> dict:
+def _partition(index: int, leader: int, epoch: int) -> dict:
     if leader == NO_LEADER:
         return {"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "partition_index": index, "leader_id": NO_LEADER,
                 "leader_epoch": -1, "replica_nodes": [], "isr_nodes": [], "offline_replicas": []}
     return {"error_code": ErrorCode.NONE, "partition_index": index, "leader_id": leader,
-            "leader_epoch": -1, "replica_nodes": [leader], "isr_nodes": [leader], "offline_replicas": []}
+            "leader_epoch": epoch, "replica_nodes": [leader], "isr_nodes": [leader], "offline_replicas": []}

@@ -1,24 +1,27 @@
 """OffsetForLeaderEpoch (key 23), versions 0-4.
 
-Behaviour: the gateway keeps no leader epochs: Metadata, Fetch and the stored batches all say -1.
-A Kafka broker whose log has no epoch history (its epoch cache is empty, or the epoch asked is
--1) answers NONE with leader_epoch -1 and end_offset -1 ("undefined"), so this one does too, for
-every existing partition. A current_leader_epoch other than -1 (v2+) is checked as Kafka checks
-it against the leader's epoch, here -1: a larger one is UNKNOWN_LEADER_EPOCH. An unknown topic or
-partition is UNKNOWN_TOPIC_OR_PARTITION; a partition another broker of the cluster serves is
-NOT_LEADER_OR_FOLLOWER. Clients ask only when they hold an epoch >= 0, which
-this gateway never hands out, so they do not normally send this request at all.
+Behaviour: for each partition and leader_epoch asked, the largest epoch at or below it and the
+offset where that epoch ended: the start of the next epoch, or the high watermark for the current
+one (what a consumer may have read; clients compare it with their position to detect truncation,
+KIP-320). An epoch older than every recorded one gets the start of the oldest recorded (its records
+were removed by retention or predate epochs); one newer than the current, or -1, gets -1/-1
+("undefined"), as in Kafka. A current_leader_epoch (v2+) older than the partition's is
+FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH. An unknown topic or partition is
+UNKNOWN_TOPIC_OR_PARTITION; a partition another broker of the cluster serves is
+NOT_LEADER_OR_FOLLOWER.
 With ACLs enforced (SASL on), as in Kafka: CLUSTER_ACTION on the cluster allows every topic, else
 each topic needs DESCRIBE (TOPIC_AUTHORIZATION_FAILED, before the existence check).
 Gaps: none known.
 """
 
+from core.errors import CoreError
 from protocols.kafka.admin.topics import find_topic
 from protocols.kafka.authorization import Operation, ResourceType, authorized_names, check_cluster, enforced
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.cluster_view import serves
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.errors import kafka_code
 from protocols.kafka.schema.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH as API
 
 NO_EPOCH = -1
@@ -41,8 +44,14 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
                 answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif not serves(ctx, info.name, asked.partition):
                 answer["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            elif asked.current_leader_epoch > NO_EPOCH:
-                answer["error_code"] = ErrorCode.UNKNOWN_LEADER_EPOCH
+            else:
+                try:
+                    partition = await ctx.core.partition(info.name, asked.partition)
+                    partition.check_leader_epoch(asked.current_leader_epoch)
+                except CoreError as exc:
+                    answer["error_code"] = kafka_code(exc)
+                else:
+                    answer["leader_epoch"], answer["end_offset"] = partition.log.epoch_end(asked.leader_epoch)
             partitions.append(answer)
         topics.append({"topic": topic.topic, "partitions": partitions})
     return {"throttle_time_ms": 0, "topics": topics}

@@ -43,6 +43,7 @@ FETCH = api(1, "Fetch", (0, 12), flexible="12+", request=[
                 F("producer_id", INT64),
                 F("first_offset", INT64),
             ]), "4+", nullable="4+"),
+            F("diverging_epoch", [F("epoch", INT32), F("end_offset", INT64)], "12+", tag=0),
             F("preferred_read_replica", INT32, "11+", default=-1),
             F("records", RECORDS, nullable="0+"),
         ])),
