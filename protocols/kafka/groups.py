@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -30,3 +31,12 @@ def by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
     for topic, index in sorted(partitions):
         grouped[topic].append(index)
     return grouped
+
+
+def wire_assignment(assignment: Iterable[tuple[str, int]] | None, topic_ids: dict[str, str]) -> dict | None:
+    """A heartbeat answer's assignment (consumer and share groups): partitions by topic id; topics
+    whose id is not known (deleted meanwhile) are left out. None: unchanged since the last answer."""
+    if assignment is None:
+        return None
+    return {"topic_partitions": [{"topic_id": uuid.UUID(hex=topic_ids[topic]), "partitions": indexes}
+                                 for topic, indexes in by_topic(assignment).items() if topic in topic_ids]}

@@ -27,7 +27,7 @@ from protocols.kafka.cluster_view import brokers, partition_leader
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.errors import kafka_code
-from protocols.kafka.groups import by_topic, client_host, coordinator, group_key
+from protocols.kafka.groups import client_host, coordinator, group_key, wire_assignment
 from protocols.kafka.schema.consumer_group_heartbeat import CONSUMER_GROUP_HEARTBEAT as API
 
 
@@ -54,14 +54,9 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             client_id=ctx.header.client_id or "", client_host=client_host(ctx), partition_rack=partition_rack)
     except CoreError as exc:
         return _error(kafka_code(exc), str(exc))
-    assignment = None
-    if answer.assignment is not None:
-        assignment = {"topic_partitions": [{"topic_id": uuid.UUID(hex=topic_ids[topic]), "partitions": indexes}
-                                           for topic, indexes in by_topic(answer.assignment).items()
-                                           if topic in topic_ids]}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "member_id": answer.member_id,
             "member_epoch": answer.epoch, "heartbeat_interval_ms": answer.heartbeat_interval_ms,
-            "assignment": assignment}
+            "assignment": wire_assignment(answer.assignment, topic_ids)}
 
 
 def _error(code: ErrorCode, message: str) -> dict:
