@@ -270,15 +270,17 @@ class ManagedLogImpl:
             listing = self._sealed_list(listing)
         opened = LedgerRange(writer.ledger_id, self._hwm, ctime_ms=self._clock_ms())
         await self._swap(replace(listing, ledgers=listing.ledgers + (opened,)))
-        if old is not None and not self._bases:
-            await self._delete_unlisted(old.ledger_id)   # it held no entry: the list dropped it
-        elif old is not None:
+        # the new list and the new writer take effect together: readers never see one without the other
+        unlisted = old is not None and not self._bases    # it held no entry: the list dropped it
+        if old is not None and not unlisted:
             self._readers[old.ledger_id] = old
         self._writer = writer
         self._bases = array("q")
         self._pushed_max_ts = self._durable_max_ts = -1
         self._pushed_bytes = self._durable_bytes = 0
         self._writer_since_ms = self._clock_ms()
+        if unlisted:
+            await self._delete_unlisted(old.ledger_id)
         return True
 
     async def _delete_unlisted(self, ledger_id: int) -> None:
@@ -449,20 +451,25 @@ class ManagedLogImpl:
     async def find_by_timestamp(self, timestamp_ms: int) -> LogEntry | None:
         """Kafka's time lookup: bisect the ledger's running maximum timestamp (monotonic, like
         Kafka's time index) to where it first reaches the target, then scan entries from there
-        (never below the log start) for the first whose own maximum does."""
-        start = self.log_start_offset
-        for ledger_range in self._list.ledgers:
-            is_current = self._writer is not None and ledger_range.ledger_id == self._writer.ledger_id
+        (never below the log start) for the first whose own maximum does.
+
+        The list, the open ledger and its entry offsets are taken together, before the first await:
+        a roll finishing during the lookup replaces all three, and the new ledger's empty offsets
+        would place the log start before the old ledger's first entry."""
+        listing, writer, bases = self._list, self._writer, self._bases
+        start = listing.log_start_offset
+        for ledger_range in listing.ledgers:
+            is_current = writer is not None and ledger_range.ledger_id == writer.ledger_id
             if not is_current and (ledger_range.max_timestamp_ms < timestamp_ms or ledger_range.end_offset <= start):
                 continue
-            handle = self._writer if is_current else await self._reader(ledger_range.ledger_id)
+            handle = writer if is_current else await self._reader(ledger_range.ledger_id)
 
             async def reaches(entry_id: int) -> bool:
                 raw = (await handle.read(entry_id, entry_id, 1))[0]
                 return ENTRY_HEADER.unpack_from(raw)[3] >= timestamp_ms
             entry_id = await _bisect(handle.last_add_confirmed + 1, reaches)
             if ledger_range.first_offset <= start:
-                first_live = (bisect.bisect_right(self._bases, start) - 1 if is_current
+                first_live = (bisect.bisect_right(bases, start) - 1 if is_current
                               else await self._find_entry(handle, start))
                 entry_id = max(entry_id, first_live)
             while entry_id <= handle.last_add_confirmed:
