@@ -240,7 +240,9 @@ def rabbitmq(tmp_path_factory):
     from bench.rabbitmq import RABBIT_BIN, pick_port, start_rabbitmq
     if not (RABBIT_BIN / "rabbitmq-server").exists():
         pytest.skip(f"no rabbitmq-server in {RABBIT_BIN} (apt-get install rabbitmq-server): nothing to compare with")
-    node = start_rabbitmq(tmp_path_factory.mktemp("rabbit"), pick_port(5760))
+    # Each pytest-xdist worker looks from its own port up, so two workers never race for one.
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    node = start_rabbitmq(tmp_path_factory.mktemp("rabbit"), pick_port(5760 + 40 * worker))
     yield node
     node.stop()
 

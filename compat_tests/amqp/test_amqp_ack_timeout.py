@@ -8,10 +8,11 @@ noticed within about three."""
 from __future__ import annotations
 
 import time
-import uuid
 
 import pika
 import pytest
+
+from compat_tests.amqp.clients import connect, unique
 
 CLOSED_WITHIN_S = 15.0
 BROKER_TIMEOUT_MS = 2000
@@ -24,16 +25,6 @@ def gateway(tmp_path_factory):
                             "--amqp-consumer-timeout-ms", str(BROKER_TIMEOUT_MS))
     yield process
     process.stop()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def connect(address) -> pika.BlockingConnection:
-    host, port = address
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host, port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1))
 
 
 def timed_out_text(channel: int, timeout_ms: int) -> str:

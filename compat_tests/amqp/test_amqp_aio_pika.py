@@ -17,6 +17,8 @@ import aio_pika
 import aiormq.exceptions
 import pytest
 
+from compat_tests.amqp.clients import unique
+
 CONFIG = """
 [[users]]
 name = "alice"
@@ -38,10 +40,6 @@ def gateway(tmp_path_factory):
 def url(address, user: str = "guest", password: str = "guest", vhost: str = "") -> str:
     host, port = address
     return f"amqp://{user}:{password}@{host}:{port}/{vhost}"
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

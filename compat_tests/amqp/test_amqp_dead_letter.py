@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import datetime
 import time
-import uuid
 
 import pika
 import pika.exceptions
 import pytest
+
+from compat_tests.amqp.clients import connect, unique
 
 WAIT_S = 10.0
 
@@ -30,12 +31,6 @@ def gateway(tmp_path_factory):
     process.stop()
 
 
-def connect(address) -> pika.BlockingConnection:
-    host, port = address
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host, port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1))
-
-
 @pytest.fixture
 def channel(broker):
     """A channel in confirm mode: a publish returns once the broker has the message."""
@@ -45,10 +40,6 @@ def channel(broker):
     yield channel
     if conn.is_open:
         conn.close()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def next_message(channel, queue: str, timeout: float = WAIT_S):

@@ -12,6 +12,8 @@ import pika
 import pika.exceptions
 import pytest
 
+from compat_tests.amqp.clients import unique
+
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
@@ -33,10 +35,6 @@ def channel(gateway):
     yield connection.channel()
     if connection.is_open:
         connection.close()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def delayed_exchange(channel, delayed_type: str = "direct", *, durable: bool = False) -> str:

@@ -12,12 +12,12 @@ import random
 import socket
 import threading
 import time
-import uuid
 
 import pika
 import pytest
 from confluent_kafka import Producer
 
+from compat_tests.amqp.clients import connect, unique
 from compat_tests.amqp.group_order import all_acknowledged, group_order_problems
 
 TIMEOUT_S = 30.0
@@ -31,16 +31,6 @@ def gateway(tmp_path_factory):
     process = start_gateway(tmp_path_factory.mktemp("message-groups"))
     yield process
     process.stop()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def connect(address) -> pika.BlockingConnection:
-    host, port = address
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host, port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1))
 
 
 # --- the checker on bad histories -----------------------------------------------------------------

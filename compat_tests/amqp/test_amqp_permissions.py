@@ -3,11 +3,11 @@ answer is the one RabbitMQ 3.10 gives for the same permissions (checked side by 
 
 from __future__ import annotations
 
-import uuid
-
 import pika
 import pika.exceptions
 import pytest
+
+from compat_tests.amqp.clients import unique
 
 CONFIG = r"""
 [[users]]
@@ -69,10 +69,6 @@ def guest(gateway):
     conn = connect(gateway, "guest")
     yield conn
     conn.close()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def refused(conn: pika.BlockingConnection, action) -> str:

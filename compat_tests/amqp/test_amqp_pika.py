@@ -15,6 +15,8 @@ import pika
 import pika.exceptions
 import pytest
 
+from compat_tests.amqp.clients import unique
+
 CONFIG = """
 [[users]]
 name = "alice"
@@ -47,10 +49,6 @@ def connection(broker):
     yield conn
     if conn.is_open:
         conn.close()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def drain(channel, queue: str, count: int, *, ack: bool = True, timeout: float = 10.0) -> list:

@@ -5,12 +5,13 @@ lives on, connection closes from either side."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 
 import pika
 import pika.exceptions
 import pytest
+
+from compat_tests.amqp.clients import unique
 
 TIMEOUT_S = 20.0
 MESSAGES = 200
@@ -22,10 +23,6 @@ def gateway(tmp_path_factory):
     process = start_gateway(tmp_path_factory.mktemp("amqp-pika-select"))
     yield process
     process.stop()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 class Scenario:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 
 import aio_pika
 import aio_pika.abc
@@ -22,15 +21,7 @@ import pika
 import pika.exceptions
 import pytest
 
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def connect(address, **options) -> pika.BlockingConnection:
-    host, port = address
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host, port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1, **options))
+from compat_tests.amqp.clients import connect, unique
 
 
 def consume(channel, queue: str, count: int, *, ack: bool = True, timeout: float = 10.0) -> list:
@@ -296,7 +287,6 @@ def test_a_publish_backlog_over_its_limit_blocks_and_unblocks_the_connection(gat
         channel.queue_delete(queue)
     finally:
         connection.close()
-
 
 
 def test_consumers_of_higher_priority_are_served_first_while_they_have_room(broker) -> None:

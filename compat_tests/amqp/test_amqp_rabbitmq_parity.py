@@ -15,11 +15,12 @@ from __future__ import annotations
 import socket
 import struct
 import threading
-import uuid
 
 import pika
 import pika.exceptions
 import pytest
+
+from compat_tests.amqp.clients import unique
 
 BASIC_DELIVER, BASIC_ACK = (60, 60), (60, 80)
 
@@ -44,10 +45,6 @@ def connection(broker):
     yield conn
     if conn.is_open:
         conn.close()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 # --- methods in order -----------------------------------------------------------------------------

@@ -11,11 +11,7 @@ import uuid
 import pika
 import pytest
 
-
-def connect(address) -> pika.BlockingConnection:
-    host, port = address
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host, port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1))
+from compat_tests.amqp.clients import connect
 
 
 def received(channel, queue: str, count: int, timeout: float = 5.0) -> list[tuple[bytes, bool]]:

@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-import uuid
 
 import pamqp.commands
 import pika
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition as AioPartition
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as AioPartition
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
+
+from compat_tests.amqp.clients import unique
 
 TIMEOUT_S = 20.0
 STAMP_MS = 1_700_000_123_456
@@ -44,10 +46,6 @@ def amqp(gateway):
 def bootstrap(gateway) -> str:
     host, port = gateway.kafka
     return f"{host}:{port}"
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def consume(channel, queue: str, count: int) -> list:

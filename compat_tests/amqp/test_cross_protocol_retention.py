@@ -10,18 +10,15 @@ subscription, the Kafka group included, is past it.
 from __future__ import annotations
 
 import time
-import uuid
 
 import pika
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
 
+from compat_tests.amqp.clients import unique
+
 TIMEOUT_S = 30.0
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def bootstrap(gateway) -> str:
