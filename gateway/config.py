@@ -31,9 +31,10 @@ ENV_VARS: Mapping[str, str] = {
     "log_level": "GATEWAY_LOG_LEVEL",
     "broker_id": "GATEWAY_BROKER_ID",
     "rack": "GATEWAY_RACK",
+    "delayed_memory_keys": "GATEWAY_DELAYED_MEMORY_KEYS",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
-INT_SETTINGS = (*PORT_SETTINGS, "broker_id")
+INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "delayed_memory_keys")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
@@ -227,6 +228,8 @@ class GatewayConfig:
     broker_id: int | None = None
     rack: str | None = None
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # Keys of held (delayed) messages each namespace keeps in memory; the rest wait on storage.
+    delayed_memory_keys: int = 100_000
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -241,6 +244,9 @@ class GatewayConfig:
         if self.broker_id is not None and (isinstance(self.broker_id, bool) or not isinstance(self.broker_id, int)
                                            or not 0 <= self.broker_id < 2**31):
             raise ConfigError(f"broker_id must be an integer in 0..2147483647, got {self.broker_id!r}")
+        if not _is_int(self.delayed_memory_keys) or not 16 <= self.delayed_memory_keys <= 100_000_000:
+            raise ConfigError(f"delayed_memory_keys must be an integer in 16..100000000, "
+                              f"got {self.delayed_memory_keys!r}")
         if not isinstance(self.data_dir, Path):
             raise ConfigError(f"data_dir must be a path, got {self.data_dir!r}")
 
