@@ -17,6 +17,12 @@ The system topic also holds the store's own records, empty but for one header an
       delayed.release  a release record (index_format.py)
       delayed.cancel   a cancelled message: its offset and due time (two big-endian i64), then
                        its target as delayed.target has it
+      delayed.txn-end  the end of a producer's transaction: its id (big-endian i64), then 1 for a
+                       commit or 0 for an abort; a commit's batch holds, before it, copies of the
+                       transaction's held messages without their delayed.txn header
+
+A held message of a transaction (Kafka) also carries
+      delayed.txn      the producer id, ASCII decimal: it waits, unindexed, for its transaction's end
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ TARGET = "delayed.target"
 ID = "delayed.id"
 RELEASE = "delayed.release"
 CANCEL = "delayed.cancel"
+TXN = "delayed.txn"
+TXN_END = "delayed.txn-end"
+_TXN_END = struct.Struct(">qB")
 _CANCEL = struct.Struct(">qq")
 
 
@@ -48,8 +57,9 @@ class Target:
         return cls(kind, name)
 
 
-def held_record(record: Record, due_ms: int, target: Target) -> Record:
-    return Record(due_ms, record.key, record.value, (*record.headers, (TARGET, target.encode())))
+def held_record(record: Record, due_ms: int, target: Target, txn: int | None = None) -> Record:
+    own = ((TARGET, target.encode()),) if txn is None else ((TARGET, target.encode()), (TXN, str(txn).encode()))
+    return Record(due_ms, record.key, record.value, (*record.headers, *own))
 
 
 def target_of(record: DecodedRecord) -> Target | None:
@@ -63,9 +73,34 @@ def target_of(record: DecodedRecord) -> Target | None:
 def kind_of(record: DecodedRecord) -> str | None:
     """TARGET (a held message), RELEASE, CANCEL or None (nothing the store wrote)."""
     for name, _ in record.headers:
-        if name in (TARGET, RELEASE, CANCEL):
+        if name in (TARGET, RELEASE, CANCEL, TXN_END):
             return name
     return None
+
+
+def txn_of(record: DecodedRecord) -> int | None:
+    """The producer id of a held message of an open transaction."""
+    for name, value in record.headers:
+        if name == TXN and value is not None and value.isdigit():
+            return int(value)
+    return None
+
+
+def committed_copy(record: DecodedRecord) -> Record:
+    """A held message of a committed transaction, held again without its transaction."""
+    return Record(record.timestamp_ms, record.key, record.value,
+                  tuple((name, value) for name, value in record.headers if name != TXN))
+
+
+def txn_end_record(now_ms: int, producer_id: int, commit: bool) -> Record:
+    return Record(now_ms, None, _TXN_END.pack(producer_id, int(commit)), ((TXN_END, b""),))
+
+
+def txn_ended(value: bytes | None) -> tuple[int, bool] | None:
+    if value is None or len(value) != _TXN_END.size:
+        return None
+    producer_id, commit = _TXN_END.unpack(value)
+    return producer_id, bool(commit)
 
 
 def released(record: DecodedRecord, now_ms: int) -> tuple[Target, Record] | None:

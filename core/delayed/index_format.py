@@ -18,6 +18,7 @@ node of the namespace)
     magic       4  b"DCKP"
     version     1  1
     covers_to   8  i64  every hold below this offset of __delayed_messages is in a listed run or released
+    replay_from 8  i64  where a restart replays from (<= covers_to: held messages of open transactions)
     runs        4  u32 count, then per run 52 bytes: index offset i64, first key (due i64, offset i64),
                    last key (due i64, offset i64), count u32, smallest offset i64
     frontier    4  u32 count, then per pair 24 bytes: below i64, due i64, offset i64  (see index.py)
@@ -86,6 +87,7 @@ class RunInfo:
 @dataclass(slots=True)
 class Checkpoint:
     covers_to: int
+    replay_from: int
     runs: list[RunInfo]
     frontier: list[tuple[int, int, int]]
     cancelled: list[tuple[int, int]]      # (offset, due)
@@ -134,7 +136,8 @@ def encode_run(keys: list[Key]) -> bytes:
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
-    parts = [_HEAD.pack(CHECKPOINT_MAGIC, VERSION), _I64.pack(checkpoint.covers_to), _U32.pack(len(checkpoint.runs))]
+    parts = [_HEAD.pack(CHECKPOINT_MAGIC, VERSION), _I64.pack(checkpoint.covers_to),
+             _I64.pack(checkpoint.replay_from), _U32.pack(len(checkpoint.runs))]
     parts += [_RUN.pack(run.index_offset, *run.first, *run.last, run.count, run.min_offset) for run in checkpoint.runs]
     parts.append(_U32.pack(len(checkpoint.frontier)))
     parts += [_PAIR.pack(*pair) for pair in checkpoint.frontier]
@@ -224,6 +227,7 @@ def decode_run(raw: bytes) -> list[Key]:
 def decode_checkpoint(raw: bytes) -> Checkpoint:
     reader = _Reader(raw, CHECKPOINT_MAGIC)
     (covers_to,) = reader.take(_I64)
+    (replay_from,) = reader.take(_I64)
     runs = []
     for _ in range(reader.count(_RUN.size)):
         offset, first_due, first_off, last_due, last_off, count, min_offset = reader.take(_RUN)
@@ -233,7 +237,7 @@ def decode_checkpoint(raw: bytes) -> Checkpoint:
     counts = reader.counts()
     (next_seq,) = reader.take(_I64)
     reader.end()
-    return Checkpoint(covers_to, runs, frontier, cancelled, counts, next_seq)
+    return Checkpoint(covers_to, replay_from, runs, frontier, cancelled, counts, next_seq)
 
 
 def decode_release(raw: bytes) -> Release:

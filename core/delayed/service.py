@@ -112,13 +112,22 @@ class DelayedService:
             store.start()
         return store
 
-    def hold(self, tenant: str, namespace: str, record: Record, due_ms: int, target: Target) -> asyncio.Future:
+    def hold(self, tenant: str, namespace: str, record: Record, due_ms: int, target: Target, *,
+             txn: int | None = None) -> asyncio.Future:
         """Keep `record` until `due_ms`, then hand it to the deliverer of `target.kind`. The future
-        resolves once the record is durable."""
+        resolves to its id once the record is durable. `txn`: the producer id of the transaction it
+        belongs to (released only if that commits, see `end_transaction`)."""
         cluster = self._core.cluster
         if cluster is not None and not cluster.owns(partition_bundle(tenant, namespace, SYSTEM_TOPIC, 0)):
             raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)   # refused now, not lost
-        return self.store(tenant, namespace).hold(record, due_ms, target)
+        return self.store(tenant, namespace).hold(record, due_ms, target, txn)
+
+    async def end_transaction(self, tenant: str, namespace: str, producer_id: int, commit: bool) -> None:
+        """A transaction of `producer_id` ends (before its markers are written): its held messages
+        in this namespace are held for good (commit) or dropped (abort)."""
+        store = await self.existing(tenant, namespace)
+        if store is not None:
+            await store.end_transaction(producer_id, commit)
 
     async def existing(self, tenant: str, namespace: str) -> DelayedStore | None:
         """The namespace's store, loaded, if it ever held a message (None: it never did)."""

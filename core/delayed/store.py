@@ -44,15 +44,20 @@ from core.delayed.held import (
     CANCEL,
     RELEASE,
     TARGET,
+    TXN_END,
     Target,
     cancel_record,
     cancelled_key,
+    committed_copy,
     held_record,
     id_of,
     kind_of,
     release_record,
     released,
     target_of,
+    txn_end_record,
+    txn_ended,
+    txn_of,
 )
 from core.delayed.index import DelayIndex
 from core.delayed.index_format import (
@@ -140,12 +145,13 @@ class DelayedStore:
         self._unconfirmed: list[Release] = []   # released, not yet known to be at every destination
         self._last_recovery_ms = 0
         self._spills: set[asyncio.Task] = set()
+        self._open_txns: dict[int, list[int]] = {}     # producer id -> offsets of its held messages
         # holding
         self._records: list[Record] = []
-        self._holds: list[tuple[int, str]] = []
+        self._holds: list[tuple[int, str, int | None]] = []
         self._pending_bytes = 0
         self._future: asyncio.Future | None = None
-        self._sealed: list[tuple[list[Record], list[tuple[int, str]], int, asyncio.Future]] = []
+        self._sealed: list[tuple[list[Record], list[tuple[int, str, int | None]], int, asyncio.Future]] = []
         self._flusher: asyncio.Task | None = None
         self._backlog = 0
         self._writable = asyncio.Event()
@@ -163,10 +169,10 @@ class DelayedStore:
 
     # --- holding ------------------------------------------------------------------------------
 
-    def hold(self, record: Record, due_ms: int, target: Target) -> asyncio.Future:
+    def hold(self, record: Record, due_ms: int, target: Target, txn: int | None = None) -> asyncio.Future:
         """Store `record` until `due_ms`; the future resolves to its id (its offset in the system
-        topic) once it is durable."""
-        held = held_record(record, due_ms, target)
+        topic) once it is durable. `txn`: the producer id of its (open) transaction."""
+        held = held_record(record, due_ms, target, txn)
         size = len(held.value or b"") + len(held.key or b"") + _RECORD_OVERHEAD
         if self._records and (self._pending_bytes + size > MAX_BATCH_BYTES or len(self._records) >= MAX_BATCH_RECORDS):
             self._seal()
@@ -175,7 +181,7 @@ class DelayedStore:
             self._future.add_done_callback(_retrieve)
         index = len(self._records)
         self._records.append(held)
-        self._holds.append((due_ms, target.encode().decode("utf-8", "surrogateescape")))
+        self._holds.append((due_ms, target.encode().decode("utf-8", "surrogateescape"), txn))
         self._pending_bytes += size
         self._add_backlog(size)
         if self._flusher is None:
@@ -223,7 +229,7 @@ class DelayedStore:
             if self._records:
                 self._flusher = asyncio.create_task(self._flush(), name="delayed-hold")
 
-    def _append(self, partition: Partition, records: list[Record], holds: list[tuple[int, str]], size: int,
+    def _append(self, partition: Partition, records: list[Record], holds: list[tuple[int, str, int | None]], size: int,
                 future: asyncio.Future) -> None:
         try:
             pending = asyncio.ensure_future(partition.start_append(build_batch(records)))
@@ -232,12 +238,15 @@ class DelayedStore:
             return
         pending.add_done_callback(lambda done: self._appended(done, holds, size, future))
 
-    def _appended(self, done: asyncio.Future, holds: list[tuple[int, str]], size: int, future: asyncio.Future) -> None:
+    def _appended(self, done: asyncio.Future, holds: list[tuple[int, str, int | None]], size: int, future: asyncio.Future) -> None:
         if done.cancelled() or done.exception() is not None:
             self._fail(future, size, done.exception() if not done.cancelled() else asyncio.CancelledError())
             return
         base_offset = done.result()
-        for index, (due_ms, target) in enumerate(holds):
+        for index, (due_ms, target, txn) in enumerate(holds):
+            if txn is not None:
+                self._open_txns.setdefault(txn, []).append(base_offset + index)
+                continue
             self.index.add(due_ms, base_offset + index)
             self.counts[target] += 1
         self.index.note_indexed(base_offset + len(holds))
@@ -286,6 +295,33 @@ class DelayedStore:
         self.counts[target.encode().decode("utf-8", "surrogateescape")] -= 1
         self._changed = True
         return True
+
+    # --- transactions ----------------------------------------------------------------------------
+
+    async def end_transaction(self, producer_id: int, commit: bool) -> None:
+        """Hold the messages of `producer_id`'s open transaction for good (commit: copies without
+        the transaction, in one batch with the outcome, so a crash keeps both or neither) or drop
+        them (abort). Nothing to do if it held none here (or its end was recorded already)."""
+        offsets = self._open_txns.get(producer_id)
+        if not offsets:
+            return
+        partition = await self._core.partition(self.topic, 0)
+        records = []
+        if commit:
+            found = await self._read(partition, sorted(offsets))
+            records = [committed_copy(found[offset]) for offset in offsets if offset in found]
+        outcome = txn_end_record(self._core.clock.now_ms(), producer_id, commit)
+        with storage_errors():
+            base_offset = await partition.append(build_batch([*records, outcome]))
+        if self._open_txns.get(producer_id) is not offsets:
+            return
+        del self._open_txns[producer_id]
+        for index, record in enumerate(records):
+            self.index.add(record.timestamp_ms, base_offset + index)
+            self.counts[Target.decode(dict(record.headers)[TARGET]).encode().decode("utf-8", "surrogateescape")] += 1
+        self.index.note_indexed(base_offset + len(records) + 1)
+        self._changed = True
+        self._wakeup.set()
 
     # --- the delivery task --------------------------------------------------------------------
 
@@ -367,7 +403,7 @@ class DelayedStore:
             self._restore(checkpoint)
         else:
             self.rebuilt = checkpoint_at is not None
-        start = checkpoint.covers_to if checkpoint is not None else partition.log_start_offset
+        start = checkpoint.replay_from if checkpoint is not None else partition.log_start_offset
         self._unconfirmed = await self._replay(partition, max(start, partition.log_start_offset))
         await self._recover()
         self._changed = True
@@ -421,9 +457,12 @@ class DelayedStore:
         """Applies one record of the system topic; the `confirmed` a release record carries (else 0)."""
         kind = kind_of(record)
         if kind == TARGET:
-            if self.index.add(record.timestamp_ms, record.offset):
+            txn = txn_of(record)
+            if txn is not None:
+                self._open_txns.setdefault(txn, []).append(record.offset)
+            elif record.offset >= self._covers_to and self.index.add(record.timestamp_ms, record.offset):
                 self.counts[target_of(record).encode().decode("utf-8", "surrogateescape")] += 1
-        elif kind == RELEASE:
+        elif kind == RELEASE and record.offset >= self._covers_to:   # earlier ones are in the checkpoint
             try:
                 release = decode_release(record.value or b"")
             except CorruptIndex as exc:
@@ -436,6 +475,10 @@ class DelayedStore:
             self._next_seq = max(self._next_seq, release.seq + 1)
             releases.append(release)
             return release.confirmed
+        elif kind == TXN_END:
+            found = txn_ended(record.value)
+            if found is not None:
+                self._open_txns.pop(found[0], None)
         elif kind == CANCEL:
             found = cancelled_key(record.value)
             if found is not None and self.index.cancel(found[1], found[0]):
@@ -679,6 +722,8 @@ class DelayedStore:
             self._spill()
             await self._wait_spills()
             covers_to = self.index.indexed_to
+            # The held messages of open transactions are replayed at start.
+            replay_from = min([covers_to, *(offsets[0] for offsets in self._open_txns.values())])
             index_partition = await self._core.partition(self.index_topic, 0)
             spill_id, keys = self.index.fresh_keys()
             try:
@@ -688,7 +733,7 @@ class DelayedStore:
                 self.index.fresh_failed(spill_id)
                 raise
             self.index.fresh_stored(spill_id, offset)
-            checkpoint = Checkpoint(covers_to, self.index.listed_runs(), list(self.index.frontier),
+            checkpoint = Checkpoint(covers_to, replay_from, self.index.listed_runs(), list(self.index.frontier),
                                     [(offset, key[0]) for offset, key in self.index.cancelled.items()],
                                     {t: c for t, c in self.counts.items() if c > 0}, self._next_seq)
             at = await index_partition.append(build_batch([Record(now_ms, b"checkpoint", encode_checkpoint(checkpoint))]))
@@ -706,7 +751,7 @@ class DelayedStore:
     async def _trim(self, checkpoint: Checkpoint, at: int) -> None:
         system = await self._core.partition(self.topic, 0)
         smallest = self.index.min_offset()
-        keep = min(checkpoint.covers_to, smallest if smallest is not None else checkpoint.covers_to)
+        keep = min(checkpoint.replay_from, smallest if smallest is not None else checkpoint.replay_from)
         if keep > system.log_start_offset:
             await system.delete_records_before(keep)
         index_partition = await self._core.partition(self.index_topic, 0)

@@ -161,7 +161,7 @@ def drain_from(index: DelayIndex, stored: dict[int, list]) -> list:
 
 # --- the byte layouts -------------------------------------------------------------------------------
 
-CHECKPOINT = Checkpoint(42, [RunInfo(7, (1, 2), (3, 4), 5, 1)], [(40, 100, 3)], [(9, 500)],
+CHECKPOINT = Checkpoint(42, 40, [RunInfo(7, (1, 2), (3, 4), 5, 1)], [(40, 100, 3)], [(9, 500)],
                         {"partition:orders/0": 12}, 6)
 RELEASE = Release(5, 4, (40, 100, 3), [1, 2, 3], {"partition:orders/0": 3},
                   [Destination("partition:orders", 0, 77, [1, 2, 3])])
