@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from core.cluster.bundles import Bundle, partition_bundle
 from core.delayed.held import Target
@@ -144,10 +145,12 @@ class DelayedService:
         store = await self.existing(tenant, namespace)
         return store.pending() if store is not None else {}
 
-    async def cancel(self, tenant: str, namespace: str, message_id: int) -> bool:
-        """Cancel the pending message with this id; False if none is pending under it."""
+    async def cancel(self, tenant: str, namespace: str, message_id: int, *,
+                     accept: Callable[[Target], bool] | None = None) -> bool:
+        """Cancel the pending message with this id (if `accept` accepts its target); False if none
+        is pending under it."""
         store = await self.existing(tenant, namespace)
-        return store is not None and await store.cancel(message_id)
+        return store is not None and await store.cancel(message_id, accept)
 
     async def close(self) -> None:
         if self._loader is not None:

@@ -275,16 +275,17 @@ class DelayedStore:
         """Pending messages per target (Target.encode() as text)."""
         return {target: count for target, count in self.counts.items() if count > 0}
 
-    async def cancel(self, offset: int) -> bool:
-        """Cancel the held message with this id; False if there is none pending (released, cancelled
-        or never held). Durable when it returns True."""
+    async def cancel(self, offset: int, accept: Callable[[Target], bool] | None = None) -> bool:
+        """Cancel the held message with this id; False if there is none pending (released, cancelled,
+        never held, waiting for its transaction, or its target not one `accept` accepts). Durable
+        when it returns True."""
         await self.wait_loaded()
         partition = await self._core.partition(self.topic, 0)
         if not partition.log_start_offset <= offset < self.index.indexed_to:
             return False
         found = (await self._read(partition, [offset])).get(offset)
         target = target_of(found) if found is not None else None
-        if target is None:
+        if target is None or txn_of(found) is not None or (accept is not None and not accept(target)):
             return False
         due = found.timestamp_ms
         if self.index.is_released((due, offset)) or offset in self.index.cancelled:
