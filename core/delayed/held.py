@@ -111,7 +111,7 @@ def released(record: DecodedRecord, now_ms: int) -> tuple[Target, Record] | None
     for name, value in record.headers:
         if name == TARGET:
             target = Target.decode(value or b"")
-        else:
+        elif name != ID:        # held again after an earlier release: the new id replaces it
             headers.append((name, value))
     if target is None:
         return None

@@ -20,6 +20,9 @@ comparison of a redeclare with the queue as it is.
     x-single-active-consumer bool              only the earliest registered consumer still there
                                                receives; the others wait in order
     x-queue-mode             default | lazy    accepted (every queue is on disk), compared on redeclare
+    x-requeue-delay          int >= 0 (ms)     a message nacked or rejected with requeue=true goes back
+                                               to the tail of the queue this much later (held by
+                                               core/delayed, so it survives a restart); 0: at once
 
 Refused as not implemented (never silently ignored): UNSUPPORTED_ARGUMENTS. Other arguments are
 kept and ignored, as RabbitMQ does.
@@ -53,6 +56,7 @@ DELIVERY_LIMIT = "x-delivery-limit"
 MAX_PRIORITY = "x-max-priority"
 SINGLE_ACTIVE = "x-single-active-consumer"
 QUEUE_MODE = "x-queue-mode"
+REQUEUE_DELAY = "x-requeue-delay"
 MAX_SUPPORTED_PRIORITY = 255       # RabbitMQ's limit
 QUEUE_MODES = ("default", "lazy")
 UNSUPPORTED_ARGUMENTS = frozenset({
@@ -65,7 +69,7 @@ _COMMON = (EXPIRES, MESSAGE_TTL, DEAD_LETTER_EXCHANGE, DEAD_LETTER_ROUTING_KEY, 
            OVERFLOW, QUEUE_TYPE)
 EQUIVALENT_ARGUMENTS = {CLASSIC: _COMMON + (QUEUE_MODE,), QUORUM: _COMMON + (DELIVERY_LIMIT,)}
 # ... and those compared whatever the type.
-_ALWAYS_EQUIVALENT = (QUEUE_MODE, MAX_PRIORITY, SINGLE_ACTIVE)
+_ALWAYS_EQUIVALENT = (QUEUE_MODE, MAX_PRIORITY, SINGLE_ACTIVE, REQUEUE_DELAY)
 # Arguments only one queue type takes (as RabbitMQ 3.10+: a classic queue refuses x-delivery-limit,
 # a quorum queue x-max-priority).
 _TYPE_ONLY = {DELIVERY_LIMIT: QUORUM, MAX_PRIORITY: CLASSIC}
@@ -84,6 +88,7 @@ class QueuePolicy:
     delivery_limit: int | None = None           # None: unlimited
     max_priority: int = 0                       # 0: not a priority queue
     single_active: bool = False
+    requeue_delay_ms: int = 0                   # > 0: a requeued message returns to the tail this much later
 
     @property
     def limits_length(self) -> bool:
@@ -123,6 +128,7 @@ class QueuePolicy:
             delivery_limit = DEFAULT_QUORUM_DELIVERY_LIMIT
         message_ttl_ms = _integer(name, arguments, MESSAGE_TTL, minimum=0)
         expires_ms = _integer(name, arguments, EXPIRES, minimum=1)
+        requeue_delay_ms = _integer(name, arguments, REQUEUE_DELAY, minimum=0) or 0
         max_length = _integer(name, arguments, MAX_LENGTH, minimum=0)
         max_length_bytes = _integer(name, arguments, MAX_LENGTH_BYTES, minimum=0)
         for arg in arguments:
@@ -136,7 +142,7 @@ class QueuePolicy:
                    dead_letter_exchange=dlx, dead_letter_routing_key=dlrk,
                    max_length=max_length, max_length_bytes=max_length_bytes, overflow=overflow,
                    delivery_limit=delivery_limit if delivery_limit is not None and delivery_limit >= 0 else None,
-                   max_priority=priority, single_active=single)
+                   max_priority=priority, single_active=single, requeue_delay_ms=requeue_delay_ms)
 
 
 def check_equivalent(name: str, current: tuple[bool, bool, Mapping[str, Any]],

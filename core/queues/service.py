@@ -28,7 +28,7 @@ from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import UnusedQueueTimer
 from core.queues.naming import queue_topic
 from core.queues.policy import QueuePolicy, check_equivalent
-from core.queues.queue import CURSOR_NAME, QUEUE_TOPIC_CONFIGS, Queue, QueueInfo
+from core.queues.queue import CURSOR_NAME, QUEUE_TOPIC_CONFIGS, REQUEUE_TARGET, Queue, QueueInfo
 from core.queues.routing import DEFAULT_EXCHANGE, HeadersFunction, PropertiesFunction, RoutingTable, no_properties
 from core.queues.store import NamespaceStore
 from core.records.builder import Record
@@ -435,6 +435,7 @@ class QueueService:
         self._loading: dict[tuple[str, str], asyncio.Future] = {}
         self.message_facts: MessageFacts = message_facts or _no_facts
         core.delayed.register(HELD_TARGET, _HeldForExchanges(self))
+        core.delayed.register(REQUEUE_TARGET, _HeldForQueue(self))
         if core.cluster is not None:
             core.cluster.on_release(self._hand_over)
             core.cluster.on_acquire(self._take_over)
@@ -504,6 +505,14 @@ class _HeldForExchanges:
         space = await self._service.namespace(tenant, namespace)
         for waiter in space.publish_released(topic, records):
             await waiter
+
+
+class _HeldForQueue(_HeldForExchanges):
+    """The deliverer of messages held for a queue's x-requeue-delay: back to that queue's tail."""
+
+    async def route(self, tenant: str, namespace: str, queue: str, record: Record) -> list[tuple[str, int]]:
+        found = (await self._service.namespace(tenant, namespace)).queues.get(queue)
+        return [(found.topic.topic, 0)] if found is not None else []
 MessageFacts = Callable[[Record], tuple[HeadersFunction, PropertiesFunction]]
 
 
