@@ -250,6 +250,7 @@ class DelayedStore:
             self.index.add(due_ms, base_offset + index)
             self.counts[target] += 1
         self.index.note_indexed(base_offset + len(holds))
+        self._spill()                 # memory stays bounded however fast messages are held
         self._changed = True
         self._wakeup.set()
         self._add_backlog(-size)
