@@ -1,14 +1,17 @@
 """Delayed messages through the admin API: pending counts per topic and per namespace, and
 cancelling a held Kafka record by its id (its offset in __delayed_messages, found with the messages
-route); a cancelled record is never delivered."""
+route), through the API and `gateway admin`; a cancelled record is never delivered."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
+
+from compat_tests.admin.test_admin_cli import admin as run_admin
 
 
 def _sasl(admin_gateway) -> dict:
@@ -47,6 +50,8 @@ def test_pending_counts_and_cancel_by_id(admin_gateway, api) -> None:
     assert api.delete(f"{base}/topics/timers/delayed/{message_id}").status_code == 404  # cancelled already
     assert api.delete(f"{base}/delayed/999999").status_code == 404
     assert api.get(f"{base}/topics/timers/delayed").json()["pending"] == 2
+    shown = run_admin(admin_gateway, "--json", "topics", "delayed", tenant, "ns", "timers")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["partitions"] == [{"partition": 0, "pending": 2}]
     assert api.get(f"{base}/topics/nope/delayed").status_code == 404
 
     consumer = KafkaConsumer(**_sasl(admin_gateway), enable_auto_commit=False, group_id=None)
@@ -60,5 +65,6 @@ def test_pending_counts_and_cancel_by_id(admin_gateway, api) -> None:
     consumer.close()
     assert found == [b"timer-0", b"timer-2"]
     assert api.get(f"{base}/topics/timers/delayed").json()["pending"] == 0
-    assert api.delete(f"{base}/delayed/{other_id}").status_code == 204
+    assert run_admin(admin_gateway, "topics", "cancel-delayed", tenant, "ns", "other", str(other_id)).returncode == 0
+    assert run_admin(admin_gateway, "topics", "cancel-delayed", tenant, "ns", "other", str(other_id)).returncode != 0
     assert api.get(f"{base}/delayed").json() == {"pending": 0, "targets": {}}

@@ -11,6 +11,7 @@ message is released exactly once, never early, and late by no more than the rest
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -199,30 +200,32 @@ def test_a_topic_that_did_not_opt_in_ignores_the_header(gateway_process) -> None
     assert [record.value for record in read_all(gateway_process, topic, 1, timeout_s=10)] == [b"x"]
 
 
-PENDING = 20_000
+# The soak (`make soak-delayed`) runs this with a million: DELAYED_KILL_PENDING=1000000.
+PENDING = int(os.environ.get("DELAYED_KILL_PENDING", "20000"))
 
 
 def test_sigkill_with_many_pending_releases_each_once_never_early(gateway_launcher, tmp_path) -> None:
-    gateway = gateway_launcher.start(env={"GATEWAY_DELAYED_MEMORY_KEYS": "4096"})
+    gateway = gateway_launcher.start(env={"GATEWAY_DELAYED_MEMORY_KEYS": str(max(4096, PENDING // 20))})
     topic = create_topic(gateway)
     producer = Producer({"bootstrap.servers": _bootstrap(gateway), "linger.ms": 20, "enable.idempotence": True,
                          "queue.buffering.max.messages": PENDING * 2})
-    start = _now_ms() + 6000
+    window_ms = max(4000, PENDING // 10)          # due at 10,000 a second, at least over four seconds
+    start = _now_ms() + 6000 + PENDING // 10      # after producing them all (at 10,000 a second)
     dues = {}
     for n in range(PENDING):
-        due = start + (n * 7919) % 4000          # due over four seconds, out of order
+        due = start + (n * 7919) % window_ms      # out of order
         dues[str(n).encode()] = due
         producer.produce(topic, value=str(n).encode(), headers=[("deliver-at-ms", str(due).encode())])
         if n % 1000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
-    while _now_ms() < start + 1500:               # part released, part pending
+    while _now_ms() < start + window_ms * 3 // 8:   # part released, part pending
         time.sleep(0.05)
     gateway.kill()
     killed_at = _now_ms()
     gateway = gateway_launcher.start(data_dir=gateway.data_dir)
     restarted_at = _now_ms()
-    records = read_confluent(gateway, topic, PENDING, timeout_s=60)
+    records = read_confluent(gateway, topic, PENDING, timeout_s=60 + window_ms / 1000)
     values = [message.value() for message in records]
     assert len(values) == PENDING and set(values) == set(dues), \
         f"{len(values)} records, {len(set(values))} distinct, {PENDING} held"
