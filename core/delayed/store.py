@@ -304,20 +304,21 @@ class DelayedStore:
         """Hold the messages of `producer_id`'s open transaction for good (commit: copies without
         the transaction, in one batch with the outcome, so a crash keeps both or neither) or drop
         them (abort). Nothing to do if it held none here (or its end was recorded already)."""
-        offsets = self._open_txns.get(producer_id)
-        if not offsets:
+        offsets = self._open_txns.pop(producer_id, None)    # taken now: the markers of several
+        if not offsets:                                      # partitions end it concurrently
             return
-        partition = await self._core.partition(self.topic, 0)
-        records = []
-        if commit:
-            found = await self._read(partition, sorted(offsets))
-            records = [committed_copy(found[offset]) for offset in offsets if offset in found]
-        outcome = txn_end_record(self._core.clock.now_ms(), producer_id, commit)
-        with storage_errors():
-            base_offset = await partition.append(build_batch([*records, outcome]))
-        if self._open_txns.get(producer_id) is not offsets:
-            return
-        del self._open_txns[producer_id]
+        try:
+            partition = await self._core.partition(self.topic, 0)
+            records = []
+            if commit:
+                found = await self._read(partition, sorted(offsets))
+                records = [committed_copy(found[offset]) for offset in offsets if offset in found]
+            outcome = txn_end_record(self._core.clock.now_ms(), producer_id, commit)
+            with storage_errors():
+                base_offset = await partition.append(build_batch([*records, outcome]))
+        except BaseException:      # still open: the coordinator ends it again
+            self._open_txns[producer_id] = offsets + self._open_txns.get(producer_id, [])
+            raise
         for index, record in enumerate(records):
             self.index.add(record.timestamp_ms, base_offset + index)
             self.counts[Target.decode(dict(record.headers)[TARGET]).encode().decode("utf-8", "surrogateescape")] += 1
