@@ -204,6 +204,7 @@ def test_a_topic_that_did_not_opt_in_ignores_the_header(gateway_process) -> None
 PENDING = int(os.environ.get("DELAYED_KILL_PENDING", "20000"))
 
 
+@pytest.mark.timeout(300 + PENDING // 1000)
 def test_sigkill_with_many_pending_releases_each_once_never_early(gateway_launcher, tmp_path) -> None:
     gateway = gateway_launcher.start(env={"GATEWAY_DELAYED_MEMORY_KEYS": str(max(4096, PENDING // 20))})
     topic = create_topic(gateway)

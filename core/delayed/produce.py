@@ -109,10 +109,10 @@ def _one_batch(core, topic: TopicName, partition: Partition, batch, header, deco
             return _resolved(duplicate), []
     txn = header.producer_id if header.is_transactional else None
     target = partition_target(topic.topic, partition.index)
-    held = [core.delayed.hold(topic.tenant, topic.namespace,
-                              Record(record.timestamp_ms, record.key, record.value, record.headers),
-                              due, target, txn=txn)
-            for record, due in zip(decoded, dues) if due is not None]
+    held = core.delayed.hold_many(topic.tenant, topic.namespace,
+                                  [(Record(record.timestamp_ms, record.key, record.value, record.headers), due)
+                                   for record, due in zip(decoded, dues) if due is not None],
+                                  target, txn=txn)
     now = [Record(record.timestamp_ms, record.key, record.value, record.headers)
            for record, due in zip(decoded, dues) if due is None]
     appended = None

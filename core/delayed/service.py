@@ -123,6 +123,18 @@ class DelayedService:
             raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)   # refused now, not lost
         return self.store(tenant, namespace).hold(record, due_ms, target, txn)
 
+    def hold_many(self, tenant: str, namespace: str, items: list[tuple[Record, int]], target: Target, *,
+                  txn: int | None = None) -> list[asyncio.Future]:
+        """`hold` for many (record, due) pairs of one target, without their ids: futures (fewer
+        than the records) that resolve once all of them are durable."""
+        cluster = self._core.cluster
+        if cluster is not None and not cluster.owns(partition_bundle(tenant, namespace, SYSTEM_TOPIC, 0)):
+            raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)
+        store = self.store(tenant, namespace)
+        futures = {id(future): future for future in
+                   (store.hold(record, due_ms, target, txn, with_id=False) for record, due_ms in items)}
+        return list(futures.values())
+
     async def end_transaction(self, tenant: str, namespace: str, producer_id: int, commit: bool) -> None:
         """A transaction of `producer_id` ends (before its markers are written): its held messages
         in this namespace are held for good (commit) or dropped (abort)."""

@@ -169,9 +169,11 @@ class DelayedStore:
 
     # --- holding ------------------------------------------------------------------------------
 
-    def hold(self, record: Record, due_ms: int, target: Target, txn: int | None = None) -> asyncio.Future:
+    def hold(self, record: Record, due_ms: int, target: Target, txn: int | None = None, *,
+             with_id: bool = True) -> asyncio.Future:
         """Store `record` until `due_ms`; the future resolves to its id (its offset in the system
-        topic) once it is durable. `txn`: the producer id of its (open) transaction."""
+        topic) once it is durable. `txn`: the producer id of its (open) transaction. Without
+        `with_id`, the future is the one of its whole batch (shared by the messages held with it)."""
         held = held_record(record, due_ms, target, txn)
         size = len(held.value or b"") + len(held.key or b"") + _RECORD_OVERHEAD
         if self._records and (self._pending_bytes + size > MAX_BATCH_BYTES or len(self._records) >= MAX_BATCH_RECORDS):
@@ -186,7 +188,7 @@ class DelayedStore:
         self._add_backlog(size)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush(), name="delayed-hold")
-        return _offset_of(self._future, index)
+        return _offset_of(self._future, index) if with_id else self._future
 
     @property
     def writable(self) -> bool:
