@@ -15,7 +15,7 @@ SOAK_MINUTES ?= 10
 # iptables: the power-loss, failed-fsync and partition faults of compat_tests/faults; chromium +
 # chromium-driver: the headless browser the web console's tests drive through selenium). Installed
 # only when missing.
-SYSTEM_PACKAGES := kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver
+SYSTEM_PACKAGES := openssl kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.
@@ -23,7 +23,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-replicated upstream-amqp system-packages java
+.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,10 @@ bench-kafka: $(BENCH_STAMP)
 # AMQP publish/consume through a real `gateway serve` beside a private RabbitMQ node (bench/rabbitmq.py).
 bench-amqp: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.amqp $(ARGS)
+
+# FIFO message groups: a key-shared queue's dispatch throughput against a plain queue, with pika.
+bench-fifo-groups: $(BENCH_STAMP)
+	$(BIN)/python -m bench.fifo_groups $(ARGS)
 
 # Replicated storage (3 bookies, E3/Qw3/Qa2 and E3/Qw2/Qa2) against the embedded default, one run.
 bench-replicated: $(BENCH_STAMP) system-packages

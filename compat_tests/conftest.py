@@ -27,6 +27,19 @@ import pytest
 
 READY_PREFIX = "GATEWAY READY "
 READY_DEADLINE_S = 30.0
+WAIT_DEADLINE_S = 30.0
+
+
+def wait_for(condition, what: str, deadline_s: float = WAIT_DEADLINE_S, interval_s: float = 0.1):
+    """Poll `condition` until it returns something true (returned) or the deadline passes."""
+    deadline = time.monotonic() + deadline_s
+    last = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 STOP_DEADLINE_S = 10.0
 
 

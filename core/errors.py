@@ -38,6 +38,10 @@ class PolicyViolation(CoreError):
     pass
 
 
+class BacklogQuotaExceeded(PolicyViolation):
+    """The partition's slowest subscription is further behind than its namespace allows."""
+
+
 class OffsetOutOfRange(CoreError):
     pass
 
@@ -122,6 +126,34 @@ class MemberIdRequired(GroupError):
 
 class FencedInstanceId(GroupError):
     """Another member now holds this static instance id."""
+
+
+class FencedMemberEpoch(GroupError):
+    """A consumer-protocol member sent an epoch that is not its own: it must join again."""
+
+
+class StaleMemberEpoch(GroupError):
+    """An offset commit of a consumer-protocol member carries another epoch than the member's."""
+
+
+class UnreleasedInstanceId(GroupError):
+    """A static member joins with an instance id that a member still in the group holds."""
+
+
+class UnsupportedAssignor(GroupError):
+    """A member asks for a server-side assignor the broker does not have."""
+
+
+class InvalidRegularExpression(GroupError):
+    """A member subscribes with a topic regular expression that does not compile."""
+
+
+class UnsupportedGroupVersion(GroupError):
+    """The request's version cannot express what this group needs (e.g. a member epoch)."""
+
+
+class InvalidGroupRequest(GroupError):
+    """A group request whose fields contradict each other or the member's state."""
 
 
 class NonEmptyGroup(GroupError):

@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from core.clock import Clock
-from core.errors import (CoreError, CorruptRecord, InvalidRecord, NotEnoughReplicas, NotOwner, OffsetOutOfRange,
-                         RecordTooLarge, StorageUnavailable)
+from core.errors import (BacklogQuotaExceeded, CoreError, CorruptRecord, InvalidRecord, NotEnoughReplicas, NotOwner,
+                         OffsetOutOfRange, RecordTooLarge, StorageUnavailable)
 from core.meters import NamespaceMeter
 from core.producer_state import ProducerStates
 from core.records import batch as record_batch
@@ -111,6 +111,7 @@ class Partition:
         # learned again from the log once it is repaired, and appends wait for that.
         self._relearning: asyncio.Task | None = None
         self.meter = NamespaceMeter("", "")   # the core gives every partition of a namespace that namespace's meter
+        self.refusal: str | None = None       # set while appends are refused (core/backlog_quota.py)
 
     @property
     def log_start_offset(self) -> int:
@@ -139,6 +140,8 @@ class Partition:
         """
         if self._relearning is not None:
             raise StorageUnavailable(f"{self.topic}-{self.index} is recovering from a storage failure")
+        if self.refusal is not None:
+            raise BacklogQuotaExceeded(self.refusal)
         try:
             batches = record_batch.split_batches(records)
         except record_batch.CorruptBatch as exc:

@@ -25,6 +25,7 @@ from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
 from core.policies import NamespacePolicies
 from core.registry import Registry, TopicInfo
+from core.backlog_quota import enforce_backlog_quota
 from core.retention import delete_consumed
 from core.tenancy import Tenancy
 from core.topic_config import EffectiveConfig
@@ -41,10 +42,12 @@ RETENTION_CHECK_S = 60.0
 
 class Core:
     def __init__(self, metadata: MetadataStore, logs: ManagedLogFactory, clock: Clock | None = None,
-                 cluster: BrokerCluster | None = None, *, delayed_memory_keys: int | None = None) -> None:
+                 cluster: BrokerCluster | None = None, retention_check_s: float = RETENTION_CHECK_S, *,
+                 delayed_memory_keys: int | None = None) -> None:
         """`cluster`: this broker's membership when several brokers share the storage; None (one
-        process) owns every partition. `delayed_memory_keys`: held (delayed) messages each namespace
-        keeps in memory; the rest wait on storage (None: the default, core/delayed/store.py)."""
+        process) owns every partition. `retention_check_s`: how often retention and backlog quotas
+        are enforced. `delayed_memory_keys`: held (delayed) messages each namespace keeps in memory;
+        the rest wait on storage (None: the default, core/delayed/store.py)."""
         self.metadata = metadata
         self.logs = logs
         self.clock = clock or SystemClock()
@@ -60,6 +63,7 @@ class Core:
         self._last_used: dict[tuple[TopicName, int], float] = {}
         self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
         self._sweeper: asyncio.Task | None = None
+        self._retention_check_s = retention_check_s
         self._takeovers: set[asyncio.Task] = set()
         # delayed messages: held until due, then routed
         self.delayed = DelayedService(self) if delayed_memory_keys is None else \
@@ -280,7 +284,7 @@ class Core:
 
     async def _sweep(self) -> None:
         while True:
-            await self.clock.sleep(RETENTION_CHECK_S)
+            await self.clock.sleep(self._retention_check_s)
             await self.enforce_retention()
             await self.close_idle(IDLE_CLOSE_S)
 
@@ -290,6 +294,7 @@ class Core:
             try:
                 await partition.enforce_retention(now_ms)
                 await delete_consumed(self.metadata, self.clock, key[0], partition)
+                await enforce_backlog_quota(self.metadata, self.clock, key[0], partition)
             except Exception as exc:
                 log.warning("retention of %s-%d failed: %s", key[0], key[1], exc)
 

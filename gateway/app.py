@@ -23,12 +23,14 @@ from typing import Protocol, TextIO
 from core.auth import Permission, UserStore
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.members import BrokerInfo
+from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from core.service import Core
 from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
 from gateway.metrics import GatewayMetrics
 from protocols.amqp import server as amqp_server
+from protocols.amqp.server import AmqpSettings
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
 from protocols.kafka.machine.connection import Limits
@@ -100,12 +102,13 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
                       kafka_config: KafkaConfig | None = None, *, log_dir: str = "", node_id: int = 0,
-                      rack: str | None = None) -> dict[str, ConnectionHandler]:
+                      rack: str | None = None, amqp_consumer_timeout_ms: int = DEFAULT_TIMEOUT_MS
+                      ) -> dict[str, ConnectionHandler]:
     """The connection handler of each protocol listener, each built on the core."""
     host, port = sockets["kafka"].getsockname()[:2]
     kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir,
                                                           node_id=node_id, rack=rack))
-    amqp = amqp_server.make_broker(core)
+    amqp = amqp_server.make_broker(core, AmqpSettings(consumer_timeout_ms=amqp_consumer_timeout_ms or None))
     return {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
 
 
@@ -128,6 +131,8 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
                          group_min_session_timeout_ms=config.group_min_session_timeout_ms,
                          group_max_session_timeout_ms=config.group_max_session_timeout_ms,
                          group_max_size=config.group_max_size,
+                         group_consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+                         group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
                          offsets_retention_minutes=config.offsets_retention_minutes,
                          offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
                          transaction_cleanup_interval_ms=config.transaction_cleanup_interval_ms,
@@ -218,6 +223,7 @@ class Gateway:
             self._broker_id = await broker_id(config, self._storage.metadata)
             self._cluster = BrokerCluster(self._storage.metadata, self._local_broker())
         self._core = Core(self._storage.metadata, self._storage.logs, cluster=self._cluster,
+                          retention_check_s=config.retention_check_interval_ms / 1000,
                           delayed_memory_keys=config.delayed_memory_keys)
         await self._core.start()
         users = UserStore(self._core.metadata)
@@ -232,7 +238,8 @@ class Gateway:
         self._check_stop()
 
         handlers = protocol_handlers(self._core, self._unserved_sockets, config.kafka, log_dir=str(config.data_dir),
-                                     node_id=self._broker_id, rack=config.rack)
+                                     node_id=self._broker_id, rack=config.rack,
+                                     amqp_consumer_timeout_ms=config.amqp_consumer_timeout_ms)
         listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp")]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)
@@ -247,7 +254,8 @@ class Gateway:
         kafka_broker, amqp_broker = handlers["kafka"].broker, handlers["amqp"].broker
         self._core.tenancy.on_namespace_deleted(amqp_broker.queues.forget)
         context = AdminContext(self._core, kafka=kafka_broker, amqp=amqp_broker)
-        admin = AdminServer(admin_socket, create_admin_app(info, self.metrics, context), SHUTDOWN_GRACE_S)
+        admin = AdminServer(admin_socket, create_admin_app(info, self.metrics, context), SHUTDOWN_GRACE_S,
+                            tls=(config.admin_tls_cert, config.admin_tls_key) if config.admin_tls_cert else None)
         self._servers.append(admin)
         for server in (*listeners, admin):
             await server.start()

@@ -44,6 +44,18 @@ def serve(
                                  show_default="allocated at the first start")
     ] = None,
     rack: Annotated[str | None, typer.Option(help="This broker's rack (Kafka's broker.rack).")] = None,
+    retention_check_interval_ms: Annotated[
+        int | None, typer.Option(help="How often retention and namespaces' backlog quotas are enforced.",
+                                 show_default="60000")
+    ] = None,
+    amqp_consumer_timeout_ms: Annotated[
+        int | None, typer.Option(help="How long an AMQP delivery may stay unacknowledged before its channel is "
+                                      "closed (RabbitMQ's consumer_timeout); 0: no limit.", show_default="1800000")
+    ] = None,
+    admin_tls_cert: Annotated[
+        str | None, typer.Option(help="PEM certificate (chain) for HTTPS on the admin port; with --admin-tls-key.")
+    ] = None,
+    admin_tls_key: Annotated[str | None, typer.Option(help="PEM private key of --admin-tls-cert.")] = None,
     kafka_auto_create_topics: Annotated[
         bool | None,
         typer.Option("--kafka-auto-create-topics/--no-kafka-auto-create-topics",
@@ -85,6 +97,14 @@ def serve(
         int | None, typer.Option(help="Most members of one consumer group (Kafka's group.max.size).",
                                  show_default="2147483647")
     ] = None,
+    kafka_group_consumer_session_timeout_ms: Annotated[
+        int | None, typer.Option(help="Session timeout of consumer-protocol (KIP-848) group members "
+                                      "(Kafka's group.consumer.session.timeout.ms).", show_default="45000")
+    ] = None,
+    kafka_group_consumer_heartbeat_interval_ms: Annotated[
+        int | None, typer.Option(help="Heartbeat interval told to consumer-protocol (KIP-848) group members "
+                                      "(Kafka's group.consumer.heartbeat.interval.ms).", show_default="5000")
+    ] = None,
     kafka_offsets_retention_minutes: Annotated[
         int | None, typer.Option(help="Committed offsets of a group empty this long are deleted "
                                       "(Kafka's offsets.retention.minutes).", show_default="10080")
@@ -109,6 +129,10 @@ def serve(
         "log_level": log_level,
         "broker_id": broker_id,
         "rack": rack,
+        "retention_check_interval_ms": retention_check_interval_ms,
+        "amqp_consumer_timeout_ms": amqp_consumer_timeout_ms,
+        "admin_tls_cert": admin_tls_cert,
+        "admin_tls_key": admin_tls_key,
         "kafka_auto_create_topics": kafka_auto_create_topics,
         "kafka_default_partitions": kafka_default_partitions,
         "kafka_advertised_host": kafka_advertised_host,
@@ -120,6 +144,8 @@ def serve(
         "kafka_group_min_session_timeout_ms": kafka_group_min_session_timeout_ms,
         "kafka_group_max_session_timeout_ms": kafka_group_max_session_timeout_ms,
         "kafka_group_max_size": kafka_group_max_size,
+        "kafka_group_consumer_session_timeout_ms": kafka_group_consumer_session_timeout_ms,
+        "kafka_group_consumer_heartbeat_interval_ms": kafka_group_consumer_heartbeat_interval_ms,
         "kafka_offsets_retention_minutes": kafka_offsets_retention_minutes,
         "kafka_offsets_retention_check_interval_ms": kafka_offsets_retention_check_interval_ms,
     }

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from protocols.amqp.vhosts import vhost_namespace
 from storage.config import StorageConfig
 
@@ -31,10 +32,15 @@ ENV_VARS: Mapping[str, str] = {
     "log_level": "GATEWAY_LOG_LEVEL",
     "broker_id": "GATEWAY_BROKER_ID",
     "rack": "GATEWAY_RACK",
+    "retention_check_interval_ms": "GATEWAY_RETENTION_CHECK_INTERVAL_MS",
+    "amqp_consumer_timeout_ms": "GATEWAY_AMQP_CONSUMER_TIMEOUT_MS",
+    "admin_tls_cert": "GATEWAY_ADMIN_TLS_CERT",
+    "admin_tls_key": "GATEWAY_ADMIN_TLS_KEY",
     "delayed_memory_keys": "GATEWAY_DELAYED_MEMORY_KEYS",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
-INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "delayed_memory_keys")
+INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
+                "delayed_memory_keys")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
@@ -56,6 +62,8 @@ KAFKA_SETTINGS: Mapping[str, type] = {
     "group_min_session_timeout_ms": int,
     "group_max_session_timeout_ms": int,
     "group_max_size": int,
+    "group_consumer_session_timeout_ms": int,
+    "group_consumer_heartbeat_interval_ms": int,
     "offsets_retention_minutes": int,
     "offsets_retention_check_interval_ms": int,
     "transaction_cleanup_interval_ms": int,
@@ -64,6 +72,7 @@ KAFKA_ENV_VARS: Mapping[str, str] = {name: f"GATEWAY_KAFKA_{name.upper()}" for n
 KAFKA_FLAG_PREFIX = "kafka_"
 MIN_FRAME_BYTES = 1024          # below this not even a Metadata response fits
 MAX_FRAME_BYTES = 0x7FFFFFFF    # a frame's size is an int32 on the wire
+MAX_TIMEOUT_MS = 0x7FFFFFFF     # about 24.8 days
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("0", "false", "no", "off")
 
@@ -87,6 +96,8 @@ class KafkaConfig:
     group_min_session_timeout_ms: int = 6_000     # Kafka's group.min.session.timeout.ms
     group_max_session_timeout_ms: int = 1_800_000  # Kafka's group.max.session.timeout.ms
     group_max_size: int = 0x7FFFFFFF              # Kafka's group.max.size: members per group
+    group_consumer_session_timeout_ms: int = 45_000     # Kafka's group.consumer.session.timeout.ms
+    group_consumer_heartbeat_interval_ms: int = 5_000   # Kafka's group.consumer.heartbeat.interval.ms
     offsets_retention_minutes: int = 10_080       # Kafka's offsets.retention.minutes (7 days)
     offsets_retention_check_interval_ms: int = 600_000   # Kafka's offsets.retention.check.interval.ms
     # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often transactions
@@ -116,10 +127,15 @@ class KafkaConfig:
                               f"got {self.group_initial_rebalance_delay_ms!r}")
         for key, low in (("group_min_session_timeout_ms", 0), ("group_max_session_timeout_ms", 0),
                          ("group_max_size", 1), ("offsets_retention_minutes", 1),
+                         ("group_consumer_session_timeout_ms", 1), ("group_consumer_heartbeat_interval_ms", 1),
                          ("offsets_retention_check_interval_ms", 1)):
             value = getattr(self, key)
             if not _is_int(value) or not low <= value <= 0x7FFFFFFF:
                 raise ConfigError(f"kafka.{key} must be an integer in {low}..2147483647, got {value!r}")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ConfigError(f"kafka.group_consumer_heartbeat_interval_ms ({self.group_consumer_heartbeat_interval_ms}) "
+                              f"must be below kafka.group_consumer_session_timeout_ms "
+                              f"({self.group_consumer_session_timeout_ms})")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError(f"kafka.group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) is above "
                               f"kafka.group_max_session_timeout_ms ({self.group_max_session_timeout_ms})")
@@ -228,6 +244,15 @@ class GatewayConfig:
     broker_id: int | None = None
     rack: str | None = None
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # How often the core enforces retention and namespaces' backlog quotas (Kafka's
+    # log.retention.check.interval.ms; Pulsar checks backlog quotas every 60 s).
+    retention_check_interval_ms: int = 60_000
+    # RabbitMQ's consumer_timeout: an AMQP channel holding a delivery unacknowledged longer than this
+    # is closed (queues may set their own, x-consumer-timeout); 0: no limit.
+    amqp_consumer_timeout_ms: int = DEFAULT_TIMEOUT_MS
+    # HTTPS on the admin port: a PEM certificate (chain) and its private key; both or neither.
+    admin_tls_cert: str | None = None
+    admin_tls_key: str | None = None
     # Keys of held (delayed) messages each namespace keeps in memory; the rest wait on storage.
     delayed_memory_keys: int = 100_000
 
@@ -249,6 +274,18 @@ class GatewayConfig:
                               f"got {self.delayed_memory_keys!r}")
         if not isinstance(self.data_dir, Path):
             raise ConfigError(f"data_dir must be a path, got {self.data_dir!r}")
+        if not _is_int(self.retention_check_interval_ms) or not 10 <= self.retention_check_interval_ms <= 86_400_000:
+            raise ConfigError("retention_check_interval_ms must be an integer in 10..86400000, "
+                              f"got {self.retention_check_interval_ms!r}")
+        if not _is_int(self.amqp_consumer_timeout_ms) or not 0 <= self.amqp_consumer_timeout_ms <= MAX_TIMEOUT_MS:
+            raise ConfigError(f"amqp_consumer_timeout_ms must be an integer in 0..{MAX_TIMEOUT_MS} (0: no limit), "
+                              f"got {self.amqp_consumer_timeout_ms!r}")
+        if (self.admin_tls_cert is None) != (self.admin_tls_key is None):
+            raise ConfigError("admin_tls_cert and admin_tls_key go together: give both or neither")
+        for name in ("admin_tls_cert", "admin_tls_key"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"{name}: no such file {path!r}")
 
 
 def resolve_config(

@@ -8,6 +8,8 @@ import pytest
 ADMIN = ("root", "root-secret")
 
 CONFIG = """
+retention_check_interval_ms = 200    # backlog quotas are enforced by this sweep
+
 [kafka]
 sasl_mechanisms = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
 # The users these tests create at runtime may do anything: the tests are about logging in.

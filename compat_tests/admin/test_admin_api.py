@@ -4,23 +4,12 @@ they are deleted; the views of topics, subscriptions and connections."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import httpx
 import pytest
 
-DEADLINE_S = 20.0
-
-
-def wait_for(condition, what: str, deadline_s: float = DEADLINE_S):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+from compat_tests.conftest import wait_for
 
 
 def unique(prefix: str) -> str:

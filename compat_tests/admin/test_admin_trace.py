@@ -7,17 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 
-DEADLINE_S = 20.0
-
-
-def wait_for(condition, what: str):
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+from compat_tests.conftest import wait_for
 
 
 def test_trace_of_a_kafka_and_an_amqp_message(admin_gateway, api):

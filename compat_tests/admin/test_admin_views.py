@@ -4,21 +4,9 @@ knows of) and an AMQP queue, each with its consumers' client ids and addresses."
 
 from __future__ import annotations
 
-import time
 import uuid
 
-DEADLINE_S = 30.0
-
-
-def wait_for(condition, what: str):
-    deadline = time.monotonic() + DEADLINE_S
-    last = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+from compat_tests.conftest import wait_for
 
 
 def test_subscriptions_of_both_protocols_with_their_consumers(admin_gateway, api):
@@ -83,10 +71,12 @@ def test_subscriptions_of_both_protocols_with_their_consumers(admin_gateway, api
     assert loose[0]["address"].startswith("127.0.0.1:")
     queue = next(s for key, s in found.items() if key[0] == "amqp-queue")
     assert queue["name"] == "inbox" and queue["partitions"][0]["backlog"] == 3   # delivered, none acked
+    assert queue["subscription_type"] == "shared"
     assert [(c["client_id"], c["consumer_tag"]) for c in queue["consumers"]] == [("mailer", "mailer-1")]
 
     queues = api.get(f"/tenants/{tenant}/namespaces/ns/queues").json()
-    assert [(q["name"], q["messages"], len(q["consumers"])) for q in queues] == [("inbox", 3, 1)]
+    assert [(q["name"], q["messages"], len(q["consumers"]), q["subscription_type"], q["parked_groups"])
+            for q in queues] == [("inbox", 3, 1, "shared", [])]
     exchanges = {e["name"]: e for e in api.get(f"/tenants/{tenant}/namespaces/ns/exchanges").json()}
     assert exchanges["mail"]["type"] == "topic"
     assert [(b["destination"], b["key"]) for b in exchanges["mail"]["bindings"]] == [("inbox", "mail.#")]
@@ -102,3 +92,41 @@ def test_subscriptions_of_both_protocols_with_their_consumers(admin_gateway, api
     grouped.close()
     amqp.close()
     api.delete("/users/writer").raise_for_status()
+
+
+def test_a_parked_message_group_is_shown_and_released(admin_gateway, api):
+    """A key-shared queue whose message exhausted its deliveries parks its group: the queue view
+    lists it, and releasing it lets the group's next message out."""
+    import pika
+
+    queue = f"parked-{uuid.uuid4().hex[:6]}"
+    amqp = pika.BlockingConnection(pika.ConnectionParameters(*admin_gateway.amqp))
+    try:
+        channel = amqp.channel()
+        channel.queue_declare(queue, arguments={"x-subscription-type": "key-shared", "x-delivery-limit": 1})
+        for body in (b"poison", b"next"):
+            channel.basic_publish("", queue, body, pika.BasicProperties(headers={"x-group-id": "order-9"}))
+        got = []
+        channel.basic_qos(prefetch_count=10)
+        channel.basic_consume(queue, lambda ch, method, _props, body: got.append((method.delivery_tag, body)))
+
+        def next_delivery():
+            amqp.process_data_events(time_limit=0.2)
+            return got.pop(0) if got else None
+        for _ in range(2):                       # delivered twice, then dead: the group parks
+            tag, body = wait_for(next_delivery, "a delivery")
+            assert body == b"poison"
+            channel.basic_nack(tag, requeue=True)
+
+        def parked():
+            amqp.process_data_events(time_limit=0.2)
+            views = api.get("/tenants/public/namespaces/default/queues").json()
+            return next(q for q in views if q["name"] == queue)["parked_groups"]
+        assert [g["group"] for g in wait_for(parked, "the group to park")] == ["order-9"]
+        assert got == []
+        release = f"/tenants/public/namespaces/default/queues/{queue}/parked-groups/order-9/release"
+        assert api.post(release).status_code == 204
+        assert wait_for(next_delivery, "the group's next message")[1] == b"next"
+        assert api.post(release).status_code == 404
+    finally:
+        amqp.close()

@@ -8,6 +8,13 @@ offsets stay stored). A group "exists" while it is in memory or has a stored rec
 deleted, and the group with them (Kafka's offsets.retention.minutes): a group counts as Empty
 since its last commit or, when it had members in this process, since the last one left.
 
+Two kinds of group share one id space: classic groups (group.py: JoinGroup, SyncGroup, ...) and
+consumer-protocol groups (consumer_group.py, KIP-848: the broker assigns). As in Kafka, an Empty
+group of one kind becomes the other kind when a member of the other protocol joins (its committed
+offsets stay); a group with members refuses the other protocol: a consumer heartbeat to a classic
+group is GroupNotFound ("not a consumer group"), a JoinGroup to a consumer group is
+InconsistentGroupProtocol, and the classic member APIs find no such member (UnknownMember).
+
 Owned by the event loop. Group operations are synchronous state changes (group.py); only loading
 a group and reading or writing offsets await. JoinGroup and SyncGroup return once the rebalance
 they wait for completes.
@@ -23,16 +30,20 @@ from typing import Protocol
 from core.clock import Clock
 from core.cluster.bundles import Bundle, group_bundle
 from core.errors import (CoreError, GroupError, GroupNotFound, GroupSubscribedToTopic, IllegalGeneration,
-                         InvalidGroupId, InvalidName, InvalidSessionTimeout, NonEmptyGroup, NotCoordinator,
-                         OffsetMetadataTooLarge, UnknownMember, UnknownTopic)
+                         InconsistentGroupProtocol, InvalidGroupId, InvalidName, InvalidSessionTimeout, NonEmptyGroup,
+                         NotCoordinator, OffsetMetadataTooLarge, UnknownMember, UnknownTopic)
+from core.groups.consumer_group import (CONSUMER_PROTOCOL_TYPE, JOIN_EPOCH, ConsumerGroup, ConsumerGroupSummary,
+                                       HeartbeatAnswer, matching, pattern)
 from core.groups.group import MembershipGroup, Protocols
 from core.groups.naming import storage_name
 from core.groups.settings import GroupSettings
 from core.groups.state import GroupState, parse_state
 from core.groups.store import GroupKey, GroupRecord, GroupStore, TopicPartition
 from core.groups.timers import Deadlines
-from core.groups.values import GroupOverview, GroupSummary, JoinResult, OffsetAndMetadata, SyncResult
+from core.groups.values import (GroupOverview, GroupSummary, JoinResult, MemberSummary, OffsetAndMetadata,
+                                SyncResult)
 from core.names import TopicName
+from core.registry import TopicInfo
 from core.service import Core
 
 log = logging.getLogger("gateway.core")
@@ -40,6 +51,9 @@ log = logging.getLogger("gateway.core")
 # Given a group's protocol type, chosen protocol and its members' metadata for it: the topics the
 # members consume, or None when the protocol type is not one whose subscriptions are understood.
 ConsumedTopics = Callable[[str | None, str | None, list[bytes]], set[str] | None]
+# The rack (room) a partition of the namespace lives in, for rack-aware assignors; None: unknown.
+PartitionRack = Callable[[TopicName, int], str | None]
+AnyGroup = MembershipGroup | ConsumerGroup
 
 class GroupObserver(Protocol):
     """Told of every change to what the coordinator stores or settles (e.g. to keep a log of them,
@@ -78,7 +92,7 @@ class GroupCoordinator:
         self._clock = clock or core.clock
         self._core = core
         self._store = GroupStore(core)
-        self._groups: dict[GroupKey, MembershipGroup] = {}
+        self._groups: dict[GroupKey, AnyGroup] = {}
         self._records: dict[GroupKey, GroupRecord] = {}
         self._deadlines: Deadlines[GroupKey] = Deadlines(self._clock, self._on_due)
         self._expiry: asyncio.Task | None = None
@@ -114,7 +128,7 @@ class GroupCoordinator:
         low, high = self.settings.min_session_timeout_ms, self.settings.max_session_timeout_ms
         if not low <= session_timeout_ms <= high:
             raise InvalidSessionTimeout(f"session timeout {session_timeout_ms} ms is outside {low}..{high} ms")
-        group = await self._find(key, create=member_id == "")
+        group = await self._classic(key, create=member_id == "")
         if group is None:
             raise UnknownMember(f"group {key.group_id} does not exist")
         try:
@@ -131,8 +145,8 @@ class GroupCoordinator:
                    assignments: Mapping[str, bytes]) -> SyncResult:
         self._check_group_id(key, allow_empty=False)
         group = await self._find(key)
-        if group is None:
-            raise UnknownMember(f"group {key.group_id} does not exist")
+        if not isinstance(group, MembershipGroup):
+            raise UnknownMember(f"group {key.group_id} has no classic member {member_id!r}")
         try:
             waiter = group.sync(member_id=member_id, instance_id=instance_id, generation=generation,
                                 protocol_type=protocol_type, protocol_name=protocol_name, assignments=assignments)
@@ -143,8 +157,8 @@ class GroupCoordinator:
     async def heartbeat(self, key: GroupKey, *, member_id: str, instance_id: str | None, generation: int) -> None:
         self._check_group_id(key, allow_empty=False)
         group = await self._find(key)
-        if group is None:
-            raise UnknownMember(f"group {key.group_id} does not exist")
+        if not isinstance(group, MembershipGroup):
+            raise UnknownMember(f"group {key.group_id} has no classic member {member_id!r}")
         try:
             group.heartbeat(member_id=member_id, instance_id=instance_id, generation=generation)
         finally:
@@ -154,21 +168,83 @@ class GroupCoordinator:
         """Each leaving member's error (None: it left). Raises only for the group id itself."""
         self._check_group_id(key, allow_empty=False)
         group = await self._find(key)
-        if group is None:
-            return [UnknownMember(f"group {key.group_id} does not exist") for _ in members]
+        if not isinstance(group, MembershipGroup):
+            return [UnknownMember(f"group {key.group_id} has no classic members") for _ in members]
         try:
             return group.leave(members)
         finally:
             self._watch(key, group)
 
+    async def consumer_heartbeat(self, key: GroupKey, *, member_id: str, member_epoch: int,
+                                 instance_id: str | None, rack: str | None, rebalance_timeout_ms: int,
+                                 topics: Sequence[str] | None, regex: str | None, assignor: str | None,
+                                 owned: Iterable[tuple[str, int]] | None, client_id: str, client_host: str,
+                                 partition_rack: PartitionRack) -> tuple[HeartbeatAnswer, dict[str, str]]:
+        """A consumer-protocol heartbeat (consumer_group.py). `owned` names topics by id (hex).
+        Returns the answer and the id of every topic its assignment names."""
+        if regex:
+            pattern(regex)      # an invalid expression is refused before the group is touched
+        self._check_group_id(key, allow_empty=False)
+        group = await self._find(key, create=member_epoch == JOIN_EPOCH, consumer=True)
+        if group is None:
+            # Unknown here (deleted, or never stored): the member joins again, as after a fencing.
+            raise UnknownMember(f"group {key.group_id} does not exist")
+        if isinstance(group, MembershipGroup):
+            if group.state is not GroupState.EMPTY:
+                raise GroupNotFound(f"group {key.group_id} is not a consumer group")
+            group.mark_dead()
+            record = self._records[key]
+            record.group_type = CONSUMER_PROTOCOL_TYPE
+            group = self._install(key, self._new_group(key, record))
+            log.info("group %s of %s/%s: now a consumer group", key.group_id, key.tenant, key.namespace)
+        assert isinstance(group, ConsumerGroup)
+        regexes = group.regexes() | ({regex} if regex else set())
+        namespace_topics: list[str] = []
+        if regexes:   # matched against every topic of the namespace, on every heartbeat
+            namespace_topics = await self._core.registry.list_topics(key.tenant, key.namespace)
+        wanted = group.subscribed_topics() | set(topics or ()) | matching(regexes, namespace_topics)
+        infos = await self._topic_infos(key, wanted)
+        if self._groups.get(key) is not group:   # replaced or dropped while the topics were read
+            raise NotCoordinator(f"group {key.group_id} changed meanwhile; try again")
+        names = {info.topic_id: name for name, info in infos.items()}
+        layouts = {name: tuple(partition_rack(TopicName.of(name, key.tenant, key.namespace), index)
+                               for index in range(info.partitions)) for name, info in infos.items()}
+        try:
+            answer = group.heartbeat(
+                member_id=member_id, member_epoch=member_epoch, instance_id=instance_id, rack=rack,
+                rebalance_timeout_ms=rebalance_timeout_ms, topics=None if topics is None else set(topics),
+                regex=regex, namespace_topics=namespace_topics,
+                assignor=assignor, client_id=client_id, client_host=client_host, layouts=layouts,
+                owned=None if owned is None else {(names[t], i) for t, i in owned if t in names})
+        finally:
+            self._watch(key, group)
+        record = self._records[key]
+        if group.group_epoch != record.group_epoch or not record.stored:
+            record.group_type, record.group_epoch = CONSUMER_PROTOCOL_TYPE, group.group_epoch
+            await self._store.save(key, record)
+        ids = {topic: infos[topic].topic_id for topic, _ in answer.assignment or () if topic in infos}
+        return answer, ids
+
+    async def _topic_infos(self, key: GroupKey, topics: Iterable[str]) -> dict[str, TopicInfo]:
+        """The descriptions of those of `topics` that exist (cached by the registry)."""
+        found = {}
+        for topic in sorted(topics):
+            try:
+                found[topic] = await self._core.registry.get_topic(TopicName.of(topic, key.tenant, key.namespace))
+            except (UnknownTopic, InvalidName):
+                continue
+        return found
+
     # --- offsets ----------------------------------------------------------------------------------
 
     async def commit_offsets(self, key: GroupKey, offsets: Mapping[TopicPartition, OffsetAndMetadata], *,
                              member_id: str = "", instance_id: str | None = None, generation: int = -1,
-                             check_membership: bool = True) -> dict[TopicPartition, CoreError | None]:
+                             check_membership: bool = True, epoch_aware: bool = True
+                             ) -> dict[TopicPartition, CoreError | None]:
         """Commit offsets; each partition's error (None: committed and durable). Partitions that do
         not exist fail alone; the group's refusals apply to the rest. Without `check_membership`
-        (Kafka's v0 commits) the group's state is not consulted."""
+        (Kafka's v0 commits) the group's state is not consulted. Members of consumer-protocol
+        groups commit at their member epoch, in requests that can say so (`epoch_aware`)."""
         results: dict[TopicPartition, CoreError | None] = {}
         self._check_group_id(key, allow_empty=True)
         valid: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -185,7 +261,11 @@ class GroupCoordinator:
             return results | {tp: error for tp in valid}
         if check_membership:
             try:
-                group.validate_commit(member_id=member_id, instance_id=instance_id, generation=generation)
+                if isinstance(group, ConsumerGroup):
+                    group.validate_commit(member_id=member_id, generation=generation, partitions=valid,
+                                          epoch_aware=epoch_aware)
+                else:
+                    group.validate_commit(member_id=member_id, instance_id=instance_id, generation=generation)
             except GroupError as exc:
                 return results | {tp: exc for tp in valid}
             finally:
@@ -233,8 +313,10 @@ class GroupCoordinator:
             raise GroupNotFound(f"group {key.group_id} does not exist")
         eligible = existing
         if group.state is not GroupState.EMPTY:
-            if group.protocol_name is None:
-                topics: set[str] | None = {topic for topic, _ in existing}   # subscriptions not known yet
+            if isinstance(group, ConsumerGroup):
+                topics: set[str] | None = set(group.subscribed_topics())
+            elif group.protocol_name is None:
+                topics = {topic for topic, _ in existing}   # subscriptions not known yet
             else:
                 topics = consumed_topics(group.protocol_type, group.protocol_name, group.member_metadata())
             if topics is None:
@@ -259,6 +341,19 @@ class GroupCoordinator:
         group = await self._find(key)
         if group is None:
             return GroupSummary(key.group_id, GroupState.DEAD.value, "", "")
+        if isinstance(group, ConsumerGroup):   # as the classic API can show it: no metadata, no assignment
+            return GroupSummary(key.group_id, group.state.value, CONSUMER_PROTOCOL_TYPE, "", tuple(
+                MemberSummary(m.member_id, m.instance_id, m.client_id, m.client_host, b"", b"")
+                for m in group.members.values()))
+        return group.summary()
+
+    async def describe_consumer_group(self, key: GroupKey) -> ConsumerGroupSummary:
+        """A consumer-protocol group in full (GroupNotFound: none, or a classic group)."""
+        self._check_group_id(key, allow_empty=True)
+        group = await self._find(key)
+        if not isinstance(group, ConsumerGroup):
+            raise GroupNotFound(f"group {key.group_id} is not a consumer group" if group is not None
+                                else f"group {key.group_id} does not exist")
         return group.summary()
 
     async def list_groups(self, tenant: str, namespace: str, states: Iterable[str] = ()) -> list[GroupOverview]:
@@ -272,7 +367,8 @@ class GroupCoordinator:
                 continue
             record = await self._store.load(GroupKey(tenant, namespace, group_id))   # not in memory: Empty
             if record is not None:
-                found[group_id] = GroupOverview(group_id, record.protocol_type or "", GroupState.EMPTY.value)
+                found[group_id] = GroupOverview(group_id, record.protocol_type or record.group_type or "",
+                                                GroupState.EMPTY.value)
         overviews = sorted(found.values(), key=lambda o: o.group_id)
         if wanted:
             overviews = [o for o in overviews if parse_state(o.state) in wanted]
@@ -344,22 +440,24 @@ class GroupCoordinator:
             return
         self._watch(key, group)
 
-    def _watch(self, key: GroupKey, group: MembershipGroup) -> None:
+    def _watch(self, key: GroupKey, group: AnyGroup) -> None:
         """Called after every change to a group: re-arm its timer, tell the observer what settled."""
         self._deadlines.schedule(key, group.next_deadline())
         settled = (group.generation, group.state)
-        if (group.state in (GroupState.STABLE, GroupState.EMPTY)
+        if (isinstance(group, MembershipGroup) and group.state in (GroupState.STABLE, GroupState.EMPTY)
                 and self._settled.get(key, (0, GroupState.EMPTY)) != settled):
             self._settled[key] = settled
             self.observer.group_settled(key, group)
 
     # --- groups -----------------------------------------------------------------------------------
 
-    def group(self, key: GroupKey) -> MembershipGroup | None:
+    def group(self, key: GroupKey) -> AnyGroup | None:
         """The group if it is in memory (for inspection)."""
         return self._groups.get(key)
 
-    async def _find(self, key: GroupKey, *, create: bool = False) -> MembershipGroup | None:
+    async def _find(self, key: GroupKey, *, create: bool = False, consumer: bool = False) -> AnyGroup | None:
+        """The group, loaded from its record if need be; a new one (consumer-protocol if `consumer`)
+        if it does not exist and `create`."""
         group = self._groups.get(key)
         if group is not None:
             return group
@@ -370,11 +468,33 @@ class GroupCoordinator:
         if record is None:
             if not create:
                 return None
-            record = GroupRecord()
-        group = MembershipGroup(key.group_id, self._clock, self.settings, protocol_type=record.protocol_type)
-        self._groups[key] = group
+            record = GroupRecord(group_type=CONSUMER_PROTOCOL_TYPE if consumer else None)
         self._records[key] = record
+        return self._install(key, self._new_group(key, record))
+
+    def _new_group(self, key: GroupKey, record: GroupRecord) -> AnyGroup:
+        if record.group_type == CONSUMER_PROTOCOL_TYPE:
+            return ConsumerGroup(key.group_id, self._clock, self.settings, group_epoch=record.group_epoch)
+        return MembershipGroup(key.group_id, self._clock, self.settings, protocol_type=record.protocol_type)
+
+    def _install(self, key: GroupKey, group: AnyGroup) -> AnyGroup:
+        self._groups[key] = group
         self._watch(key, group)
+        return group
+
+    async def _classic(self, key: GroupKey, *, create: bool) -> MembershipGroup | None:
+        group = await self._find(key, create=create)
+        if isinstance(group, ConsumerGroup):
+            if group.state is not GroupState.EMPTY:
+                raise InconsistentGroupProtocol(f"group {key.group_id} is a consumer group with members", member_id="")
+            record = self._records[key]
+            record.group_type = None
+            group.mark_dead()
+            group = self._install(key, self._new_group(key, record))
+            log.info("group %s of %s/%s: now a classic group", key.group_id, key.tenant, key.namespace)
+            if record.stored:
+                await self._store.save(key, record)
+        assert group is None or isinstance(group, MembershipGroup)
         return group
 
     def _drop(self, key: GroupKey) -> None:

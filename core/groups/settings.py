@@ -23,3 +23,6 @@ class GroupSettings:
     # How long an Empty group stays in memory; its committed offsets stay stored, and the group is
     # loaded again from them when next used.
     empty_group_idle_ms: int = 600_000
+    # Consumer-protocol (KIP-848) groups: the broker decides the session and heartbeat timing.
+    consumer_session_timeout_ms: int = 45_000     # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval_ms: int = 5_000   # group.consumer.heartbeat.interval.ms

@@ -17,6 +17,9 @@ class GroupState(enum.Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
+    # Consumer-protocol (KIP-848) groups also pass through these (consumer_group.py):
+    ASSIGNING = "Assigning"        # the group epoch moved on; its target assignment is not computed yet
+    RECONCILING = "Reconciling"    # some members have not reached the target assignment yet
 
 
 # The states each state may be entered from.
@@ -26,6 +29,8 @@ VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
     GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
     GroupState.DEAD: frozenset(GroupState),
+    GroupState.ASSIGNING: frozenset(),       # never entered by a classic group
+    GroupState.RECONCILING: frozenset(),
 }
 
 

@@ -4,13 +4,16 @@ Each committed offset is a core cursor on its partition, named after the group (
 the offset as its position and the commit's metadata string. Next to them, one record per group:
 
     /groups/<tenant>/<namespace>/<stored name>   {"protocol_type": str | null,
-                                                   "partitions": {topic: [partition, ...]}}
+                                                   "partitions": {topic: [partition, ...]},
+                                                   "group_type": "consumer", "group_epoch": int}
 
 listing the partitions the group has committed on, so "all offsets of a group" and "every group of
 a namespace" need no scan of the topics. The record is written before the cursors it lists, so it
 may name a cursor that does not exist (a crash in between, a deleted topic); such entries read as
 "no offset". Members, generations and assignments are not stored: after a restart a group is
-Empty and its members join again.
+Empty and its members join again. The last two keys mark a consumer-protocol (KIP-848) group,
+stored as soon as it has members and whenever its epoch moves, so that after a restart its members
+find it (they join again, and its epochs go on from the stored one).
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class GroupRecord:
     protocol_type: str | None = None
     partitions: dict[str, set[int]] = field(default_factory=dict)
     stored: bool = False
+    group_type: str | None = None      # "consumer": a consumer-protocol group; None: classic
+    group_epoch: int = 0
 
     def covers(self, partitions: Iterable[TopicPartition]) -> bool:
         return all(index in self.partitions.get(topic, ()) for topic, index in partitions)
@@ -64,14 +69,17 @@ class GroupRecord:
         return [(topic, index) for topic in sorted(self.partitions) for index in sorted(self.partitions[topic])]
 
     def to_json(self) -> bytes:
-        return json.dumps({"protocol_type": self.protocol_type,
-                           "partitions": {t: sorted(p) for t, p in sorted(self.partitions.items())}},
-                          separators=(",", ":")).encode()
+        doc: dict = {"protocol_type": self.protocol_type,
+                     "partitions": {t: sorted(p) for t, p in sorted(self.partitions.items())}}
+        if self.group_type is not None:
+            doc |= {"group_type": self.group_type, "group_epoch": self.group_epoch}
+        return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> "GroupRecord":
         doc = json.loads(raw)
-        return cls(doc.get("protocol_type"), {t: set(p) for t, p in doc.get("partitions", {}).items()}, True)
+        return cls(doc.get("protocol_type"), {t: set(p) for t, p in doc.get("partitions", {}).items()}, True,
+                   doc.get("group_type"), doc.get("group_epoch", 0))
 
 
 class GroupStore:
@@ -118,6 +126,13 @@ class GroupStore:
             await cursor.flush()
 
         await asyncio.gather(*(write(tp, committed) for tp, committed in offsets.items()))
+
+    @_core_errors
+    async def save(self, key: GroupKey, record: GroupRecord) -> None:
+        """Store the record as it is now (its group's type and epoch); durable when it returns."""
+        async with self._record_lock:
+            await self._metadata.put(self.record_path(key), record.to_json())
+            record.stored = True
 
     @_core_errors
     async def fetch(self, key: GroupKey, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:

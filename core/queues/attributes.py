@@ -9,6 +9,8 @@ and strips them again when it delivers. Values are ASCII text.
     queue.transient     "1": need not outlive a restart of the gateway
     queue.delay-until   the wall-clock ms before which the message must not be routed
     queue.death         the message's dead-letter history (JSON; layout in core/queues/dead_letter.py)
+    queue.group         the message group (bytes as published): one consumer at a time, in order,
+                        on a key-shared queue (core/queues/groups.py)
 
 The exchange a message was published through is `amqp.exchange` (EXCHANGE): exchanges are the
 core's, the header keeps the name under which AMQP publishes first stored it.
@@ -26,6 +28,7 @@ PRIORITY = "queue.priority"
 TRANSIENT = "queue.transient"
 DELAY_UNTIL = "queue.delay-until"
 DEATH = "queue.death"
+GROUP = "queue.group"
 EXCHANGE = "amqp.exchange"
 
 

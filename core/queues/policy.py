@@ -18,11 +18,25 @@ comparison of a redeclare with the queue as it is.
                                                20 when absent (RabbitMQ 4), < 0 unlimited
     x-max-priority           int 0..255        (classic only) a priority queue (core/queues/priority.py)
     x-single-active-consumer bool              only the earliest registered consumer still there
-                                               receives; the others wait in order
+                                               receives; the others wait in order (= failover)
+    x-subscription-type      shared | exclusive | failover | key-shared
+                                               how the queue's consumers share it (default shared);
+                                               exclusive: one consumer at a time, others refused;
+                                               failover: x-single-active-consumer; key-shared: FIFO
+                                               message groups (core/queues/groups.py)
+    x-group-poison-policy    block | skip      (key-shared only) a message over the delivery limit
+                                               parks its group (block, the default) or the group
+                                               moves on (skip); dead-lettered either way
+    x-delivery-limit         int               also taken by a classic key-shared queue
     x-queue-mode             default | lazy    accepted (every queue is on disk), compared on redeclare
+    x-consumer-timeout       int >= 0 (ms)     a delivery unacknowledged longer than this closes the
+                                               channel holding it (core/queues/ack_timeout.py); the
+                                               broker's default when absent. Compared on redeclare of
+                                               a quorum queue only, as RabbitMQ does
     x-requeue-delay          int >= 0 (ms)     a message nacked or rejected with requeue=true goes back
                                                to the tail of the queue this much later (held by
-                                               core/delayed, so it survives a restart); 0: at once
+                                               core/delayed, so it survives a restart); 0: at once;
+                                               not on key-shared queues (it would reorder a group)
 
 Refused as not implemented (never silently ignored): UNSUPPORTED_ARGUMENTS. Other arguments are
 kept and ignored, as RabbitMQ does.
@@ -37,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import InequivalentDeclaration, InvalidArgument
+from core.queues.groups import BLOCK, POISON_POLICIES
 
 CLASSIC, QUORUM = "classic", "quorum"
 QUEUE_TYPES = (CLASSIC, QUORUM)
@@ -57,6 +72,11 @@ MAX_PRIORITY = "x-max-priority"
 SINGLE_ACTIVE = "x-single-active-consumer"
 QUEUE_MODE = "x-queue-mode"
 REQUEUE_DELAY = "x-requeue-delay"
+SUBSCRIPTION_TYPE = "x-subscription-type"
+GROUP_POISON_POLICY = "x-group-poison-policy"
+CONSUMER_TIMEOUT = "x-consumer-timeout"
+SHARED, EXCLUSIVE, FAILOVER, KEY_SHARED = "shared", "exclusive", "failover", "key-shared"
+SUBSCRIPTION_TYPES = (SHARED, EXCLUSIVE, FAILOVER, KEY_SHARED)
 MAX_SUPPORTED_PRIORITY = 255       # RabbitMQ's limit
 QUEUE_MODES = ("default", "lazy")
 UNSUPPORTED_ARGUMENTS = frozenset({
@@ -67,9 +87,9 @@ UNSUPPORTED_ARGUMENTS = frozenset({
 # a queue type's own arguments for equivalence).
 _COMMON = (EXPIRES, MESSAGE_TTL, DEAD_LETTER_EXCHANGE, DEAD_LETTER_ROUTING_KEY, MAX_LENGTH, MAX_LENGTH_BYTES,
            OVERFLOW, QUEUE_TYPE)
-EQUIVALENT_ARGUMENTS = {CLASSIC: _COMMON + (QUEUE_MODE,), QUORUM: _COMMON + (DELIVERY_LIMIT,)}
+EQUIVALENT_ARGUMENTS = {CLASSIC: _COMMON + (QUEUE_MODE,), QUORUM: _COMMON + (DELIVERY_LIMIT, CONSUMER_TIMEOUT)}
 # ... and those compared whatever the type.
-_ALWAYS_EQUIVALENT = (QUEUE_MODE, MAX_PRIORITY, SINGLE_ACTIVE, REQUEUE_DELAY)
+_ALWAYS_EQUIVALENT = (QUEUE_MODE, MAX_PRIORITY, SINGLE_ACTIVE, SUBSCRIPTION_TYPE, GROUP_POISON_POLICY, REQUEUE_DELAY)
 # Arguments only one queue type takes (as RabbitMQ 3.10+: a classic queue refuses x-delivery-limit,
 # a quorum queue x-max-priority).
 _TYPE_ONLY = {DELIVERY_LIMIT: QUORUM, MAX_PRIORITY: CLASSIC}
@@ -87,8 +107,14 @@ class QueuePolicy:
     overflow: str = DROP_HEAD
     delivery_limit: int | None = None           # None: unlimited
     max_priority: int = 0                       # 0: not a priority queue
-    single_active: bool = False
+    subscription_type: str = SHARED
+    group_poison_policy: str = BLOCK            # key-shared: what a poison message does to its group
+    consumer_timeout_ms: int | None = None      # None: the broker's default acknowledgement timeout
     requeue_delay_ms: int = 0                   # > 0: a requeued message returns to the tail this much later
+
+    @property
+    def single_active(self) -> bool:
+        return self.subscription_type == FAILOVER
 
     @property
     def limits_length(self) -> bool:
@@ -105,8 +131,9 @@ class QueuePolicy:
                                   ("auto-delete", auto_delete)):
                 if flag:
                     raise InvalidArgument(f"invalid property '{refused}' for queue '{name}'")
+        subscription_type = subscription_type_of(name, arguments)
         for arg, only in _TYPE_ONLY.items():
-            if arg in arguments and queue_type != only:
+            if arg in arguments and queue_type != only and not (arg == DELIVERY_LIMIT and subscription_type == KEY_SHARED):
                 raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}' of queue type "
                                       f"rabbit_{queue_type}_queue")
         dlx = arguments.get(DEAD_LETTER_EXCHANGE)
@@ -131,18 +158,27 @@ class QueuePolicy:
         requeue_delay_ms = _integer(name, arguments, REQUEUE_DELAY, minimum=0) or 0
         max_length = _integer(name, arguments, MAX_LENGTH, minimum=0)
         max_length_bytes = _integer(name, arguments, MAX_LENGTH_BYTES, minimum=0)
+        consumer_timeout_ms = _integer(name, arguments, CONSUMER_TIMEOUT, minimum=0)
         for arg in arguments:
             if arg in UNSUPPORTED_ARGUMENTS:
                 raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}': not supported by this gateway yet")
         priority = _max_priority(name, arguments)
-        single = _single_active(name, arguments)
+        if priority and subscription_type == KEY_SHARED:
+            raise _invalid(name, MAX_PRIORITY, f"a priority queue cannot be {KEY_SHARED}")
+        if requeue_delay_ms and subscription_type == KEY_SHARED:   # it would reorder a group
+            raise _invalid(name, REQUEUE_DELAY, f"a {KEY_SHARED} queue redelivers within its groups at once")
+        poison_policy = arguments.get(GROUP_POISON_POLICY, BLOCK)
+        if poison_policy not in POISON_POLICIES or (GROUP_POISON_POLICY in arguments and subscription_type != KEY_SHARED):
+            raise _invalid(name, GROUP_POISON_POLICY, f"{_shown(poison_policy)!r} (block or skip, key-shared queues only)")
         if arguments.get(QUEUE_MODE) not in (None, *QUEUE_MODES):
             raise InvalidArgument(f"invalid arg '{QUEUE_MODE}' for queue '{name}': {arguments[QUEUE_MODE]!r}")
         return cls(queue_type=queue_type, message_ttl_ms=message_ttl_ms, expires_ms=expires_ms,
                    dead_letter_exchange=dlx, dead_letter_routing_key=dlrk,
                    max_length=max_length, max_length_bytes=max_length_bytes, overflow=overflow,
                    delivery_limit=delivery_limit if delivery_limit is not None and delivery_limit >= 0 else None,
-                   max_priority=priority, single_active=single, requeue_delay_ms=requeue_delay_ms)
+                   max_priority=priority, subscription_type=subscription_type, group_poison_policy=poison_policy,
+                   consumer_timeout_ms=consumer_timeout_ms,
+                   requeue_delay_ms=requeue_delay_ms)
 
 
 def check_equivalent(name: str, current: tuple[bool, bool, Mapping[str, Any]],
@@ -235,12 +271,21 @@ def _max_priority(name: str, arguments: Mapping[str, Any]) -> int:
     return int(value)
 
 
-def _single_active(name: str, arguments: Mapping[str, Any]) -> bool:
-    value = arguments.get(SINGLE_ACTIVE)
+def subscription_type_of(name: str, arguments: Mapping[str, Any]) -> str:
+    """x-subscription-type, with RabbitMQ's x-single-active-consumer as another way to say failover
+    (InvalidArgument if they contradict)."""
+    single = arguments.get(SINGLE_ACTIVE)
+    if single is not None and not isinstance(single, bool):
+        raise _invalid(name, SINGLE_ACTIVE, f"{{unacceptable_type,{field_type(single)}}}")
+    value = arguments.get(SUBSCRIPTION_TYPE)
     if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _invalid(name, SINGLE_ACTIVE, f"{{unacceptable_type,{field_type(value)}}}")
+        return FAILOVER if single else SHARED
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if value not in SUBSCRIPTION_TYPES:
+        raise _invalid(name, SUBSCRIPTION_TYPE, f"{_shown(value)!r} (one of {', '.join(SUBSCRIPTION_TYPES)})")
+    if single and value != FAILOVER:
+        raise _invalid(name, SINGLE_ACTIVE, f"contradicts {SUBSCRIPTION_TYPE} {value}")
     return value
 
 

@@ -151,7 +151,8 @@ class Queue:
         dead_letter = dead_letters.send if dead_letters is not None else None
         subscription = SharedSubscription(
             self.partition, cursor, self._clock, name=self.info.name, max_priority=policy.max_priority,
-            single_active=policy.single_active, redelivered_below=cursor.delivered_offset,
+            subscription_type=policy.subscription_type, group_poison_policy=policy.group_poison_policy,
+            redelivered_below=cursor.delivered_offset,
             message_ttl_ms=policy.message_ttl_ms, delivery_limit=policy.delivery_limit, dead_letter=dead_letter,
             delete_consumed=lambda: self._core.delete_consumed(self.topic, 0))
         subscription.note_high_watermark(partition.high_watermark)

@@ -20,6 +20,11 @@ This is an AMQP queue's delivery side, in the core's words:
   expired messages met at the head (core/queues/expiry.py) and, on queues with a delivery limit,
   messages returned after more deliveries than the limit.
 - `get` takes one message without a consumer (AMQP's basic.get), held by any owner object.
+- Subscription types (x-subscription-type, core/queues/policy.py): shared (the above), exclusive
+  (one consumer at a time, others refused), failover (single active consumer, below) and
+  key-shared: FIFO message groups (core/queues/groups.py), a group's messages one at a time and
+  in order while other groups go to other consumers; a given-back message goes out again before
+  the rest of its group, and a poison one parks its group or lets it move on.
 - Single active consumer: when the active one goes, the next one is active at once; what the old
   one held is requeued when its channel lets go of it and handed to the new one first, in log
   order. Every consumer counts in the consumer count, waiting or not.
@@ -47,8 +52,10 @@ from core.partition import Partition
 from core.queues.dead_letter import DELIVERY_LIMIT, EXPIRED, REJECTED
 from core.queues.backlog import FifoBacklog
 from core.queues.expiry import deadline
+from core.queues.groups import BLOCK, GroupBacklog
 from core.queues.log_records import data_records
 from core.queues.picker import ConsumerPicker
+from core.queues.policy import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED
 from core.queues.priority import PriorityReadAhead
 
 log = logging.getLogger("gateway.core")
@@ -97,7 +104,8 @@ class SharedSubscription:
     requeue_later: Callable[..., None] | None = None
 
     def __init__(self, partition: Callable[[], Awaitable[Partition]], cursor: Cursor, clock: Clock, *,
-                 name: str = "", max_priority: int = 0, single_active: bool = False,
+                 name: str = "", max_priority: int = 0, subscription_type: str = SHARED,
+                 group_poison_policy: str = BLOCK,
                  redelivered_below: int = 0, message_ttl_ms: int | None = None, delivery_limit: int | None = None,
                  dead_letter: Callable[..., None] | None = None,
                  delete_consumed: Callable[[], Awaitable[None]] | None = None) -> None:
@@ -105,10 +113,15 @@ class SharedSubscription:
         self.cursor = cursor
         self._clock = clock
         self._name = name
-        self._picker = ConsumerPicker(single_active=single_active)
+        self.subscription_type = subscription_type
+        self._picker = ConsumerPicker(single_active=subscription_type == FAILOVER)
+        self._exclusive_only = subscription_type == EXCLUSIVE
         self.exclusive_consumer: Consumer | None = None
-        # what waits to be handed out, in the order it goes (core/queues/backlog.py)
-        self._backlog = PriorityReadAhead(max_priority) if max_priority else FifoBacklog()
+        # what waits to be handed out, in the order it goes (core/queues/backlog.py); key-shared
+        # queues keep their groups in it, told of every grouped message settled (None: plain)
+        self._groups = GroupBacklog(group_poison_policy) if subscription_type == KEY_SHARED else None
+        self._backlog = (self._groups if self._groups is not None
+                         else PriorityReadAhead(max_priority) if max_priority else FifoBacklog())
         self._unacked: dict[int, tuple[QueuedMessage, Hashable]] = {}
         self._held: dict[Hashable, set[int]] = {}        # owner -> offsets it has not acknowledged
         self._read_offset = cursor.committed_offset
@@ -162,14 +175,14 @@ class SharedSubscription:
     def add_consumer(self, consumer: Consumer, *, exclusive: bool = False) -> None:
         self.check_consumer(exclusive=exclusive)
         self._picker.add(consumer)
-        if exclusive:
+        if exclusive or self._exclusive_only:
             self.exclusive_consumer = consumer
         self._start_feeding()
         self.dispatch()
 
     def check_consumer(self, *, exclusive: bool = False) -> None:
         """Raise what add_consumer would raise, without adding anything."""
-        if self.exclusive_consumer is not None or (exclusive and self.consumers):
+        if self.exclusive_consumer is not None or ((exclusive or self._exclusive_only) and self.consumers):
             raise ExclusiveUse(f"queue '{self._name}' in exclusive use")
 
     def remove_consumer(self, consumer: Consumer, *, holder: Hashable | None = None) -> None:
@@ -194,19 +207,29 @@ class SharedSubscription:
         if not offsets:
             return
         for offset in offsets:
-            message, _ = self._unacked.pop(offset)
-            if self._over_delivery_limit(message):
-                self.dead([message], DELIVERY_LIMIT)
-            else:
-                self._backlog.put_back(message)
+            self._give_back(self._unacked.pop(offset)[0])
         self.dispatch()
+
+    def _give_back(self, message: QueuedMessage) -> None:
+        """A message handed out comes back: handed out again first, or dead past the delivery limit
+        (on a key-shared queue, its group parked or moving on by the poison policy)."""
+        if self._over_delivery_limit(message):
+            if self._groups is not None and self._groups.poisoned(message.offset):
+                log.warning("queue %s: message %d was delivered %d times; its group is parked",
+                            self._name, message.offset, message.deliveries)
+            self.dead([message], DELIVERY_LIMIT)
+        else:
+            self._backlog.put_back(message)
 
     # --- acknowledgements -----------------------------------------------------------------------
 
     def ack(self, offsets: list[int]) -> None:
+        groups = self._groups
         for offset in offsets:
             if self._forget(offset):
                 self.cursor.ack(offset)
+                if groups is not None:
+                    groups.settled(offset)
         self._cursor_changed()
         self.dispatch()
 
@@ -218,12 +241,10 @@ class SharedSubscription:
                 continue
             if not requeue:
                 self.dead([entry[0]], REJECTED)
-            elif self._over_delivery_limit(entry[0]):
-                self.dead([entry[0]], DELIVERY_LIMIT)
-            elif self.requeue_later is not None:
+            elif self.requeue_later is not None and not self._over_delivery_limit(entry[0]):
                 later.append(entry[0])
             else:
-                self._backlog.put_back(entry[0])
+                self._give_back(entry[0])
         if later:
             self._requeue_later(later)
         if not requeue:
@@ -334,6 +355,8 @@ class SharedSubscription:
         if auto_ack:
             self.cursor.ack(message.offset)
             self._cursor_changed()
+            if self._groups is not None:
+                self._groups.settled(message.offset)
         else:
             self._unacked[message.offset] = (message, owner)
             self._held.setdefault(owner, set()).add(message.offset)
@@ -363,6 +386,20 @@ class SharedSubscription:
             self._wake.set()
         return redelivered_copy
 
+    # --- message groups (key-shared) ------------------------------------------------------------
+
+    @property
+    def parked_groups(self) -> dict[bytes, int]:
+        """Key-shared: the parked groups and the offset of the message that exhausted its deliveries."""
+        return dict(self._groups.parked) if self._groups is not None else {}
+
+    def release_group(self, group: bytes) -> bool:
+        """Let a parked group go on (its poison message is dead already); False if not parked."""
+        if self._groups is None or not self._groups.release(group):
+            return False
+        self.dispatch()
+        return True
+
     # --- dead messages (expired, rejected, over a limit) -------------------------------------------
 
     def _expired(self, message: QueuedMessage, expires_at: int) -> bool:
@@ -382,6 +419,8 @@ class SharedSubscription:
         if self.dead_letter is None:
             for message in messages:
                 self.cursor.ack(message.offset)
+                if self._groups is not None:
+                    self._groups.settled(message.offset)
             self._cursor_changed()
             return
         held = self._held.setdefault(_DEAD_LETTERING, set())

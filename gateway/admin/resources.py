@@ -5,7 +5,8 @@
     DELETE /tenants/{t}/namespaces/{ns}/topics/{topic}
     GET    /tenants/{t}/namespaces/{ns}/subscriptions              Kafka groups and AMQP queues alike
     GET    /tenants/{t}/namespaces/{ns}/exchanges                  with their bindings
-    GET    /tenants/{t}/namespaces/{ns}/queues
+    GET    /tenants/{t}/namespaces/{ns}/queues                     with their subscription type, parked groups
+    POST   /tenants/{t}/namespaces/{ns}/queues/{queue}/parked-groups/{group}/release
     GET    /connections                                            this process's client connections
     DELETE /connections/{id}
     GET    /acls, GET /quotas                                      Kafka ACLs and client quotas
@@ -29,6 +30,7 @@ from core.groups.naming import group_id_of
 from core.groups.store import GroupKey
 from core.errors import UnknownTopic
 from core.names import TopicName
+from core.queues.policy import subscription_type_of
 from core.queues.queue import CURSOR_NAME
 from core.queues.store import NamespaceStore
 from gateway.admin import security
@@ -101,11 +103,25 @@ def router(context, authenticate) -> APIRouter:
         for info in stored.queues:
             partition = await core.partition(TopicName(tenant, namespace, info.topic), 0)
             position = await _cursor_position(core, tenant, namespace, info.topic, 0, CURSOR_NAME)
+            live = live_queue(tenant, namespace, info.name)
+            parked = live.subscription.parked_groups if live is not None and live.subscription is not None else {}
             queues.append({"name": info.name, "topic": info.topic, "durable": info.durable,
                            "exclusive": info.exclusive, "auto_delete": info.auto_delete,
+                           "subscription_type": subscription_type_of(info.name, info.arguments),
                            "messages": max(0, partition.high_watermark - (position or 0)),
-                           "consumers": queue_consumers(tenant, namespace, info.name)})
+                           "consumers": queue_consumers(tenant, namespace, info.name),
+                           "parked_groups": [{"group": group.decode("utf-8", "replace"), "offset": offset}
+                                             for group, offset in parked.items()]})
         return queues
+
+    @api.post("/tenants/{tenant}/namespaces/{namespace}/queues/{queue}/parked-groups/{group}/release",
+              status_code=status.HTTP_204_NO_CONTENT)
+    async def release_parked_group(tenant: str, namespace: str, queue: str, group: str, caller: Authenticated) -> None:
+        """A key-shared queue's group parked by a poison message goes on with its next message."""
+        await visible_namespace(caller, tenant, namespace)
+        live = live_queue(tenant, namespace, queue)
+        if live is None or live.subscription is None or not live.subscription.release_group(group.encode()):
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no parked group {group!r} in queue {queue!r} here")
 
     @api.get("/tenants/{tenant}/namespaces/{namespace}/exchanges")
     async def list_exchanges(tenant: str, namespace: str, caller: Authenticated) -> list[dict[str, Any]]:
@@ -183,7 +199,9 @@ def router(context, authenticate) -> APIRouter:
                 found.append({"kind": "kafka-group", "name": group_id, "partitions": positions,
                               "consumers": consumers})
             elif cursor == CURSOR_NAME:
-                found.append({"kind": "amqp-queue", "name": await queue_of_topic(tenant, namespace, topic),
+                queue = await queue_of_topic(tenant, namespace, topic)
+                found.append({"kind": "amqp-queue", "name": queue.name if queue else None,
+                              "subscription_type": subscription_type_of(queue.name, queue.arguments) if queue else None,
                               "partitions": positions, "consumers": []})
             else:
                 found.append({"kind": "cursor", "name": cursor, "partitions": positions, "consumers": []})
@@ -211,9 +229,12 @@ def router(context, authenticate) -> APIRouter:
                               "address": host, "partitions": partitions})
         return consumers
 
-    def queue_consumers(tenant: str, namespace: str, queue_name: str) -> list[dict[str, Any]]:
+    def live_queue(tenant: str, namespace: str, queue_name: str):
         space = context.amqp.queues.loaded(tenant, namespace) if context.amqp is not None else None
-        queue = space.queues.get(queue_name) if space is not None else None
+        return space.queues.get(queue_name) if space is not None else None
+
+    def queue_consumers(tenant: str, namespace: str, queue_name: str) -> list[dict[str, Any]]:
+        queue = live_queue(tenant, namespace, queue_name)
         if queue is None or queue.subscription is None:
             return []
         consumers = []
@@ -223,9 +244,9 @@ def router(context, authenticate) -> APIRouter:
             consumers.append({**doc, "consumer_tag": getattr(consumer, "tag", None)})
         return consumers
 
-    async def queue_of_topic(tenant: str, namespace: str, topic: str) -> str | None:
+    async def queue_of_topic(tenant: str, namespace: str, topic: str):
         stored = await NamespaceStore(core.metadata, tenant, namespace).load()
-        return next((info.name for info in stored.queues if info.topic == topic), None)
+        return next((info for info in stored.queues if info.topic == topic), None)
 
     return api
 

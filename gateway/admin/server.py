@@ -34,11 +34,16 @@ class _SignallessServer(uvicorn.Server):
 class AdminServer:
     name = "admin"
 
-    def __init__(self, sock: socket.socket, app: FastAPI, grace_s: float) -> None:
+    def __init__(self, sock: socket.socket, app: FastAPI, grace_s: float,
+                 tls: tuple[str, str] | None = None) -> None:
+        """`tls`: (certificate file, key file) to serve HTTPS; None serves plain HTTP."""
         self.sock = sock
         self.address = format_address(sock)
+        self.scheme = "http" if tls is None else "https"
         config = uvicorn.Config(
             app,
+            ssl_certfile=tls[0] if tls else None,
+            ssl_keyfile=tls[1] if tls else None,
             log_config=None,  # gateway.logging owns logging configuration
             lifespan="off",
             ws="none",
@@ -56,7 +61,7 @@ class AdminServer:
                 self._task.result()  # re-raises the failure
                 raise RuntimeError("admin server stopped during start-up")
             await asyncio.sleep(0.01)
-        log.info("admin API listening on http://%s", self.address)
+        log.info("admin API listening on %s://%s", self.scheme, self.address)
 
     def stop_accepting(self) -> None:
         # uvicorn notices within ~0.1 s, closes its listening socket and asks idle connections to close.

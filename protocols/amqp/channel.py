@@ -1,9 +1,11 @@
 """One open AMQP channel's state: its consumers, unacknowledged deliveries, QoS, flow and confirms.
 
 Delivery tags count up from 1 per channel. Every unacknowledged delivery (to a consumer, or from
-basic.get) is remembered by tag with its queue and offset, so ack / nack / reject (single or
-multiple) turn into the core's per-offset acknowledgements. Closing the channel hands everything it
-held back to its queues, which redeliver it first, marked redelivered.
+basic.get) is remembered by tag with its queue, offset and coarse delivery time, so ack / nack /
+reject (single or multiple) turn into the core's per-offset acknowledgements, and the oldest one
+tells whether the channel kept a delivery past its acknowledgement timeout
+(core/queues/ack_timeout.py). Closing the channel hands everything it held back to its queues,
+which redeliver it first, marked redelivered.
 
 Publisher confirms: each publish in confirm mode gets the next sequence number and waits for its
 queues' appends to be durable; confirms go out in sequence order, several at once as one
@@ -19,6 +21,7 @@ import os
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from core.queues.ack_timeout import timeout_for
 from core.queues.policy import QUORUM
 from core.queues.queue import Queue
 from core.queues.subscription import QueuedMessage
@@ -45,6 +48,7 @@ def counts_deliveries(queue: Queue) -> bool:
 class Unacked:
     queue: Queue
     offset: int
+    stamp: int          # when it went out (DeliveryClock.stamp)
 
 
 class ChannelConsumer:
@@ -117,7 +121,7 @@ class Channel:
     def deliver(self, consumer: ChannelConsumer, message: QueuedMessage) -> None:
         tag = self._take_tag()
         if not consumer.auto_ack:
-            self.unacked[tag] = Unacked(consumer.queue, message.offset)
+            self.unacked[tag] = Unacked(consumer.queue, message.offset, self.session.delivery_clock.stamp)
         exchange, routing_key, properties = message_envelope(message, counts_deliveries=consumer.counts_deliveries)
         try:
             self.session.write(self.session.machine.send_content(
@@ -131,7 +135,7 @@ class Channel:
     def send_got(self, queue: Queue, message: QueuedMessage, *, auto_ack: bool, message_count: int) -> None:
         tag = self._take_tag()
         if not auto_ack:
-            self.unacked[tag] = Unacked(queue, message.offset)
+            self.unacked[tag] = Unacked(queue, message.offset, self.session.delivery_clock.stamp)
         exchange, routing_key, properties = message_envelope(message, counts_deliveries=counts_deliveries(queue))
         self.session.write(self.session.machine.send_content(
             self.number, "basic.get-ok", properties, message.value or b"", delivery_tag=tag,
@@ -203,6 +207,15 @@ class Channel:
         for queue, offsets in _by_queue(settled).items():
             if not queue.deleted and queue.subscription is not None:
                 queue.subscription.reject(offsets, requeue=True)
+
+    def overdue_timeout(self, default_ms: int | None) -> int | None:
+        """The acknowledgement timeout the oldest unacknowledged delivery has exceeded, None if it has
+        not (RabbitMQ looks at that one only, with the timeout of its queue)."""
+        if not self.unacked:
+            return None
+        oldest = next(iter(self.unacked.values()))
+        timeout = timeout_for(oldest.queue.policy.consumer_timeout_ms, default_ms)
+        return timeout if self.session.delivery_clock.overdue(oldest.stamp, timeout) else None
 
     # --- publisher confirms ---------------------------------------------------------------------
 

@@ -37,6 +37,8 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     core.InvalidConfig: ReplyCode.PRECONDITION_FAILED,
     core.InvalidPartitions: ReplyCode.PRECONDITION_FAILED,     # a queue over a topic of several partitions
     core.PolicyViolation: ReplyCode.PRECONDITION_FAILED,
+    # a publish into a partition over its namespace's backlog quota: nacked (RabbitMQ's reject-publish)
+    core.BacklogQuotaExceeded: ReplyCode.PRECONDITION_FAILED,
     # the storage failed (RabbitMQ, too, answers what it cannot do for internal reasons with 541)
     core.CoreError: ReplyCode.INTERNAL_ERROR,
     core.StorageUnavailable: ReplyCode.INTERNAL_ERROR,
@@ -53,6 +55,13 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     core.InvalidSessionTimeout: ReplyCode.INTERNAL_ERROR,
     core.GroupFull: ReplyCode.INTERNAL_ERROR,
     core.NotCoordinator: ReplyCode.INTERNAL_ERROR,
+    core.FencedMemberEpoch: ReplyCode.INTERNAL_ERROR,
+    core.StaleMemberEpoch: ReplyCode.INTERNAL_ERROR,
+    core.InvalidGroupRequest: ReplyCode.INTERNAL_ERROR,
+    core.InvalidRegularExpression: ReplyCode.INTERNAL_ERROR,
+    core.UnreleasedInstanceId: ReplyCode.INTERNAL_ERROR,
+    core.UnsupportedAssignor: ReplyCode.INTERNAL_ERROR,
+    core.UnsupportedGroupVersion: ReplyCode.INTERNAL_ERROR,
     core.UnknownMember: ReplyCode.INTERNAL_ERROR,
     core.IllegalGeneration: ReplyCode.INTERNAL_ERROR,
     core.RebalanceInProgress: ReplyCode.INTERNAL_ERROR,

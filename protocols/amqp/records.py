@@ -11,6 +11,8 @@ A published message becomes one record of each queue topic it is routed to:
                 "queue.transient"  "1" unless delivery-mode is 2 (persistent)
                 "queue.priority"   the priority property, when it is set and above 0
                 "queue.expires-at" arrival time + the expiration property (ms), when it is set
+                "queue.group"      the x-group-id header (else JMSXGroupID), when either is set:
+                                   the message group of a key-shared queue (core/queues/groups.py)
 
 A message that was dead-lettered ("queue.death") or that a quorum queue hands out again is
 delivered with its properties re-encoded: x-death, x-first-death-* and x-last-death-* headers as
@@ -28,7 +30,7 @@ from __future__ import annotations
 import re
 
 from core.queues import dead_letter
-from core.queues.attributes import DEATH, EXPIRES_AT, PRIORITY, TRANSIENT
+from core.queues.attributes import DEATH, EXPIRES_AT, GROUP, PRIORITY, TRANSIENT
 from core.queues.subscription import QueuedMessage
 from core.records.builder import Record
 from protocols.amqp.codec.primitives import TEXT_ERRORS
@@ -49,6 +51,10 @@ _EXPIRATION = 0x01
 _INTEGER_PREFIX = re.compile(r"[+-]?[0-9]+")
 _TRANSIENT_HEADER = (TRANSIENT, b"1")
 _PRIORITY_HEADERS = tuple((PRIORITY, str(level).encode()) for level in range(256))
+GROUP_HEADERS = ("x-group-id", "JMSXGroupID")    # first found wins
+# As they appear in an encoded headers table (a short string: length, then the name): looked for
+# in the raw properties, so that only publishes that carry a group id decode their headers.
+_GROUP_NAMES_RAW = tuple(bytes([len(name)]) + name.encode() for name in GROUP_HEADERS)
 
 
 def to_record(exchange: str, routing_key: str, properties: bytes, body: bytes, now_ms: int) -> Record:
@@ -65,7 +71,24 @@ def to_record(exchange: str, routing_key: str, properties: bytes, body: bytes, n
         expiration = _decoded(properties).expiration
         if expiration is not None:
             headers += ((EXPIRES_AT, str(now_ms + parse_expiration(expiration)).encode()),)
+    if properties[0] & _HEADERS and (_GROUP_NAMES_RAW[0] in properties or _GROUP_NAMES_RAW[1] in properties):
+        group = group_id(_decoded(properties).headers or {})
+        if group is not None:
+            headers += ((GROUP, group),)
     return Record(now_ms, key=routing_key.encode("utf-8", TEXT_ERRORS), value=body, headers=headers)
+
+
+def group_id(table) -> bytes | None:
+    """The message group a headers table names (text as UTF-8, a number as its digits), or None."""
+    for name in GROUP_HEADERS:
+        value = table.get(name)
+        if isinstance(value, (bytes, bytearray)):
+            return bytes(value)
+        if isinstance(value, str):
+            return value.encode("utf-8", TEXT_ERRORS)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(int(value)).encode()
+    return None
 
 
 def _decoded(properties: bytes) -> BasicProperties:

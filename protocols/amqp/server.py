@@ -18,9 +18,14 @@ the connection is not read (TCP pushes back on the client); a client with the co
 capability is sent connection.blocked when that starts for a queue backlog, and
 connection.unblocked when it ends.
 
-Timers (one task per connection): the handshake must finish within handshake_timeout_s; heartbeats
-are sent when nothing else was for half the negotiated interval, and a peer silent for two intervals
-is dropped; after our connection.close the client has CLOSE_OK_TIMEOUT_S to answer.
+Timers (one task per connection, ticking every TICK_S at most): the handshake must finish within
+handshake_timeout_s; heartbeats are sent when nothing else was for half the negotiated interval, and
+a peer silent for two intervals is dropped; after our connection.close the client has
+CLOSE_OK_TIMEOUT_S to answer; a channel whose oldest unacknowledged delivery is older than its
+queue's x-consumer-timeout (else consumer_timeout_ms) is closed with PRECONDITION_FAILED, as
+RabbitMQ's delivery acknowledgement timeout, which gives what it held back to its queues
+(core/queues/ack_timeout.py). The timer closes channels only between two reads' events, never while
+a method is half handled.
 
 When the connection ends, however it ends, its channels give back what they held unacknowledged
 (redelivered first), its consumers go (auto-delete queues with them) and its exclusive queues are
@@ -40,6 +45,7 @@ from core.connections import ClientConnection, peer_address
 from core.errors import CoreError
 from core.queues.service import QueueService
 from core.meters import NamespaceMeter
+from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS, DeliveryClock
 from core.trace import CURRENT_CLIENT
 from protocols.amqp import delayed
 from protocols.amqp.channel import Channel
@@ -47,7 +53,7 @@ from protocols.amqp.codec.errors import DecodeError
 from protocols.amqp.errors import from_core
 from protocols.amqp.handlers import HANDLERS
 from protocols.amqp.machine.connection import AmqpServerConnection, ConnectionState
-from protocols.amqp.machine.errors import AmqpConnectionError, AmqpError
+from protocols.amqp.machine.errors import AmqpConnectionError, AmqpError, ChannelError
 from protocols.amqp.machine.events import (
     AuthenticationRequested, ChannelErrorRaised, ConnectionCloseRequested, ConnectionClosed, ConnectionErrorRaised,
     ConnectionLost, ContentReceived, Event, MethodReceived, ProtocolHeaderAccepted, ProtocolHeaderRejected,
@@ -87,6 +93,9 @@ class AmqpSettings:
     server: ServerSettings = field(default_factory=lambda: ServerSettings(capabilities=CAPABILITIES))
     default_guest: bool = True            # guest/guest on "/" from loopback, unless [[users]] has a guest
     handshake_timeout_s: float = 10.0     # RabbitMQ's handshake_timeout
+    # RabbitMQ's consumer_timeout: how long a delivery may stay unacknowledged (queues without
+    # x-consumer-timeout); None: no limit
+    consumer_timeout_ms: int | None = DEFAULT_TIMEOUT_MS
 
 
 class AmqpBroker:
@@ -133,7 +142,8 @@ class AmqpConnection:
         self.channels: dict[int, Channel] = {}
         self.principal: Principal | None = None
         self.user: User | None = None
-        self.session = Session(self.machine, self.write, self.clock, lambda: self.writable)
+        self.session = Session(self.machine, self.write, self.clock, lambda: self.writable,
+                               DeliveryClock(self.clock, int(TICK_S * 1000)))
         self.meter: NamespaceMeter | None = None     # the vhost's namespace's rates, set when it is open
         self.writable = True                 # False while the output is backed up or the dispatch rate is spent
         self._rate_paused = False            # the namespace's dispatch rate holds deliveries back
@@ -147,6 +157,7 @@ class AmqpConnection:
         self._output: list[bytes] = []       # written this event-loop turn, not yet in the transport
         self._output_bytes = 0
         self._flush_scheduled = False
+        self._handling = asyncio.Lock()      # held while a read's events are handled (the timer waits)
         self.client = broker.core.connections.add(ClientConnection("amqp", peer_address(self._peer),
                                                                     self._close_for_operator))
         self.session.client = self.client
@@ -182,7 +193,8 @@ class AmqpConnection:
     async def _serve(self) -> None:
         while not self.machine.terminated:
             data = await self._reader.read(READ_BYTES)
-            await self._handle(self.machine.receive_data(data, now=self._loop.time()))
+            async with self._handling:
+                await self._handle(self.machine.receive_data(data, now=self._loop.time()))
             self.flush()
             if not data:
                 return
@@ -491,3 +503,25 @@ class AmqpConnection:
                 return
             if machine.needs_heartbeat(now):
                 self.write(machine.send_heartbeat())
+            self.session.delivery_clock.tick()
+            await self._close_overdue_channels()
+
+    async def _close_overdue_channels(self) -> None:
+        """Close, as RabbitMQ does, each channel that kept a delivery unacknowledged too long."""
+        default_ms = self.broker.settings.consumer_timeout_ms
+        if not any(channel.overdue_timeout(default_ms) is not None for channel in self.channels.values()):
+            return
+        async with self._handling:      # looked at again: acks may have come in meanwhile
+            for number, channel in list(self.channels.items()):
+                timeout = channel.overdue_timeout(default_ms)
+                if timeout is None or self._close_deadline is not None:
+                    continue
+                log.warning("AMQP connection from %s: channel %d kept a delivery unacknowledged longer than "
+                            "%d ms; closing it", self._peer, number, timeout)
+                error = ChannelError(ReplyCode.PRECONDITION_FAILED,
+                                     f"delivery acknowledgement on channel {number} timed out. Timeout value "
+                                     f"used: {timeout} ms. This timeout value can be configured, see consumers "
+                                     "doc guide to learn more")
+                self.write(self.machine.send_error(number, error))
+                await self._close_channel(number)
+            self.flush()

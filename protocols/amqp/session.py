@@ -2,7 +2,8 @@
 
 Handlers get a Channel (protocols/amqp/channel.py) and through `channel.session` this: the vhost's
 queues and exchanges (`space`), the user's permissions (`access`), the owner of the exclusive
-queues the connection declares, the clock, the output (`write` of what `machine` encodes), and the
+queues the connection declares, the clock (and the coarse one deliveries are stamped with, for
+the acknowledgement timeout), the output (`write` of what `machine` encodes), and the
 connection's publishes, tracked so that a later method sees them and back-pressure knows the
 queues. It knows nothing of sockets or tasks: the adapter (server.py) makes it and reads it.
 """
@@ -13,6 +14,7 @@ import asyncio
 from collections.abc import Callable
 
 from core.clock import Clock
+from core.queues.ack_timeout import DeliveryClock
 from core.queues.queue import Queue
 from core.queues.service import QueueNamespace
 from protocols.amqp.machine.connection import AmqpServerConnection
@@ -21,10 +23,11 @@ from protocols.amqp.permissions import ResourceAccess
 
 class Session:
     def __init__(self, machine: AmqpServerConnection, write: Callable[[bytes], None], clock: Clock,
-                 writable: Callable[[], bool]) -> None:
+                 writable: Callable[[], bool], delivery_clock: DeliveryClock) -> None:
         self.machine = machine
         self.write = write
         self.clock = clock
+        self.delivery_clock = delivery_clock          # ticked by the adapter
         self._writable = writable
         self.space: QueueNamespace | None = None      # set when the vhost is open
         self.access: ResourceAccess | None = None

@@ -37,6 +37,8 @@ class KafkaSettings:
     group_min_session_timeout_ms: int = 6_000      # Kafka's group.min.session.timeout.ms
     group_max_session_timeout_ms: int = 1_800_000  # Kafka's group.max.session.timeout.ms
     group_max_size: int = 0x7FFFFFFF               # Kafka's group.max.size
+    group_consumer_session_timeout_ms: int = 45_000      # Kafka's group.consumer.session.timeout.ms
+    group_consumer_heartbeat_interval_ms: int = 5_000    # Kafka's group.consumer.heartbeat.interval.ms
     offsets_retention_minutes: int = 10_080        # Kafka's offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600_000   # Kafka's offsets.retention.check.interval.ms
     transaction_max_timeout_ms: int = 900_000      # Kafka's transaction.max.timeout.ms
@@ -52,6 +54,8 @@ def group_settings(settings: KafkaSettings) -> GroupSettings:
                          min_session_timeout_ms=settings.group_min_session_timeout_ms,
                          max_session_timeout_ms=settings.group_max_session_timeout_ms,
                          max_size=settings.group_max_size,
+                         consumer_session_timeout_ms=settings.group_consumer_session_timeout_ms,
+                         consumer_heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
                          offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
                          offsets_retention_check_ms=settings.offsets_retention_check_interval_ms)
 

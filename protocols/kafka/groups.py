@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+
 from core.groups.coordinator import GroupCoordinator
 from core.groups.store import GroupKey
 from protocols.kafka.broker import RequestContext
@@ -19,3 +22,11 @@ def client_host(ctx: RequestContext) -> str:
     """The member's host as DescribeGroups shows it: "/1.2.3.4" as in Kafka, empty when unknown."""
     host = ctx.session.client_host
     return f"/{host}" if host else ""
+
+
+def by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """Partitions grouped by topic, as the consumer protocol lists them: topics and indexes in order."""
+    grouped: dict[str, list[int]] = defaultdict(list)
+    for topic, index in sorted(partitions):
+        grouped[topic].append(index)
+    return grouped

@@ -128,6 +128,18 @@ class ManagedLogImpl:
     def size_bytes(self) -> int:
         return sum(r.size_bytes for r in self._list.ledgers if not r.is_open) + self._durable_bytes
 
+    def bytes_from(self, offset: int) -> int:
+        """About how many stored bytes lie at or above `offset`: whole ledgers above it, and the
+        ledger holding it in proportion to its offsets (entries differ in size; no read needed)."""
+        total = 0
+        for r in self._list.ledgers:
+            end, size = (self._hwm, self._durable_bytes) if r.is_open else (r.end_offset, r.size_bytes)
+            if end <= offset:
+                continue
+            first = r.first_offset
+            total += size if first >= offset else size * (end - offset) // max(1, end - first)
+        return total
+
     # --- appending ----------------------------------------------------------------------------
 
     def append(self, payload: bytes, record_count: int, max_timestamp_ms: int) -> Awaitable[int]:

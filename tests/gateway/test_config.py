@@ -361,3 +361,16 @@ def test_broker_id_and_rack_from_each_source(tmp_path):
 def test_a_bad_broker_id_is_refused(source):
     with pytest.raises(ConfigError, match="(?i)broker_id"):
         resolve_config(**{"env": {}, **source})
+
+
+def test_the_amqp_consumer_timeout_defaults_to_rabbitmqs_and_comes_from_every_source(tmp_path):
+    assert resolve_config(env={}).amqp_consumer_timeout_ms == 1_800_000
+    toml = write_toml(tmp_path, "amqp_consumer_timeout_ms = 60000\n")
+    assert resolve_config(config_file=toml, env={}).amqp_consumer_timeout_ms == 60_000
+    env = {"GATEWAY_AMQP_CONSUMER_TIMEOUT_MS": "5000"}
+    assert resolve_config(config_file=toml, env=env).amqp_consumer_timeout_ms == 5000
+    assert resolve_config(config_file=toml, env=env, flags={"amqp_consumer_timeout_ms": 0}).amqp_consumer_timeout_ms == 0
+    with pytest.raises(ConfigError, match=r"amqp_consumer_timeout_ms must be an integer in 0\.\.2147483647"):
+        resolve_config(env={"GATEWAY_AMQP_CONSUMER_TIMEOUT_MS": "-1"})
+    with pytest.raises(ConfigError, match="amqp_consumer_timeout_ms must be a int"):
+        resolve_config(config_file=write_toml(tmp_path, 'amqp_consumer_timeout_ms = "1"\n'), env={})

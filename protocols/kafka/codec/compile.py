@@ -75,9 +75,28 @@ class StructCodec(t.Codec):
                 out += data
 
 
+class _NullableStruct(t.Codec):
+    """A struct that may be null: an int8 marker (-1: null, 1: a struct follows), as Kafka writes it."""
+
+    default = None
+    min_bytes = 1
+
+    def __init__(self, inner: StructCodec) -> None:
+        self.inner = inner
+
+    def read(self, r: t.Reader) -> Msg | None:
+        return None if t.INT8.read(r) < 0 else self.inner.read(r)
+
+    def write(self, out: bytearray, value: Mapping[str, Any] | None) -> None:
+        t.INT8.write(out, -1 if value is None else 1)
+        if value is not None:
+            self.inner.write(out, value)
+
+
 def _codec(type_: Any, version: int, flexible: bool, nullable: bool) -> t.Codec:
     if isinstance(type_, tuple):
-        return compile_struct(type_, version, flexible)
+        struct = compile_struct(type_, version, flexible)
+        return _NullableStruct(struct) if nullable else struct
     if isinstance(type_, Array):
         return t.Array(_codec(type_.item, version, flexible, False), flexible, nullable)
     if type_ == "string":

@@ -1,4 +1,4 @@
-"""Metadata (key 3), versions 0-11.
+"""Metadata (key 3), versions 0-12.
 
 Behaviour: the brokers are the live ones (cluster_view.py; one process: this broker alone), the
 controller is the cluster's leader broker, and each partition's leader is the broker owning its
@@ -7,6 +7,8 @@ no live owner yet is LEADER_NOT_AVAILABLE with leader -1, so clients ask again.
 A null topic list (v1+) or an empty one (v0)
 means every topic of the client's tenant/namespace. An unknown topic is created with the default
 partition count when the request allows it (v4+ flag, always before v4) and auto-creation is on.
+A topic asked for by id (v12: a null name, as consumers in KIP-848 groups ask for the topics
+assigned to them) is looked up by id: UNKNOWN_TOPIC_ID if no topic has it.
 Leader epochs are -1 everywhere, so clients skip KIP-320 truncation checks consistently.
 __consumer_offsets is listed with is_internal (protocols/kafka/consumer_offsets.py).
 With ACLs enforced (SASL on), as in Kafka 2.8: a topic needs DESCRIBE. Asking for all topics, the
@@ -30,6 +32,7 @@ from protocols.kafka.broker import RequestContext
 from protocols.kafka.cluster_view import NO_LEADER, brokers, controller_id, partition_leader
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.codec.types import ZERO_UUID
 from protocols.kafka.consumer_offsets import INTERNAL_TOPICS
 from protocols.kafka.errors import kafka_code
 from protocols.kafka.schema.metadata import METADATA as API
@@ -39,10 +42,20 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     settings = ctx.broker.settings
     registry = ctx.core.registry
     all_topics = request.topics is None or (ctx.version == 0 and not request.topics)
+    unknown_ids = []
     if all_topics:
         names = await registry.list_topics(ctx.tenant, ctx.namespace)
     else:
-        names = [t.name for t in request.topics]
+        names = []
+        for wanted in request.topics:
+            if wanted.name is None and wanted.topic_id != ZERO_UUID:
+                info = await ctx.core.topic_by_id(ctx.tenant, ctx.namespace, wanted.topic_id.hex)
+                if info is None:
+                    unknown_ids.append(wanted.topic_id)
+                else:
+                    names.append(info.name.topic)
+            else:
+                names.append(wanted.name)
     may_create = settings.auto_create_topics and (ctx.version < 4 or request.allow_auto_topic_creation) \
         and not all_topics
     acl = _Decisions(ctx) if enforced(ctx) else None
@@ -57,6 +70,8 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
         topics.append(topic)
         if topic["error_code"] != ErrorCode.TOPIC_AUTHORIZATION_FAILED:   # not a refused auto-creation
             described.append(topic)
+    topics += [{"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "partitions": []}
+               for topic_id in unknown_ids]
     response = {
         "throttle_time_ms": 0,
         "brokers": [{"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack} for n in brokers(ctx)],

@@ -1,4 +1,4 @@
-"""OffsetCommit (key 8), versions 0-8.
+"""OffsetCommit (key 8), versions 0-9.
 
 Behaviour: offsets are stored as core cursors named after the group, with the metadata string
 (null stored as "") and, from v6, the committed leader epoch; durable before the response. Partitions of unknown topics fail with
@@ -6,8 +6,11 @@ UNKNOWN_TOPIC_OR_PARTITION on their own; the group decides for the rest: members
 generation may commit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, and
 REBALANCE_IN_PROGRESS while the group completes a rebalance), and a commit with generation -1 and
 no member id (manually assigned consumers, admin tools) is accepted while the group is Empty,
-creating it if need be. v0 commits are not checked against the group, as Kafka's (stored in
-ZooKeeper) were not. Metadata over 4096 characters is OFFSET_METADATA_TOO_LARGE.
+creating it if need be. A member of a consumer-protocol group (KIP-848) commits at its member
+epoch (sent as the generation, from v9: an older version is UNSUPPORTED_VERSION, as in Kafka), or
+at an older one of its epochs for partitions it still holds (KIP-1251's relief for a commit that
+crossed an epoch change); otherwise STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID.
+v0 commits are not checked against the group, as Kafka's (stored in ZooKeeper) were not. Metadata over 4096 characters is OFFSET_METADATA_TOO_LARGE.
 With ACLs enforced (SASL on), as in Kafka 2.8: without READ on the group every partition is
 GROUP_AUTHORIZATION_FAILED; then each topic needs READ (TOPIC_AUTHORIZATION_FAILED, before the
 existence check), and only the allowed partitions reach the group.
@@ -43,7 +46,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
             errors = await coordinator(ctx).commit_offsets(
                 group_key(ctx, request.group_id), offsets, member_id=request.member_id,
                 instance_id=request.group_instance_id, generation=request.generation_id,
-                check_membership=ctx.version >= 1)
+                check_membership=ctx.version >= 1, epoch_aware=ctx.version >= 9)
         except CoreError as exc:      # the group id itself (too long to store)
             errors = {tp: exc for tp in offsets}
 

@@ -17,6 +17,7 @@ Gaps: a v3 group_instance_id is not checked (FENCED_INSTANCE_ID is never answere
 """
 
 from core.errors import CoreError
+from core.groups.consumer_group import ConsumerGroup
 from core.groups.values import OffsetAndMetadata
 from core.transactions.errors import InvalidProducerIdMapping, ProducerFenced
 from protocols.kafka.authorization import Operation, ResourceType, authorized_names, check, enforced
@@ -74,9 +75,18 @@ def _member_refusal(request: Msg, ctx: RequestContext) -> ErrorCode | None:
     group = coordinator(ctx).group(group_key(ctx, request.group_id))   # None: no member has joined
     if request.member_id != "" and (group is None or not group.has_member(request.member_id)):
         return ErrorCode.UNKNOWN_MEMBER_ID
-    if request.generation_id >= 0 and request.generation_id != (0 if group is None else group.generation):
+    if request.generation_id >= 0 and request.generation_id != _generation(group, request.member_id):
         return ErrorCode.ILLEGAL_GENERATION
     return None
+
+
+def _generation(group, member_id: str) -> int:
+    """What a member commits at: the group's generation, or its own epoch in a consumer-protocol group."""
+    if group is None:
+        return 0
+    if isinstance(group, ConsumerGroup):
+        return group.members[member_id].epoch if group.has_member(member_id) else -1
+    return group.generation
 
 
 def _response(request: Msg, codes: dict[tuple[str, int], ErrorCode]) -> dict:

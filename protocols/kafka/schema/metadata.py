@@ -1,8 +1,8 @@
-"""Metadata (key 3), versions 0-11 (flexible from 9)."""
+"""Metadata (key 3), versions 0-12 (flexible from 9; v12 looks topics up by id)."""
 
 from protocols.kafka.codec.declare import ARRAY, BOOL, INT16, INT32, STRING, UUID, F, api
 
-METADATA = api(3, "Metadata", (0, 11), flexible="9+", request=[
+METADATA = api(3, "Metadata", (0, 12), flexible="9+", request=[
     F("topics", ARRAY([
         F("topic_id", UUID, "10+"),
         F("name", STRING, nullable="10+"),
@@ -22,7 +22,7 @@ METADATA = api(3, "Metadata", (0, 11), flexible="9+", request=[
     F("controller_id", INT32, "1+", default=-1),
     F("topics", ARRAY([
         F("error_code", INT16),
-        F("name", STRING),
+        F("name", STRING, nullable="12+"),
         F("topic_id", UUID, "10+"),
         F("is_internal", BOOL, "1+"),
         F("partitions", ARRAY([

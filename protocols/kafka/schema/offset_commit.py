@@ -1,8 +1,8 @@
-"""OffsetCommit (key 8), versions 0-8 (flexible from 8)."""
+"""OffsetCommit (key 8), versions 0-9 (flexible from 8; v9, for consumer-protocol groups, is v8's layout)."""
 
 from protocols.kafka.codec.declare import ARRAY, INT16, INT32, INT64, STRING, F, api
 
-OFFSET_COMMIT = api(8, "OffsetCommit", (0, 8), flexible="8+", request=[
+OFFSET_COMMIT = api(8, "OffsetCommit", (0, 9), flexible="8+", request=[
     F("group_id", STRING),
     F("generation_id", INT32, "1+", default=-1),
     F("member_id", STRING, "1+"),

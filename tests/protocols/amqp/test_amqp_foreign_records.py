@@ -1,6 +1,9 @@
 """Records a Kafka producer wrote, delivered over AMQP: headers become the headers table, the
 timestamp the timestamp property; records an AMQP publisher wrote keep their properties as stored."""
 
+import pytest
+
+from core.queues.attributes import GROUP
 from core.queues.subscription import QueuedMessage
 from protocols.amqp.codec.properties import EMPTY_PROPERTIES, BasicProperties
 from protocols.amqp.records import message_envelope, to_record
@@ -30,3 +33,17 @@ def test_published_properties_pass_through_untouched() -> None:
     record = to_record("ex", "rk", raw, b"body", 1_700_000_000_000)
     message = QueuedMessage(0, record.timestamp_ms, record.key, record.value, tuple(record.headers))
     assert message_envelope(message) == ("ex", "rk", raw)
+
+
+@pytest.mark.parametrize("headers, group", [
+    ({"x-group-id": "order-7"}, b"order-7"),
+    ({"JMSXGroupID": b"order-8"}, b"order-8"),
+    ({"x-group-id": 42, "JMSXGroupID": "ignored"}, b"42"),
+    ({"other": "x-group-id"}, None),                        # the name as a value is no group id
+    ({}, None),
+    (None, None),
+])
+def test_a_published_group_id_becomes_the_group_header(headers, group) -> None:
+    raw = BasicProperties(headers=headers, delivery_mode=2).encode()
+    record = to_record("ex", "rk", raw, b"body", 1_700_000_000_000)
+    assert dict(record.headers).get(GROUP) == group

@@ -236,3 +236,54 @@ async def test_channel_flow_pauses_and_resumes_deliveries(core) -> None:
         client.send(method(1, "channel.flow", active=True))
         assert (await client.expect("channel.flow-ok"))["active"] is True
         assert (await client.expect("basic.deliver"))["consumer_tag"] == "c"
+
+
+async def _expect_content(client: RawClient, name: str) -> dict:
+    """A content-bearing method, its header and body frames read past."""
+    args = await client.expect(name)
+    assert (await client.next())[1] == "header"
+    await client.next()
+    return args
+
+
+def _ack_timeout_text(channel: int, timeout_ms: int) -> str:
+    return (f"PRECONDITION_FAILED - delivery acknowledgement on channel {channel} timed out. Timeout value used: "
+            f"{timeout_ms} ms. This timeout value can be configured, see consumers doc guide to learn more")
+
+
+async def test_a_channel_holding_a_delivery_past_its_queues_timeout_is_closed_and_gives_it_back(core) -> None:
+    clock = core.clock
+    async with serving(core, consumer_timeout_ms=60_000) as address:
+        client = await RawClient.connect(address)
+        await client.handshake()
+        client.send(method(1, "channel.open") + method(1, "confirm.select")
+                    + method(1, "queue.declare", queue="short", arguments={"x-consumer-timeout": 5000})
+                    + method(1, "queue.declare", queue="default")
+                    + publish(1, b"s", routing_key="short") + publish(1, b"d", routing_key="default"))
+        for reply in ("channel.open-ok", "confirm.select-ok", "queue.declare-ok", "queue.declare-ok"):
+            await client.expect(reply)
+        await client.expect("basic.ack")
+        client.send(method(2, "channel.open") + method(2, "basic.consume", queue="short", consumer_tag="slow"))
+        await client.expect("channel.open-ok")
+        await client.expect("basic.consume-ok")
+        assert (await _expect_content(client, "basic.deliver"))["redelivered"] is False
+        client.send(method(3, "channel.open") + method(3, "basic.get", queue="default"))
+        await client.expect("channel.open-ok")
+        assert (await _expect_content(client, "basic.get-ok"))["redelivered"] is False
+        clock.advance(7001)           # past the queue's 5000 ms even if stamped a whole tick early
+        channel, name, args = await client.next()
+        assert (channel, name) == (2, "channel.close")
+        assert (args["reply_code"], args["reply_text"], args["class_id"], args["method_id"]) == \
+            (406, _ack_timeout_text(2, 5000), 0, 0)
+        # the basic.get on channel 3 is under the broker's 60 s: the channel still works
+        client.send(method(2, "channel.close-ok") + method(3, "basic.get", queue="short"))
+        assert (await _expect_content(client, "basic.get-ok"))["redelivered"] is True
+        clock.advance(62_000)
+        channel, name, args = await client.next()
+        assert (channel, name, args["reply_text"]) == (3, "channel.close", _ack_timeout_text(3, 60_000))
+        client.send(method(3, "channel.close-ok") + method(4, "channel.open")
+                    + method(4, "basic.get", queue="default", no_ack=True)
+                    + method(4, "basic.get", queue="short", no_ack=True))
+        await client.expect("channel.open-ok")
+        assert (await _expect_content(client, "basic.get-ok"))["redelivered"] is True
+        assert (await _expect_content(client, "basic.get-ok"))["redelivered"] is True
