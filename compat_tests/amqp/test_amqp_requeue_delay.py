@@ -11,6 +11,7 @@ import uuid
 import pika
 import pika.exceptions
 import pytest
+from kafka import KafkaConsumer, TopicPartition
 
 
 def params(address) -> pika.ConnectionParameters:
@@ -68,9 +69,12 @@ def test_a_held_requeue_survives_a_restart(gateway_launcher) -> None:
     channel.basic_publish("", queue, b"again", pika.BasicProperties(delivery_mode=2))
     method, _, _, _ = next_delivery(channel, queue)
     channel.basic_nack(method.delivery_tag, requeue=True)
-    deadline = time.monotonic() + 10       # held (and acknowledged) before the restart
-    while time.monotonic() < deadline and channel.queue_declare(queue, passive=True).method.message_count:
+    held = TopicPartition("__delayed_messages", 0)   # durably held before the restart: stored there
+    reader = KafkaConsumer(bootstrap_servers="%s:%d" % gateway.kafka)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not reader.end_offsets([held]).get(held):
         time.sleep(0.05)
+    reader.close()
     connection.close()
     gateway.stop()
     gateway = gateway_launcher.start(data_dir=gateway.data_dir)
