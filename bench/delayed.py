@@ -2,7 +2,7 @@
 are at a given rate. Runs the core in-process on the embedded storage (a real data directory, real
 fsyncs), holding records for a topic's partition as Kafka's deliver-at-ms does.
 
-    python -m bench.delayed [--pending 1000000] [--rate 10000] [--seconds 10] [--memory-keys 100000]
+    python -m bench.delayed [--pending 1000000] [--rate 10000] [--seconds 10] [--memory-keys 100000] [--shuffle]
 
 memory    holds --pending messages (100-byte values) due an hour from now and reports the growth
           of the Python heap (tracemalloc: every object of the core and the storage, kept after a
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import random
 import statistics
 import tempfile
 import time
@@ -49,13 +50,14 @@ async def _open(directory: Path, memory_keys: int) -> tuple[Core, EmbeddedStorag
     return core, storage
 
 
-async def _hold_all(core: Core, dues, window: int = 20_000) -> float:
-    """Hold one message per due time, `window` outstanding at most; returns holds per second."""
+async def _hold_all(core: Core, dues, order=None, window: int = 20_000) -> float:
+    """Hold one message per due time (keyed by its index, in `order`), `window` outstanding at
+    most; returns holds per second."""
     started = time.perf_counter()
     target = partition_target(TOPIC.topic, 0)
     pending = []
-    for n, due in enumerate(dues):
-        pending.append(core.delayed.hold("public", "default", Record(0, str(n).encode(), VALUE), due, target))
+    for n in order if order is not None else range(len(dues)):
+        pending.append(core.delayed.hold("public", "default", Record(0, str(n).encode(), VALUE), dues[n], target))
         if len(pending) >= window:
             await asyncio.gather(*pending)
             pending = []
@@ -95,7 +97,7 @@ async def memory(directory: Path, pending: int, memory_keys: int) -> None:
         await storage.close()
 
 
-async def lateness(directory: Path, rate: int, seconds: float, memory_keys: int) -> None:
+async def lateness(directory: Path, rate: int, seconds: float, memory_keys: int, shuffle: bool) -> None:
     core, storage = await _open(directory, memory_keys)
     try:
         count = int(rate * seconds)
@@ -104,7 +106,10 @@ async def lateness(directory: Path, rate: int, seconds: float, memory_keys: int)
         lead_ms = max(5_000, count * 1000 // 15_000)       # time to hold them all first
         start = int(time.time() * 1000) + lead_ms
         dues = [start + n * 1000 // rate for n in range(count)]
-        held_rate = await _hold_all(core, dues)
+        order = list(range(count))
+        if shuffle:              # held in random order: runs overlap in time, as real traffic makes them
+            random.Random(7).shuffle(order)
+        held_rate = await _hold_all(core, dues, order)
         if time.time() * 1000 > start:
             raise SystemExit(f"holding took longer than the {lead_ms} ms lead ({held_rate:,.0f}/s): lower --rate")
         partition = await core.partition(TOPIC, 0)
@@ -128,7 +133,8 @@ async def lateness(directory: Path, rate: int, seconds: float, memory_keys: int)
                 offset = records[-1].offset + 1
         late = sorted(visible_at[index] - dues[n] for index, n in enumerate(values))
         quantiles = statistics.quantiles(late, n=100)
-        print(f"lateness at {rate:,} due/s over {seconds:g} s ({count:,} messages, held at {held_rate:,.0f}/s, "
+        print(f"lateness at {rate:,} due/s over {seconds:g} s ({count:,} messages{' held in random order' if shuffle else ''}, "
+              f"held at {held_rate:,.0f}/s, "
               f"{memory_keys:,} keys in memory): released {len(values):,} ({len(set(values)):,} distinct); "
               f"late p50 {quantiles[49]:.1f} ms, p99 {quantiles[98]:.1f} ms, max {late[-1]:.1f} ms, "
               f"earliest {late[0]:.1f} ms")
@@ -144,12 +150,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--memory-keys", type=int, default=100_000)
     parser.add_argument("--only", choices=("memory", "lateness"))
+    parser.add_argument("--shuffle", action="store_true", help="hold in random due order")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-delayed-") as tmp:
         if args.only in (None, "memory"):
             asyncio.run(memory(Path(tmp) / "memory", args.pending, args.memory_keys))
         if args.only in (None, "lateness"):
-            asyncio.run(lateness(Path(tmp) / "lateness", args.rate, args.seconds, args.memory_keys))
+            asyncio.run(lateness(Path(tmp) / "lateness", args.rate, args.seconds, args.memory_keys, args.shuffle))
 
 
 if __name__ == "__main__":
