@@ -1,47 +1,58 @@
 """The time index of one namespace's held messages: keys (due ms, offset) in memory up to a limit,
-the rest in sorted runs on storage, loaded as their time approaches. Pure logic, no I/O: the store
-(store.py) writes and reads the runs and says when they are stored.
+the rest in time buckets of sorted runs on storage, loaded as their time approaches. Pure logic,
+no I/O: the store (store.py) writes and reads the runs and says when they are stored.
 
-Memory holds at most `limit` keys (a heap, plus a dict offset -> (due, source run) for cancelling
-and de-duplication). When more are added, the later half is cut off into runs of at most
-`run_size` keys (sorted) that the store writes to __delayed_index; a run's first key is kept in
-memory (about 100 bytes per run, so ten million held messages in 4,096-key runs cost about 250 KB):
+    heap      every pending key due before the horizon H, ordered (released from here)
+    buckets   disjoint time intervals [start, end), all at or after H; each has runs on storage
+              (__delayed_index) and a buffer of keys in memory not yet written
+    memory    the heap and the buffers: at most `limit` keys (plus a dict offset -> (due, source
+              run)); past that, every buffer is written as one run per bucket
 
-    invariant: every pending key smaller than `horizon` (the smallest first key of a stored or
-               spilling run) is in the heap
+H is the start of the earliest bucket. A key held with a due time before H goes to the heap, any
+other to the buffer of the bucket holding its due time (a new bucket if none does: a power-of-two
+width of about an eighth of its distance from now, at least 1 s, aligned, clipped to its
+neighbours, so far-away time is covered by few wide buckets and near time by narrow ones). A run
+belongs to one bucket, so the runs of far buckets never need reading before their time.
 
-So the heap's top may be released only while it is below the horizon; when it is not (or the heap
-is empty), the run with the smallest first key is loaded next. Nothing is ever rescanned: loading
-a run reads `run_size` keys; a run that overflows the heap again is cut off again (amortised, as
-each cut halves the heap).
+When the earliest bucket comes within PRELOAD_MS (or the heap is empty) it is *dissolved*: if it
+holds more than a quarter of `limit` keys and is wider than MIN_WIDTH_MS, into sixteen narrower
+buckets (its keys re-added to their buffers, which are written again as needed); else H moves to
+its end and its keys join the heap. Each key is written about once per level of narrowing and read
+once per level; memory stays bounded except for more than a quarter of `limit` keys due within
+MIN_WIDTH_MS of each other, which are loaded together.
 
 Which held messages are released is kept as a *frontier* rather than a set: a delivery pass pops
-keys in ascending order, so after a pass ending at key K every message indexed before the pass
-(offset below B, the index's `indexed_to`) with key <= K is released. A release record stores
-(B, K); a message (k, o) is released iff some pair has o < B and k <= K. Pairs are kept only while
-no later pair dominates them (B grows, so a later pair with K' >= K replaces it): in steady state
-the frontier is one pair; a message due in the past adds one until the next pass passes it. This
-is what lets a restart, or loading a run written before a release, skip released messages without
-remembering them one by one. Cancelled messages are remembered one by one (offset -> key) until the
-frontier passes their key.
+keys in ascending order (all below H), so after a pass ending at key K every message indexed before
+the pass (offset below B, the index's `indexed_to`) with key <= K is released. A release record
+stores (B, K); a message (k, o) is released iff some pair has o < B and k <= K. Pairs are kept only
+while no later pair dominates them (B grows, so a later pair with K' >= K replaces it): in steady
+state the frontier is one pair; a message due in the past adds one until the next pass passes it.
+That lets a restart, or a run read again, skip released messages without remembering them one by
+one. Cancelled messages are remembered one by one (offset -> key) until the frontier passes them.
 
-A checkpoint lists the runs that may still hold pending keys: those not loaded yet, those loaded
-whose keys are still in the heap, and one written at checkpoint time with the keys added since the
-previous checkpoint that are still in the heap ("fresh" ones). Loading a run again after a restart
+A checkpoint lists the runs that may still hold pending keys: the buckets' runs, the runs read into
+memory whose keys are still there, and one written at checkpoint time with the keys held since the
+previous checkpoint that are still in memory ("fresh" ones). Reading a run again after a restart
 skips what the frontier says is released, what was cancelled, and what is already in memory.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from core.delayed.index_format import Key, RunInfo
 
 _SHIFT = 64        # heap entries are single ints: due << 64 | offset (about 40 bytes each)
 _MASK = (1 << _SHIFT) - 1
-_FRESH = 0         # source of a key added by a hold (not loaded from a run)
+_FRESH = 0         # source of a key added by a hold (not read from a run)
+MIN_WIDTH_MS = 16
+NEW_WIDTH_MIN_MS = 1024
+PRELOAD_MS = 2_000
+SPLIT_INTO = 16
 
 
 def _pack(due: int, offset: int) -> int:
@@ -53,27 +64,43 @@ def _unpack(packed: int) -> Key:
 
 
 @dataclass(slots=True)
+class Bucket:
+    start: int
+    end: int
+    runs: dict[int, RunInfo | None] = field(default_factory=dict)   # run id -> info (None: being written)
+    buffer: list[Key] = field(default_factory=list)                  # in memory, not written yet
+    stored_keys: int = 0
+
+    @property
+    def width(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(slots=True)
 class _Loaded:
     info: RunInfo
-    remaining: int        # its keys still in the heap
+    remaining: int        # its keys still in memory
 
 
 class DelayIndex:
     """Owned by one store's task; no locking."""
 
-    def __init__(self, limit: int, run_size: int = 4096) -> None:
+    def __init__(self, limit: int, run_size: int = 4096, now: Callable[[], int] = lambda: 0) -> None:
+        """`now`: the clock (ms) new buckets are sized by."""
         if limit < 4 or run_size < 1:
             raise ValueError("an index needs room for at least four keys in memory")
+        self._now = now
         self.limit = limit
         self.run_size = run_size
         self._heap: list[int] = []
-        self._pending: dict[int, tuple[int, int]] = {}      # offset -> (due, source run id)
-        self._stored: list[tuple[Key, int]] = []             # heap of (first key, run id), not loaded
-        self._runs: dict[int, RunInfo] = {}                  # run id -> info, stored and not loaded
+        self._pending: dict[int, tuple[int, int]] = {}      # offset -> (due, source run id), in memory
+        self._starts: list[int] = []                         # of the buckets, sorted
+        self._buckets: dict[int, Bucket] = {}                # by start
+        self._dissolving: Bucket | None = None
         self._loaded: dict[int, _Loaded] = {}
-        self._spilling: dict[int, list[Key]] = {}            # cut off, being written
+        self._spills: dict[int, tuple[Bucket | None, list[Key]]] = {}    # being written
         self._ids = itertools.count(1)
-        self._fresh: list[int] = []                          # offsets added since the last checkpoint
+        self._fresh: list[int] = []                          # offsets held since the last checkpoint
         self.frontier: list[tuple[int, int, int]] = []       # (below offset, due, offset), see above
         self.cancelled: dict[int, Key] = {}
         self.indexed_to = 0       # every hold below this offset has been added
@@ -86,13 +113,18 @@ class DelayIndex:
 
     @property
     def run_count(self) -> int:
-        return len(self._runs) + len(self._spilling)
+        return sum(len(bucket.runs) for bucket in self._buckets.values())
 
     @property
-    def horizon(self) -> Key | None:
-        firsts = [self._stored[0][0]] if self._stored else []
-        firsts += [keys[0] for keys in self._spilling.values()]
-        return min(firsts) if firsts else None
+    def bucket_count(self) -> int:
+        return len(self._buckets)
+
+    @property
+    def horizon(self) -> int | None:
+        """Keys due before this are all in the heap (None: every pending key is)."""
+        if self._dissolving is not None:
+            return self._dissolving.start
+        return self._starts[0] if self._starts else None
 
     def is_released(self, key: Key) -> bool:
         for below, due, offset in self.frontier:
@@ -100,99 +132,214 @@ class DelayIndex:
                 return key <= (due, offset)
         return False
 
-    def is_pending_in_memory(self, offset: int) -> bool:
-        return offset in self._pending
-
     def next_due(self) -> int | None:
-        """The due time of the earliest pending key, or None (nothing held)."""
+        """When the next thing is due: the earliest key in the heap, or the earliest bucket."""
         top = self._top()
         horizon = self.horizon
-        candidates = [key[0] for key in (top, horizon) if key is not None]
+        candidates = [at for at in (top[0] if top is not None else None, horizon) if at is not None]
         return min(candidates) if candidates else None
 
     # --- adding -----------------------------------------------------------------------------------
 
     def add(self, due: int, offset: int, *, source: int = _FRESH) -> bool:
-        """A held message (or a key of a run being loaded); False if it is released, cancelled or
+        """A held message (or a key of a run being read); False if it is released, cancelled or
         already in memory."""
         key = (due, offset)
         if offset in self._pending or offset in self.cancelled or self.is_released(key):
             return False
         self._pending[offset] = (due, source)
-        heapq.heappush(self._heap, _pack(due, offset))
         if source == _FRESH:
             self._fresh.append(offset)
+        horizon = self.horizon
+        dissolving = self._dissolving
+        if horizon is None or due < horizon or (dissolving is not None and due < dissolving.end):
+            heapq.heappush(self._heap, _pack(due, offset))
+        else:
+            self._bucket_for(due).buffer.append(key)
         return True
+
+    def _bucket_for(self, due: int) -> Bucket:
+        at = bisect.bisect_right(self._starts, due) - 1
+        if at >= 0:
+            found = self._buckets[self._starts[at]]
+            if due < found.end:
+                return found
+        width = NEW_WIDTH_MIN_MS
+        while width * 8 < due - self._now() and width < 1 << 40:
+            width <<= 1
+        start, end = due - due % width, due - due % width + width
+        if at >= 0:
+            start = max(start, self._buckets[self._starts[at]].end)
+        if at + 1 < len(self._starts):
+            end = min(end, self._starts[at + 1])
+        return self._new_bucket(start, end)
+
+    def _new_bucket(self, start: int, end: int) -> Bucket:
+        bucket = Bucket(start, end)
+        bisect.insort(self._starts, start)
+        self._buckets[start] = bucket
+        return bucket
+
+    def _drop_bucket(self, bucket: Bucket) -> None:
+        del self._buckets[bucket.start]
+        self._starts.remove(bucket.start)
 
     def note_indexed(self, end: int) -> None:
         """Every hold below `end` has been added."""
         self.indexed_to = max(self.indexed_to, end)
 
+    # --- writing runs -------------------------------------------------------------------------------
+
     def overflow(self) -> list[tuple[int, list[Key]]]:
-        """If memory holds more than `limit` keys: cut off the later half into runs to be written,
-        as (spill id, sorted keys); the store calls `stored(spill id, index offset)` for each."""
+        """If memory holds more than `limit` keys: the runs to write, as (spill id, sorted keys),
+        every bucket's buffer first, then (if the heap alone is over) its later half as a new
+        earliest bucket. The store calls `stored(spill id, index offset)` for each."""
         if len(self._pending) <= self.limit:
             return []
-        ordered = sorted((due, offset, source) for offset, (due, source) in self._pending.items())
-        keep = self.limit // 2
-        cut = ordered[keep:]
-        self._heap = [_pack(due, offset) for due, offset, _ in ordered[:keep]]    # sorted: a heap
         spills = []
-        for start in range(0, len(cut), self.run_size):
-            chunk = cut[start:start + self.run_size]
-            spill_id = next(self._ids)
-            keys = [(due, offset) for due, offset, _ in chunk]
-            self._spilling[spill_id] = keys
-            spills.append((spill_id, keys))
-        for due, offset, source in cut:
-            del self._pending[offset]
-            self._source_left(source)
+        for bucket in list(self._buckets.values()):
+            spills += self._write_buffer(bucket)
+        if len(self._pending) > self.limit and self._dissolving is None:
+            spills += self._cut_heap()
         return spills
 
-    def stored(self, spill_id: int, index_offset: int) -> RunInfo:
-        """A cut-off run is durable at `index_offset` of __delayed_index."""
-        keys = self._spilling.pop(spill_id)
+    def _write_buffer(self, bucket: Bucket) -> list[tuple[int, list[Key]]]:
+        keys = sorted(key for key in bucket.buffer if self._pending.get(key[1], (None,))[0] == key[0])
+        bucket.buffer = []
+        spills = []
+        for start in range(0, len(keys), self.run_size):
+            chunk = keys[start:start + self.run_size]
+            spill_id = next(self._ids)
+            self._spills[spill_id] = (bucket, chunk)
+            bucket.runs[spill_id] = None
+            bucket.stored_keys += len(chunk)
+            for _, offset in chunk:
+                self._source_left(self._pending.pop(offset)[1])
+            spills.append((spill_id, chunk))
+        return spills
+
+    def _cut_heap(self) -> list[tuple[int, list[Key]]]:
+        """The heap's later half (by due time) becomes the earliest bucket."""
+        ordered = sorted(key for key in map(_unpack, self._heap) if self._pending.get(key[1], (None,))[0] == key[0])
+        if len(ordered) < 2:
+            return []
+        cut_due = ordered[len(ordered) // 2][0]
+        if cut_due == ordered[0][0]:           # the lower half is one instant: cut above it
+            later = [key for key in ordered if key[0] > cut_due]
+            if not later:
+                return []                      # all due at one instant: they stay
+            cut_due = later[0][0]
+        self._heap = [_pack(*key) for key in ordered if key[0] < cut_due]     # sorted: a heap
+        moved = [key for key in ordered if key[0] >= cut_due]
+        horizon = self.horizon
+        bucket = self._new_bucket(cut_due, horizon if horizon is not None else moved[-1][0] + 1)
+        bucket.buffer = moved
+        return self._write_buffer(bucket)
+
+    def stored(self, spill_id: int, index_offset: int) -> RunInfo | None:
+        """A run is durable at `index_offset` of __delayed_index."""
+        bucket, keys = self._spills.pop(spill_id)
+        if not keys:
+            return None
         info = RunInfo(index_offset, keys[0], keys[-1], len(keys), min(offset for _, offset in keys))
-        self._add_run(spill_id, info)
+        if bucket is not None:
+            bucket = self._bucket_at(keys[0][0])      # the same, or the one it was merged into
+            if bucket is not None and spill_id in bucket.runs:
+                bucket.runs[spill_id] = info
         return info
 
     def spill_failed(self, spill_id: int) -> None:
-        """Writing a run failed: its keys come back into memory (over the limit, until the next cut)."""
-        for due, offset in self._spilling.pop(spill_id):
+        """Writing a run failed: its keys come back into memory (over the limit, until the next try)."""
+        bucket, keys = self._spills.pop(spill_id)
+        if bucket is not None:
+            bucket = self._bucket_at(keys[0][0])
+            if bucket is not None and spill_id in bucket.runs:
+                del bucket.runs[spill_id]
+                bucket.stored_keys -= len(keys)
+        for due, offset in keys:
             self.add(due, offset)
 
-    def _add_run(self, run_id: int, info: RunInfo) -> None:
-        self._runs[run_id] = info
-        heapq.heappush(self._stored, (info.first, run_id))
+    def restore_runs(self, runs: list[RunInfo]) -> None:
+        """Runs to read again in their time: those a checkpoint lists (at start), or those a failed
+        dissolve did not read. A bucket covers each (overlapping buckets are merged)."""
+        for info in runs:
+            bucket = self._cover(info.first[0], info.last[0] + 1)
+            bucket.runs[next(self._ids)] = info
+            bucket.stored_keys += info.count
 
-    def restore_run(self, info: RunInfo) -> None:
-        """A run a checkpoint lists (at start)."""
-        self._add_run(next(self._ids), info)
+    def _cover(self, start: int, end: int) -> Bucket:
+        """The one bucket covering [start, end): the buckets it overlaps merged, widened."""
+        at = bisect.bisect_right(self._starts, start) - 1
+        low = at if at >= 0 and self._buckets[self._starts[at]].end > start else at + 1
+        high = bisect.bisect_left(self._starts, end)
+        merged = [self._buckets[first] for first in self._starts[low:high]]
+        if len(merged) == 1 and merged[0].start <= start and merged[0].end >= end:
+            return merged[0]
+        for bucket in merged:
+            self._drop_bucket(bucket)
+        cover = self._new_bucket(min([start, *(b.start for b in merged)]), max([end, *(b.end for b in merged)]))
+        for bucket in merged:
+            cover.runs.update(bucket.runs)
+            cover.buffer += bucket.buffer
+            cover.stored_keys += bucket.stored_keys
+        return cover
 
-    # --- loading ----------------------------------------------------------------------------------
+    def _bucket_at(self, due: int) -> Bucket | None:
+        at = bisect.bisect_right(self._starts, due) - 1
+        if at >= 0 and due < self._buckets[self._starts[at]].end:
+            return self._buckets[self._starts[at]]
+        return None
 
-    def wanted_run(self) -> tuple[int, RunInfo] | None:
-        """The stored run to load before anything else can be released, if any."""
-        if not self._stored:
-            return None
-        first, run_id = self._stored[0]
-        top = self._top()
-        if top is not None and top < first:
-            return None
-        return run_id, self._runs[run_id]
+    # --- reading runs -------------------------------------------------------------------------------
 
     def waiting_for_spill(self) -> bool:
-        """The earliest pending keys are in a run still being written."""
-        top = self._top()
-        return any(top is None or keys[0] <= top for keys in self._spilling.values())
+        """The earliest bucket has a run still being written."""
+        horizon = self.horizon
+        if horizon is None:
+            return False
+        return any(info is None for info in self._buckets[horizon].runs.values()) \
+            if horizon in self._buckets else False
 
-    def load(self, run_id: int, keys: list[Key]) -> None:
-        info = self._runs.pop(run_id)
-        self._stored = [(first, found) for first, found in self._stored if found != run_id]
-        heapq.heapify(self._stored)     # usually the top: O(runs), and runs are few
+    def bucket_to_dissolve(self, now_ms: int) -> Bucket | None:
+        """The earliest bucket, once it is near and fits in memory (or the heap is empty), and
+        fully written."""
+        if self._dissolving is not None or not self._starts:
+            return None
+        bucket = self._buckets[self._starts[0]]
+        if self._top() is not None and (bucket.start - now_ms > PRELOAD_MS
+                                        or len(self._pending) + bucket.stored_keys > self.limit):
+            return None
+        if any(info is None for info in bucket.runs.values()):
+            return None
+        return bucket
+
+    def begin_dissolve(self, bucket: Bucket) -> list[tuple[int, RunInfo]]:
+        """Take the bucket apart; the store reads each run returned and calls `load`, then
+        `end_dissolve`. Big and wide: split into narrower buckets; else its keys join the heap."""
+        self._drop_bucket(bucket)
+        buffer = bucket.buffer
+        if bucket.stored_keys + len(buffer) > self.limit // 4 and bucket.width > MIN_WIDTH_MS:
+            width = max(MIN_WIDTH_MS, -(-bucket.width // SPLIT_INTO))
+            for start in range(bucket.start, bucket.end, width):
+                self._new_bucket(start, min(start + width, bucket.end))
+            for key in buffer:
+                if self._pending.get(key[1], (None,))[0] == key[0]:
+                    self._bucket_for(key[0]).buffer.append(key)
+        else:
+            self._dissolving = bucket
+            for key in buffer:
+                if self._pending.get(key[1], (None,))[0] == key[0]:
+                    heapq.heappush(self._heap, _pack(*key))
+        return [(run_id, info) for run_id, info in bucket.runs.items() if info is not None]
+
+    def load(self, run_id: int, info: RunInfo, keys: list[Key]) -> None:
+        """The keys of a run of the bucket being dissolved."""
         added = sum(1 for due, offset in keys if self.add(due, offset, source=run_id))
         if added:
             self._loaded[run_id] = _Loaded(info, added)
+
+    def end_dissolve(self) -> None:
+        self._dissolving = None
 
     # --- releasing --------------------------------------------------------------------------------
 
@@ -203,16 +350,16 @@ class DelayIndex:
             found = pending.get(offset)
             if found is not None and found[0] == due:
                 return due, offset
-            heapq.heappop(heap)        # cancelled or cut off meanwhile
+            heapq.heappop(heap)        # cancelled or moved meanwhile
         return None
 
     def pop_due(self, now_ms: int, max_count: int) -> list[Key]:
-        """Up to `max_count` due keys, ascending, removed from memory; none beyond the horizon."""
+        """Up to `max_count` due keys, ascending, removed from memory; none at or beyond the horizon."""
         due_keys: list[Key] = []
         horizon = self.horizon
         while len(due_keys) < max_count:
             top = self._top()
-            if top is None or top[0] > now_ms or (horizon is not None and top >= horizon):
+            if top is None or top[0] > now_ms or (horizon is not None and top[0] >= horizon):
                 break
             heapq.heappop(self._heap)
             self._source_left(self._pending.pop(top[1])[1])
@@ -262,21 +409,21 @@ class DelayIndex:
     # --- checkpoints --------------------------------------------------------------------------------
 
     def fresh_keys(self) -> tuple[int, list[Key]]:
-        """A spill of the keys added by holds since the last checkpoint and still in memory: the
-        checkpoint lists it (stored with `stored`, it becomes a loaded run)."""
+        """A spill of the keys held since the last checkpoint and still in memory: the checkpoint
+        lists it (stored with `fresh_stored`, it becomes a run read into memory)."""
         keys = sorted((self._pending[offset][0], offset) for offset in self._fresh
                       if offset in self._pending and self._pending[offset][1] == _FRESH)
         self._fresh = []
         spill_id = next(self._ids)
-        self._spilling[spill_id] = keys
+        self._spills[spill_id] = (None, keys)
         return spill_id, keys
 
     def fresh_stored(self, spill_id: int, index_offset: int) -> RunInfo | None:
         """The fresh spill is durable: its keys stay in memory, sourced from it now."""
-        keys = self._spilling.pop(spill_id)
-        if not keys:
+        keys = self._spills[spill_id][1]
+        info = self.stored(spill_id, index_offset)
+        if info is None:
             return None
-        info = RunInfo(index_offset, keys[0], keys[-1], len(keys), min(offset for _, offset in keys))
         remaining = 0
         for due, offset in keys:
             found = self._pending.get(offset)
@@ -288,16 +435,18 @@ class DelayIndex:
         return info
 
     def fresh_failed(self, spill_id: int) -> None:
-        keys = self._spilling.pop(spill_id)
+        _, keys = self._spills.pop(spill_id)
         self._fresh.extend(offset for _, offset in keys)
 
     def min_offset(self) -> int | None:
-        """The smallest offset still pending (in memory, in a run, being spilled), or None."""
+        """The smallest offset still pending (in memory or in a run), or None."""
         found = [min(self._pending)] if self._pending else []
-        found += [info.min_offset for info in self._runs.values()]
-        found += [min(offset for _, offset in keys) for keys in self._spilling.values() if keys]
+        found += [info.min_offset for bucket in self._buckets.values() for info in bucket.runs.values()
+                  if info is not None]
+        found += [min(offset for _, offset in keys) for _, keys in self._spills.values() if keys]
         return min(found) if found else None
 
     def listed_runs(self) -> list[RunInfo]:
         """The runs a checkpoint made now must list."""
-        return list(self._runs.values()) + [loaded.info for loaded in self._loaded.values()]
+        return [info for bucket in self._buckets.values() for info in bucket.runs.values() if info is not None] \
+            + [loaded.info for loaded in self._loaded.values()]

@@ -91,11 +91,12 @@ TOPIC_CONFIGS = {
 }
 MAX_IN_MEMORY = 100_000     # keys in memory per namespace (the `delayed.memory.keys` setting)
 RUN_SIZE = 4_096            # keys per run
-MAX_BATCH_RECORDS = 64      # held batches stay small: a due message is read back with its batch
+MAX_BATCH_RECORDS = 16      # held batches stay small: a due message is read back with its batch
 MAX_BATCH_BYTES = 256 << 10
 MAX_BACKLOG_BYTES = 64 << 20
 MAX_PASS = 2_000            # messages released per pass (bounds the bodies in memory)
 SCAN_BYTES = 4 << 20
+READ_AHEAD = 64             # due messages whose batches are read at once
 MAX_SLEEP_S = 1.0           # wake up now and then: the wall clock may have jumped
 RETRY_MS = 1_000
 CHECKPOINT_INTERVAL_MS = 1_000
@@ -130,7 +131,7 @@ class DelayedStore:
         self.namespace = namespace
         self.topic = TopicName(tenant, namespace, SYSTEM_TOPIC)
         self.index_topic = TopicName(tenant, namespace, INDEX_TOPIC)
-        self.index = DelayIndex(limit, run_size)
+        self.index = DelayIndex(limit, run_size, core.clock.now_ms)
         self.counts: Counter[str] = Counter()       # pending messages per target (Target.encode())
         self._deliverer_for = deliverer_for
         self._opened: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -365,12 +366,12 @@ class DelayedStore:
             await self._checkpoint(now_ms)
             return
         self._spill()
-        wanted = self.index.wanted_run()
-        if wanted is not None:
-            await self._load_run(*wanted)
+        bucket = self.index.bucket_to_dissolve(now_ms)
+        if bucket is not None:
+            await self._dissolve(bucket)
             return
         if self.index.waiting_for_spill():
-            await self._sleep(now_ms + 10)
+            await self._sleep(now_ms + 50)      # woken when the run is stored
             return
         due = self.index.pop_due(now_ms, MAX_PASS)
         if due:
@@ -415,8 +416,7 @@ class DelayedStore:
         await self._checkpoint(self._core.clock.now_ms())
 
     def _restore(self, checkpoint: Checkpoint) -> None:
-        for info in checkpoint.runs:
-            self.index.restore_run(info)
+        self.index.restore_runs(checkpoint.runs)
         for pair in checkpoint.frontier:
             self.index.note_release(tuple(pair))
         self.index.cancelled = {offset: (due, offset) for offset, due in checkpoint.cancelled}
@@ -593,14 +593,26 @@ class DelayedStore:
         while self._spills:
             await asyncio.wait(set(self._spills))
 
-    async def _load_run(self, run_id: int, info) -> None:
+    async def _dissolve(self, bucket) -> None:
+        """Read the runs of the earliest bucket into memory (or into narrower buckets)."""
+        runs = self.index.begin_dissolve(bucket)
         try:
-            keys = decode_run(await self._index_value(info.index_offset))
-        except (CorruptIndex, LookupError) as exc:
-            # The messages are still in the system topic: find this run's keys there.
-            log.warning("a run of %s is unusable (%s): reading its keys from %s", self.index_topic, exc, self.topic)
-            keys = await self._keys_between(info.first, info.last)
-        self.index.load(run_id, keys)
+            while runs:
+                run_id, info = runs[0]
+                try:
+                    keys = decode_run(await self._index_value(info.index_offset))
+                except (CorruptIndex, LookupError) as exc:
+                    # The messages are still in the system topic: find this run's keys there.
+                    log.warning("a run of %s is unusable (%s): reading its keys from %s",
+                                self.index_topic, exc, self.topic)
+                    keys = await self._keys_between(info.first, info.last)
+                self.index.load(run_id, info, keys)
+                runs.pop(0)
+                self._spill()
+        finally:
+            if runs:        # reading failed: what is left is a bucket again
+                self.index.restore_runs([info for _, info in runs])
+            self.index.end_dissolve()
         self._changed = True
 
     async def _keys_between(self, first, last) -> list:
@@ -696,22 +708,21 @@ class DelayedStore:
         return plan, counts
 
     async def _read(self, partition: Partition, offsets: list[int]) -> dict[int, DecodedRecord]:
-        """The records at `offsets` (sorted): each batch holding some is read once, and only the
-        wanted records of it are decoded."""
+        """The records at `offsets` (sorted): the batches holding them are read READ_AHEAD at a
+        time (their reads overlap; one read serves every wanted record of its batch), and only
+        the wanted records of each are decoded."""
         wanted = set(offsets)
         found: dict[int, DecodedRecord] = {}
-        read_to = -1       # every batch below this was read already
-        for offset in offsets:
-            if offset in found or offset < read_to or offset < partition.log_start_offset:
-                continue
-            result = await partition.read(offset, 1)      # the batch holding `offset`
-            for batch in split_batches(result.records) if result.records else ():
-                header = read_header(batch)
-                read_to = max(read_to, header.base_offset + header.last_offset_delta + 1)
-                for record in decode_records_at(batch, wanted):
-                    found[record.offset] = record
-            if offset >= read_to:     # nothing came back: the log ends before it
-                break
+        start = partition.log_start_offset
+        todo = [offset for offset in offsets if offset >= start]
+        while todo:
+            chunk, todo = todo[:READ_AHEAD], todo[READ_AHEAD:]
+            for result in await asyncio.gather(*(partition.read(offset, 1) for offset in chunk
+                                                  if offset not in found)):
+                for batch in split_batches(result.records) if result.records else ():
+                    for record in decode_records_at(batch, wanted, dense=True):    # built by build_batch
+                        found[record.offset] = record
+            todo = [offset for offset in todo if offset not in found]
         return found
 
     # --- checkpoints ----------------------------------------------------------------------------
