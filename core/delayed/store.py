@@ -96,7 +96,7 @@ MAX_BATCH_BYTES = 256 << 10
 MAX_BACKLOG_BYTES = 64 << 20
 MAX_PASS = 2_000            # messages released per pass (bounds the bodies in memory)
 SCAN_BYTES = 4 << 20
-READ_AHEAD = 64             # due messages whose batches are read at once
+READ_AHEAD = 64             # clusters of due messages read at once
 MAX_SLEEP_S = 1.0           # wake up now and then: the wall clock may have jumped
 RETRY_MS = 1_000
 CHECKPOINT_INTERVAL_MS = 1_000
@@ -332,16 +332,14 @@ class DelayedStore:
     # --- the delivery task --------------------------------------------------------------------
 
     async def _run(self) -> None:
-        while True:
-            try:
-                await self._open()
-                break
-            except Exception as exc:
-                if not self._opened.done():
-                    log.warning("opening the delayed messages of %s/%s failed: %s", self.tenant, self.namespace, exc)
-                    self.failed = True
-                    self._opened.set_exception(exc)
-                return
+        try:
+            await self._open()
+        except Exception as exc:
+            log.warning("opening the delayed messages of %s/%s failed: %s", self.tenant, self.namespace, exc)
+            self.failed = True
+            if not self._opened.done():
+                self._opened.set_exception(exc)
+            return
         self._opened.set_result(None)
         while True:
             try:
@@ -698,31 +696,43 @@ class DelayedStore:
             target, message = item
             counts[target.encode().decode("utf-8", "surrogateescape")] += 1
             deliverer = await self._deliverer_for(target.kind)
-            try:
-                routes = await deliverer.route(self.tenant, self.namespace, target.name, message)
-            except Exception as exc:
-                log.warning("routing a delayed message of %s to %s failed, dropped: %s", self.topic, target, exc)
-                continue
-            for topic, index in routes:
+            # A failure here fails the pass (nothing released, tried again); a target that is gone
+            # routes nowhere.
+            for topic, index in await deliverer.route(self.tenant, self.namespace, target.name, message):
                 plan[(target.kind, topic, index)].append((offset, message))
         return plan, counts
 
     async def _read(self, partition: Partition, offsets: list[int]) -> dict[int, DecodedRecord]:
-        """The records at `offsets` (sorted): the batches holding them are read READ_AHEAD at a
-        time (their reads overlap; one read serves every wanted record of its batch), and only
-        the wanted records of each are decoded."""
+        """The records at `offsets` (sorted). Offsets close together form a cluster, read batch by
+        batch (one read serves every wanted record of its batch); up to READ_AHEAD clusters are
+        read at once (their reads overlap). Only the wanted records of a batch are decoded."""
         wanted = set(offsets)
         found: dict[int, DecodedRecord] = {}
-        start = partition.log_start_offset
-        todo = [offset for offset in offsets if offset >= start]
-        while todo:
-            chunk, todo = todo[:READ_AHEAD], todo[READ_AHEAD:]
-            for result in await asyncio.gather(*(partition.read(offset, 1) for offset in chunk
-                                                  if offset not in found)):
+        clusters: list[list[int]] = []
+        for offset in offsets:
+            if offset < partition.log_start_offset:
+                continue
+            if clusters and offset - clusters[-1][-1] <= MAX_BATCH_RECORDS:
+                clusters[-1].append(offset)
+            else:
+                clusters.append([offset])
+
+        async def read_cluster(cluster: list[int]) -> None:
+            read_to = -1       # every batch below this was read already
+            for offset in cluster:
+                if offset in found or offset < read_to:
+                    continue
+                result = await partition.read(offset, 1)      # the batch holding `offset`
                 for batch in split_batches(result.records) if result.records else ():
+                    header = read_header(batch)
+                    read_to = max(read_to, header.base_offset + header.last_offset_delta + 1)
                     for record in decode_records_at(batch, wanted, dense=True):    # built by build_batch
                         found[record.offset] = record
-            todo = [offset for offset in todo if offset not in found]
+                if offset >= read_to:     # nothing came back: the log ends before it
+                    return
+
+        for start in range(0, len(clusters), READ_AHEAD):
+            await asyncio.gather(*(read_cluster(cluster) for cluster in clusters[start:start + READ_AHEAD]))
         return found
 
     # --- checkpoints ----------------------------------------------------------------------------
