@@ -66,8 +66,8 @@ def start_append(core, topic: TopicName, partition: Partition, records: bytes | 
     plans = []
     for batch in batches:
         header = record_batch.read_header(batch)
-        if header.is_control:
-            return partition.start_append(records)
+        if header.is_control or len(batch) > partition.config.max_message_bytes:
+            return partition.start_append(records)    # refused there, with the partition's error
         try:
             decoded = decode_batch(batch)[1]
         except CoreError:

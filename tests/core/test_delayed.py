@@ -27,7 +27,9 @@ from core.delayed.index_format import (
     encode_release,
     encode_run,
 )
+from core.delayed.produce import due_of
 from core.delayed.service import PARTITION, PartitionDeliverer, partition_target
+from core.errors import InvalidRecord
 from core.delayed.store import DelayedStore
 from core.names import TopicName
 from core.records.batch import split_batches
@@ -405,3 +407,26 @@ async def test_a_corrupt_checkpoint_rebuilds_the_index_from_the_messages_exactly
     assert store.rebuilt
     clock.advance(10_000)
     await eventually(lambda: _values_are(core, [str(n).encode() for n in range(40)]))
+
+
+# --- the Kafka headers ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("headers, due", [
+    ((), None),
+    ((("other", b"1"),), None),
+    ((("deliver-at-ms", b"1700000005000"),), 1_700_000_005_000),
+    ((("deliver-after-ms", b"250"),), START_MS + 250),
+    ((("deliver-after-ms", b"0"),), START_MS),
+])
+def test_delay_headers_give_the_due_time(headers, due) -> None:
+    assert due_of(headers, START_MS) == due
+
+
+@pytest.mark.parametrize("headers", [
+    (("deliver-after-ms", b"soon"),), (("deliver-after-ms", b"-5"),), (("deliver-after-ms", b""),),
+    (("deliver-after-ms", None),), (("deliver-at-ms", b"1" * 16),), (("deliver-at-ms", b"1.5"),),
+    (("deliver-at-ms", b"1"), ("deliver-after-ms", b"1")),
+])
+def test_malformed_delay_headers_are_invalid_records(headers) -> None:
+    with pytest.raises(InvalidRecord):
+        due_of(headers, START_MS)
