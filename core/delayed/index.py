@@ -5,8 +5,7 @@ no I/O: the store (store.py) writes and reads the runs and says when they are st
     heap      every pending key due before the horizon H, ordered (released from here)
     buckets   disjoint time intervals [start, end), all at or after H; each has runs on storage
               (__delayed_index) and a buffer of keys in memory not yet written
-    memory    the heap and the buffers: at most `limit` keys (plus a dict offset -> (due, source
-              run)); past that, every buffer is written as one run per bucket
+    memory    the heap and the buffers: at most `limit` keys (plus a dict offset -> due); past that, every buffer is written as one run per bucket
 
 H is the start of the earliest bucket. A key held with a due time before H goes to the heap, any
 other to the buffer of the bucket holding its due time (a new bucket if none does: a power-of-two
@@ -30,9 +29,11 @@ state the frontier is one pair; a message due in the past adds one until the nex
 That lets a restart, or a run read again, skip released messages without remembering them one by
 one. Cancelled messages are remembered one by one (offset -> key) until the frontier passes them.
 
-A checkpoint lists the runs that may still hold pending keys: the buckets' runs, the runs read into
-memory whose keys are still there, and one written at checkpoint time with the keys held since the
-previous checkpoint that are still in memory ("fresh" ones). Reading a run again after a restart
+A checkpoint first writes every bucket's buffer as runs, then lists the runs that may still hold
+pending keys: the buckets' runs, the runs read into memory whose keys are still there, and one
+written at checkpoint time with the keys held since the previous checkpoint that are still in the
+heap ("fresh" ones, all due before the first bucket). So every listed run keeps within one bucket's
+time, and a restart finds buckets as narrow as they were. Reading a run again after a restart
 skips what the frontier says is released, what was cancelled, and what is already in memory.
 """
 
@@ -48,7 +49,6 @@ from core.delayed.index_format import Key, RunInfo
 
 _SHIFT = 64        # heap entries are single ints: due << 64 | offset (about 40 bytes each)
 _MASK = (1 << _SHIFT) - 1
-_FRESH = 0         # source of a key added by a hold (not read from a run)
 MIN_WIDTH_MS = 16
 NEW_WIDTH_MIN_MS = 1024
 PRELOAD_MS = 2_000
@@ -76,12 +76,6 @@ class Bucket:
         return self.end - self.start
 
 
-@dataclass(slots=True)
-class _Loaded:
-    info: RunInfo
-    remaining: int        # its keys still in memory
-
-
 class DelayIndex:
     """Owned by one store's task; no locking."""
 
@@ -93,14 +87,13 @@ class DelayIndex:
         self.limit = limit
         self.run_size = run_size
         self._heap: list[int] = []
-        self._pending: dict[int, tuple[int, int]] = {}      # offset -> (due, source run id), in memory
+        self._pending: dict[int, int] = {}                   # offset -> due, of the keys in memory
         self._starts: list[int] = []                         # of the buckets, sorted
         self._buckets: dict[int, Bucket] = {}                # by start
         self._dissolving: Bucket | None = None
-        self._loaded: dict[int, _Loaded] = {}
+        self._snapshot: RunInfo | None = None                # the heap's keys at the last checkpoint
         self._spills: dict[int, tuple[Bucket | None, list[Key]]] = {}    # being written
         self._ids = itertools.count(1)
-        self._fresh: list[int] = []                          # offsets held since the last checkpoint
         self.frontier: list[tuple[int, int, int]] = []       # (below offset, due, offset), see above
         self.cancelled: dict[int, Key] = {}
         self.indexed_to = 0       # every hold below this offset has been added
@@ -141,15 +134,13 @@ class DelayIndex:
 
     # --- adding -----------------------------------------------------------------------------------
 
-    def add(self, due: int, offset: int, *, source: int = _FRESH) -> bool:
+    def add(self, due: int, offset: int) -> bool:
         """A held message (or a key of a run being read); False if it is released, cancelled or
         already in memory."""
         key = (due, offset)
         if offset in self._pending or offset in self.cancelled or self.is_released(key):
             return False
-        self._pending[offset] = (due, source)
-        if source == _FRESH:
-            self._fresh.append(offset)
+        self._pending[offset] = due
         horizon = self.horizon
         dissolving = self._dissolving
         if horizon is None or due < horizon or (dissolving is not None and due < dissolving.end):
@@ -158,7 +149,7 @@ class DelayIndex:
             self._bucket_for(due).buffer.append(key)
         return True
 
-    def _bucket_for(self, due: int) -> Bucket:
+    def _bucket_for(self, due: int, floor: int | None = None) -> Bucket:
         at = bisect.bisect_right(self._starts, due) - 1
         if at >= 0:
             found = self._buckets[self._starts[at]]
@@ -170,6 +161,8 @@ class DelayIndex:
         start, end = due - due % width, due - due % width + width
         if at >= 0:
             start = max(start, self._buckets[self._starts[at]].end)
+        if floor is not None:
+            start = max(start, floor)
         if at + 1 < len(self._starts):
             end = min(end, self._starts[at + 1])
         return self._new_bucket(start, end)
@@ -203,8 +196,16 @@ class DelayIndex:
             spills += self._cut_heap()
         return spills
 
+    def flush_buffers(self) -> list[tuple[int, list[Key]]]:
+        """Every bucket's buffer as runs to write (before a checkpoint, so that it lists runs that
+        keep to their buckets and a restart finds the buckets as they were)."""
+        spills = []
+        for bucket in list(self._buckets.values()):
+            spills += self._write_buffer(bucket)
+        return spills
+
     def _write_buffer(self, bucket: Bucket) -> list[tuple[int, list[Key]]]:
-        keys = sorted(key for key in bucket.buffer if self._pending.get(key[1], (None,))[0] == key[0])
+        keys = sorted(key for key in bucket.buffer if self._pending.get(key[1]) == key[0])
         bucket.buffer = []
         spills = []
         for start in range(0, len(keys), self.run_size):
@@ -214,13 +215,14 @@ class DelayIndex:
             bucket.runs[spill_id] = None
             bucket.stored_keys += len(chunk)
             for _, offset in chunk:
-                self._source_left(self._pending.pop(offset)[1])
+                del self._pending[offset]
             spills.append((spill_id, chunk))
         return spills
 
     def _cut_heap(self) -> list[tuple[int, list[Key]]]:
-        """The heap's later half (by due time) becomes the earliest bucket."""
-        ordered = sorted(key for key in map(_unpack, self._heap) if self._pending.get(key[1], (None,))[0] == key[0])
+        """The heap's later half (by due time) goes into buckets (the earliest of which then
+        starts at or before the cut, so everything left in the heap is still released first)."""
+        ordered = sorted(key for key in map(_unpack, self._heap) if self._pending.get(key[1]) == key[0])
         if len(ordered) < 2:
             return []
         cut_due = ordered[len(ordered) // 2][0]
@@ -230,11 +232,16 @@ class DelayIndex:
                 return []                      # all due at one instant: they stay
             cut_due = later[0][0]
         self._heap = [_pack(*key) for key in ordered if key[0] < cut_due]     # sorted: a heap
-        moved = [key for key in ordered if key[0] >= cut_due]
-        horizon = self.horizon
-        bucket = self._new_bucket(cut_due, horizon if horizon is not None else moved[-1][0] + 1)
-        bucket.buffer = moved
-        return self._write_buffer(bucket)
+        touched = {}
+        for key in ordered:
+            if key[0] >= cut_due:        # into buckets sized by distance, as a hold would be
+                bucket = self._bucket_for(key[0], floor=cut_due)     # none reaches below the cut
+                bucket.buffer.append(key)
+                touched[bucket.start] = bucket
+        spills = []
+        for bucket in touched.values():
+            spills += self._write_buffer(bucket)
+        return spills
 
     def stored(self, spill_id: int, index_offset: int) -> RunInfo | None:
         """A run is durable at `index_offset` of __delayed_index."""
@@ -306,9 +313,10 @@ class DelayIndex:
         if self._dissolving is not None or not self._starts:
             return None
         bucket = self._buckets[self._starts[0]]
-        if self._top() is not None and (bucket.start - now_ms > PRELOAD_MS
-                                        or len(self._pending) + bucket.stored_keys > self.limit):
-            return None
+        top = self._top()
+        if top is not None and top[0] < bucket.start and (bucket.start - now_ms > PRELOAD_MS
+                                                           or len(self._pending) + bucket.stored_keys > self.limit):
+            return None       # the heap has earlier keys to release first
         if any(info is None for info in bucket.runs.values()):
             return None
         return bucket
@@ -323,20 +331,19 @@ class DelayIndex:
             for start in range(bucket.start, bucket.end, width):
                 self._new_bucket(start, min(start + width, bucket.end))
             for key in buffer:
-                if self._pending.get(key[1], (None,))[0] == key[0]:
+                if self._pending.get(key[1]) == key[0]:
                     self._bucket_for(key[0]).buffer.append(key)
         else:
             self._dissolving = bucket
             for key in buffer:
-                if self._pending.get(key[1], (None,))[0] == key[0]:
+                if self._pending.get(key[1]) == key[0]:
                     heapq.heappush(self._heap, _pack(*key))
         return [(run_id, info) for run_id, info in bucket.runs.items() if info is not None]
 
     def load(self, run_id: int, info: RunInfo, keys: list[Key]) -> None:
         """The keys of a run of the bucket being dissolved."""
-        added = sum(1 for due, offset in keys if self.add(due, offset, source=run_id))
-        if added:
-            self._loaded[run_id] = _Loaded(info, added)
+        for due, offset in keys:
+            self.add(due, offset)
 
     def end_dissolve(self) -> None:
         self._dissolving = None
@@ -348,7 +355,7 @@ class DelayIndex:
         while heap:
             due, offset = _unpack(heap[0])
             found = pending.get(offset)
-            if found is not None and found[0] == due:
+            if found == due:
                 return due, offset
             heapq.heappop(heap)        # cancelled or moved meanwhile
         return None
@@ -362,7 +369,7 @@ class DelayIndex:
             if top is None or top[0] > now_ms or (horizon is not None and top[0] >= horizon):
                 break
             heapq.heappop(self._heap)
-            self._source_left(self._pending.pop(top[1])[1])
+            del self._pending[top[1]]
             due_keys.append(top)
         return due_keys
 
@@ -382,16 +389,7 @@ class DelayIndex:
 
     def forget(self, offset: int) -> None:
         """A key released by a pass replayed at start (its frontier pair covers it from now on)."""
-        found = self._pending.pop(offset, None)
-        if found is not None:
-            self._source_left(found[1])
-
-    def _source_left(self, source: int) -> None:
-        loaded = self._loaded.get(source)
-        if loaded is not None:
-            loaded.remaining -= 1
-            if loaded.remaining <= 0:
-                del self._loaded[source]
+        self._pending.pop(offset, None)
 
     # --- cancelling -------------------------------------------------------------------------------
 
@@ -400,43 +398,25 @@ class DelayIndex:
         key = (due, offset)
         if self.is_released(key) or offset in self.cancelled:
             return False
-        found = self._pending.pop(offset, None)
-        if found is not None:
-            self._source_left(found[1])
+        self._pending.pop(offset, None)
         self.cancelled[offset] = key      # until the frontier passes it: a run may still hold it
         return True
 
     # --- checkpoints --------------------------------------------------------------------------------
 
-    def fresh_keys(self) -> tuple[int, list[Key]]:
-        """A spill of the keys held since the last checkpoint and still in memory: the checkpoint
-        lists it (stored with `fresh_stored`, it becomes a run read into memory)."""
-        keys = sorted((self._pending[offset][0], offset) for offset in self._fresh
-                      if offset in self._pending and self._pending[offset][1] == _FRESH)
-        self._fresh = []
+    def heap_keys(self) -> tuple[int, list[Key]]:
+        """A spill of every key in the heap (they are due before the first bucket): a checkpoint
+        lists it beside the buckets' runs, and that is every pending key."""
+        keys = sorted(key for key in map(_unpack, self._heap) if self._pending.get(key[1]) == key[0])
         spill_id = next(self._ids)
         self._spills[spill_id] = (None, keys)
         return spill_id, keys
 
-    def fresh_stored(self, spill_id: int, index_offset: int) -> RunInfo | None:
-        """The fresh spill is durable: its keys stay in memory, sourced from it now."""
-        keys = self._spills[spill_id][1]
-        info = self.stored(spill_id, index_offset)
-        if info is None:
-            return None
-        remaining = 0
-        for due, offset in keys:
-            found = self._pending.get(offset)
-            if found is not None and found == (due, _FRESH):
-                self._pending[offset] = (due, spill_id)
-                remaining += 1
-        if remaining:
-            self._loaded[spill_id] = _Loaded(info, remaining)
-        return info
+    def heap_stored(self, spill_id: int, index_offset: int) -> None:
+        self._snapshot = self.stored(spill_id, index_offset)
 
-    def fresh_failed(self, spill_id: int) -> None:
-        _, keys = self._spills.pop(spill_id)
-        self._fresh.extend(offset for _, offset in keys)
+    def heap_failed(self, spill_id: int) -> None:
+        self._spills.pop(spill_id)
 
     def min_offset(self) -> int | None:
         """The smallest offset still pending (in memory or in a run), or None."""
@@ -447,6 +427,6 @@ class DelayIndex:
         return min(found) if found else None
 
     def listed_runs(self) -> list[RunInfo]:
-        """The runs a checkpoint made now must list."""
-        return [info for bucket in self._buckets.values() for info in bucket.runs.values() if info is not None] \
-            + [loaded.info for loaded in self._loaded.values()]
+        """The runs a checkpoint made now must list: the buckets' and the heap's (just written)."""
+        runs = [info for bucket in self._buckets.values() for info in bucket.runs.values() if info is not None]
+        return runs + ([self._snapshot] if self._snapshot is not None else [])

@@ -568,9 +568,10 @@ class DelayedStore:
 
     # --- runs -----------------------------------------------------------------------------------
 
-    def _spill(self) -> None:
-        """Write the runs the index cut off (in the background; the index waits for them)."""
-        for spill_id, keys in self.index.overflow():
+    def _spill(self, *, everything: bool = False) -> None:
+        """Write the runs the index cut off (in the background; the index waits for them);
+        `everything`: every bucket's buffer, over the memory bound or not."""
+        for spill_id, keys in self.index.flush_buffers() if everything else self.index.overflow():
             task = asyncio.ensure_future(self._write_spill(spill_id, keys))
             self._spills.add(task)
             task.add_done_callback(self._spills.discard)
@@ -745,20 +746,20 @@ class DelayedStore:
             return
         self._last_checkpoint_ms = now_ms
         try:
-            self._spill()
+            self._spill(everything=True)
             await self._wait_spills()
             covers_to = self.index.indexed_to
             # The held messages of open transactions are replayed at start.
             replay_from = min([covers_to, *(offsets[0] for offsets in self._open_txns.values())])
             index_partition = await self._core.partition(self.index_topic, 0)
-            spill_id, keys = self.index.fresh_keys()
+            spill_id, keys = self.index.heap_keys()
             try:
                 offset = (await index_partition.append(build_batch([Record(now_ms, b"run", encode_run(keys))]))
                           if keys else -1)
             except BaseException:
-                self.index.fresh_failed(spill_id)
+                self.index.heap_failed(spill_id)
                 raise
-            self.index.fresh_stored(spill_id, offset)
+            self.index.heap_stored(spill_id, offset)
             checkpoint = Checkpoint(covers_to, replay_from, self.index.listed_runs(), list(self.index.frontier),
                                     [(offset, key[0]) for offset, key in self.index.cancelled.items()],
                                     {t: c for t, c in self.counts.items() if c > 0}, self._next_seq)
