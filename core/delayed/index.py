@@ -29,12 +29,11 @@ state the frontier is one pair; a message due in the past adds one until the nex
 That lets a restart, or a run read again, skip released messages without remembering them one by
 one. Cancelled messages are remembered one by one (offset -> key) until the frontier passes them.
 
-A checkpoint first writes every bucket's buffer as runs, then lists the runs that may still hold
-pending keys: the buckets' runs, the runs read into memory whose keys are still there, and one
-written at checkpoint time with the keys held since the previous checkpoint that are still in the
-heap ("fresh" ones, all due before the first bucket). So every listed run keeps within one bucket's
-time, and a restart finds buckets as narrow as they were. Reading a run again after a restart
-skips what the frontier says is released, what was cancelled, and what is already in memory.
+A checkpoint first writes every bucket's buffer as runs and every key of the heap as one more run,
+then lists the buckets' runs and that one: every pending key is in a listed run, each run keeps
+within one bucket's time (the heap's within the time before the first bucket), and a restart finds
+the buckets as narrow as they were. Reading a run again after a restart skips what the frontier
+says is released, what was cancelled, and what is already in memory.
 """
 
 from __future__ import annotations
