@@ -16,13 +16,17 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as ConfluentPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.admin import ConfigResource as KafkaConfigResource
-from kafka.admin import ConfigResourceType
+from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import InvalidRecordError, KafkaError
 
 TIMEOUT_S = 30.0

@@ -52,7 +52,7 @@ class Target:
         return f"{self.kind}:{self.name}".encode("utf-8", "surrogateescape")
 
     @classmethod
-    def decode(cls, raw: bytes) -> "Target":
+    def decode(cls, raw: bytes) -> Target:
         kind, _, name = raw.decode("utf-8", "surrogateescape").partition(":")
         return cls(kind, name)
 

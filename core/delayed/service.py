@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from core.cluster.bundles import Bundle, partition_bundle
 from core.delayed.held import Target
-from core.delayed.store import MAX_IN_MEMORY, SYSTEM_TOPIC, Deliverer, DelayedStore
+from core.delayed.store import MAX_IN_MEMORY, SYSTEM_TOPIC, DelayedStore, Deliverer
 from core.names import TopicName
 from core.records.builder import Record, build_batch
 

@@ -200,7 +200,7 @@ class DelayedStore:
         await self._writable.wait()
 
     @property
-    def publisher(self) -> "DelayedStore":
+    def publisher(self) -> DelayedStore:
         """What a publishing connection waits on for back-pressure, as on a queue's publisher."""
         return self
 

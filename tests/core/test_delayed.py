@@ -12,7 +12,7 @@ import random
 import pytest
 
 from core.clock import FakeClock
-from core.delayed.held import ID, Target
+from core.delayed.held import ID
 from core.delayed.index import DelayIndex
 from core.delayed.index_format import (
     Checkpoint,
@@ -30,7 +30,6 @@ from core.delayed.index_format import (
 from core.delayed.produce import due_of
 from core.delayed.service import PARTITION, PartitionDeliverer, partition_target
 from core.errors import InvalidRecord
-from core.delayed.store import DelayedStore
 from core.names import TopicName
 from core.records.batch import split_batches
 from core.records.builder import Record, build_batch
