@@ -83,6 +83,16 @@ class ProducerStates:
         entry.batches.append(BatchRecord(first_seq, (first_seq + record_count - 1) % _SEQ_WRAP, base_offset))
         entry.last_timestamp = timestamp
 
+    def cover(self, producer_id: int, epoch: int, first_seq: int, record_count: int, base_offset: int,
+              timestamp: int = -1) -> None:
+        """A batch whose records were partly or wholly held back (delayed delivery): its whole
+        sequence range counts as one stored batch at `base_offset` (-1: nothing stored), replacing
+        what the stored part recorded."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and entry.epoch == epoch and entry.batches and entry.batches[-1].first_seq == first_seq:
+            entry.batches.pop()
+        self.record(producer_id, epoch, first_seq, record_count, base_offset, timestamp)
+
     def summaries(self) -> list[ProducerSummary]:
         """Every producer known here, by id."""
         return [ProducerSummary(producer_id, entry.epoch, entry.batches[-1].last_seq if entry.batches else -1,

@@ -42,10 +42,12 @@ RETENTION_CHECK_S = 60.0
 
 class Core:
     def __init__(self, metadata: MetadataStore, logs: ManagedLogFactory, clock: Clock | None = None,
-                 cluster: BrokerCluster | None = None, retention_check_s: float = RETENTION_CHECK_S) -> None:
+                 cluster: BrokerCluster | None = None, retention_check_s: float = RETENTION_CHECK_S, *,
+                 delayed_memory_keys: int | None = None) -> None:
         """`cluster`: this broker's membership when several brokers share the storage; None (one
         process) owns every partition. `retention_check_s`: how often retention and backlog quotas
-        are enforced."""
+        are enforced. `delayed_memory_keys`: held (delayed) messages each namespace keeps in memory;
+        the rest wait on storage (None: the default, core/delayed/store.py)."""
         self.metadata = metadata
         self.logs = logs
         self.clock = clock or SystemClock()
@@ -66,7 +68,9 @@ class Core:
         self._sweeper: asyncio.Task | None = None
         self._retention_check_s = retention_check_s
         self._takeovers: set[asyncio.Task] = set()
-        self.delayed = DelayedService(self)     # delayed messages: held until due, then routed
+        # delayed messages: held until due, then routed
+        self.delayed = DelayedService(self) if delayed_memory_keys is None else \
+            DelayedService(self, memory_keys=delayed_memory_keys)
         self.connections = ClientConnections(metadata, self._max_connections)   # this process's clients
         self.tenancy = Tenancy(self)            # tenants and namespaces at runtime, their policies
         self.meters = NamespaceMeters(metadata)  # each namespace's rates, rate limits and policies

@@ -69,6 +69,9 @@ _KEYS = (
     ConfigKey("retention.consumed", "false", _boolean, "log.retention.consumed",
               doc="true: records below every subscription's committed position (Kafka groups and AMQP "
                   "queues alike) are deleted too, by whole ledgers (core/retention.py)"),
+    ConfigKey("delayed.delivery.enable", "false", _boolean, "log.delayed.delivery.enable",
+              doc="true: a record with a deliver-at-ms or deliver-after-ms header is held until due, then "
+                  "appended at the end of its partition (core/delayed/produce.py)"),
     ConfigKey("max.message.bytes", "1048588", _long(0), "message.max.bytes"),
     ConfigKey("segment.bytes", "134217728", _long(1 << 20), "log.segment.bytes",
               doc="a partition's ledger is rolled past this size"),
@@ -130,6 +133,7 @@ class EffectiveConfig:
     log_append_time: bool
     deletes: bool = True     # cleanup.policy includes "delete": retention by time and size applies
     retention_consumed: bool = False     # also delete what every subscription consumed
+    delayed_delivery: bool = False       # records may ask to be delayed by a header
 
     @classmethod
     def of(cls, explicit: Mapping[str, str], broker_defaults: Mapping[str, str] | None = None) -> "EffectiveConfig":
@@ -143,4 +147,5 @@ class EffectiveConfig:
                    int(get("segment.bytes")), int(get("segment.ms")),
                    get("message.timestamp.type") == "LogAppendTime",
                    deletes="delete" in (policy.strip() for policy in get("cleanup.policy").split(",")),
-                   retention_consumed=get("retention.consumed") == "true")
+                   retention_consumed=get("retention.consumed") == "true",
+                   delayed_delivery=get("delayed.delivery.enable").lower() == "true")

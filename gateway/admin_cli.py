@@ -245,6 +245,19 @@ def topics_delete(tenant: str, namespace: str, topic: str) -> None:
     _call("DELETE", f"/tenants/{tenant}/namespaces/{namespace}/topics/{topic}")
 
 
+@topics_cli.command("delayed")
+def topics_delayed(tenant: str, namespace: str, topic: str) -> None:
+    """Delayed messages pending for the topic, per partition."""
+    document = _call("GET", f"/tenants/{tenant}/namespaces/{namespace}/topics/{topic}/delayed")
+    _show(document, ["partition", "pending"], document["partitions"])
+
+
+@topics_cli.command("cancel-delayed")
+def topics_cancel_delayed(tenant: str, namespace: str, topic: str, message_id: int) -> None:
+    """Cancel a delayed message of the topic by its id (its offset in __delayed_messages)."""
+    _call("DELETE", f"/tenants/{tenant}/namespaces/{namespace}/topics/{topic}/delayed/{message_id}")
+
+
 # --- connections -----------------------------------------------------------------------------------
 
 @connections_cli.command("list")

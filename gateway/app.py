@@ -229,7 +229,8 @@ class Gateway:
             self._broker_id = await broker_id(config, self._storage.metadata)
             self._cluster = BrokerCluster(self._storage.metadata, self._local_broker())
         self._core = Core(self._storage.metadata, self._storage.logs, cluster=self._cluster,
-                          retention_check_s=config.retention_check_interval_ms / 1000)
+                          retention_check_s=config.retention_check_interval_ms / 1000,
+                          delayed_memory_keys=config.delayed_memory_keys)
         await self._core.start()
         users = UserStore(self._core.metadata)
         for user in config.users:   # the config file's logins, (re)stored with fresh salts at every start

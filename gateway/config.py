@@ -36,9 +36,11 @@ ENV_VARS: Mapping[str, str] = {
     "amqp_consumer_timeout_ms": "GATEWAY_AMQP_CONSUMER_TIMEOUT_MS",
     "admin_tls_cert": "GATEWAY_ADMIN_TLS_CERT",
     "admin_tls_key": "GATEWAY_ADMIN_TLS_KEY",
+    "delayed_memory_keys": "GATEWAY_DELAYED_MEMORY_KEYS",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
-INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms")
+INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
+                "delayed_memory_keys")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
@@ -272,6 +274,8 @@ class GatewayConfig:
     # HTTPS on the admin port: a PEM certificate (chain) and its private key; both or neither.
     admin_tls_cert: str | None = None
     admin_tls_key: str | None = None
+    # Keys of held (delayed) messages each namespace keeps in memory; the rest wait on storage.
+    delayed_memory_keys: int = 100_000
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -286,6 +290,9 @@ class GatewayConfig:
         if self.broker_id is not None and (isinstance(self.broker_id, bool) or not isinstance(self.broker_id, int)
                                            or not 0 <= self.broker_id < 2**31):
             raise ConfigError(f"broker_id must be an integer in 0..2147483647, got {self.broker_id!r}")
+        if not _is_int(self.delayed_memory_keys) or not 16 <= self.delayed_memory_keys <= 100_000_000:
+            raise ConfigError(f"delayed_memory_keys must be an integer in 16..100000000, "
+                              f"got {self.delayed_memory_keys!r}")
         if not isinstance(self.data_dir, Path):
             raise ConfigError(f"data_dir must be a path, got {self.data_dir!r}")
         if not _is_int(self.retention_check_interval_ms) or not 10 <= self.retention_check_interval_ms <= 86_400_000:

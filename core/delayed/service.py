@@ -8,33 +8,67 @@ the deliverer registered for `target.kind` routes and appends it (a queue namesp
 
 Starting loads the stores in the background; a store whose messages fall due before their kind
 has a deliverer waits for it.
+
+The core itself delivers one kind, PARTITION ("<topic>/<partition>"): a record held for a topic's
+partition (Kafka's deliver-at-ms) is appended at the end of that partition when due.
+
+A held message's id is its offset in the namespace's system topic (what `hold` resolves to); the
+admin API cancels by it and counts what is pending per target.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from core.cluster.bundles import Bundle, partition_bundle
 from core.delayed.held import Target
-from core.delayed.store import SYSTEM_TOPIC, Deliverer, DelayedStore
+from core.delayed.store import MAX_IN_MEMORY, SYSTEM_TOPIC, DelayedStore, Deliverer
 from core.names import TopicName
-from core.records.builder import Record
+from core.records.builder import Record, build_batch
 
 log = logging.getLogger("gateway.core.delayed")
 
 INDEX = "/delayed"
+PARTITION = "partition"
+
+
+class PartitionDeliverer:
+    """Held records of a topic's partition go back to the end of that partition."""
+
+    def __init__(self, core) -> None:
+        self._core = core
+
+    async def route(self, tenant: str, namespace: str, name: str, record: Record) -> list[tuple[str, int]]:
+        topic, _, index = name.rpartition("/")
+        return [(topic, int(index))] if index.isdigit() else []
+
+    def publish(self, tenant: str, namespace: str, topic: str, partition: int, records: list[Record]) -> list:
+        return [self._append(TopicName(tenant, namespace, topic), partition, records)]
+
+    async def _append(self, topic: TopicName, index: int, records: list[Record]) -> int:
+        partition = await self._core.partition(topic, index)
+        return await partition.start_append(build_batch(records))
+
+
+def partition_target(topic: str, partition: int) -> Target:
+    return Target(PARTITION, f"{topic}/{partition}")
 
 
 class DelayedService:
-    def __init__(self, core) -> None:
+    def __init__(self, core, *, memory_keys: int = MAX_IN_MEMORY) -> None:
+        """`memory_keys`: the keys of held messages each namespace keeps in memory (the rest wait
+        in runs on storage)."""
         self._core = core
+        self.memory_keys = memory_keys
         self._stores: dict[tuple[str, str], DelayedStore] = {}
         self._deliverers: dict[str, Deliverer] = {}
         self._registered: dict[str, asyncio.Event] = {}
         self._loader: asyncio.Task | None = None
         if core.cluster is not None:
             core.cluster.on_acquire(self._on_acquire)
+        self.register(PARTITION, PartitionDeliverer(core))
 
     def register(self, kind: str, deliverer: Deliverer) -> None:
         """`deliverer` routes the held messages of targets of this kind from now on."""
@@ -74,18 +108,61 @@ class DelayedService:
         key = (tenant, namespace)
         store = self._stores.get(key)
         if store is None or store.failed:
-            store = DelayedStore(self._core, tenant, namespace, self.deliverer)
+            store = DelayedStore(self._core, tenant, namespace, self.deliverer, limit=self.memory_keys)
             self._stores[key] = store
             store.start()
         return store
 
-    def hold(self, tenant: str, namespace: str, record: Record, due_ms: int, target: Target) -> asyncio.Future:
+    def hold(self, tenant: str, namespace: str, record: Record, due_ms: int, target: Target, *,
+             txn: int | None = None) -> asyncio.Future:
         """Keep `record` until `due_ms`, then hand it to the deliverer of `target.kind`. The future
-        resolves once the record is durable."""
+        resolves to its id once the record is durable. `txn`: the producer id of the transaction it
+        belongs to (released only if that commits, see `end_transaction`)."""
         cluster = self._core.cluster
         if cluster is not None and not cluster.owns(partition_bundle(tenant, namespace, SYSTEM_TOPIC, 0)):
             raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)   # refused now, not lost
-        return self.store(tenant, namespace).hold(record, due_ms, target)
+        return self.store(tenant, namespace).hold(record, due_ms, target, txn)
+
+    def hold_many(self, tenant: str, namespace: str, items: list[tuple[Record, int]], target: Target, *,
+                  txn: int | None = None) -> list[asyncio.Future]:
+        """`hold` for many (record, due) pairs of one target, without their ids: futures (fewer
+        than the records) that resolve once all of them are durable."""
+        cluster = self._core.cluster
+        if cluster is not None and not cluster.owns(partition_bundle(tenant, namespace, SYSTEM_TOPIC, 0)):
+            raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)
+        store = self.store(tenant, namespace)
+        futures = {id(future): future for future in
+                   (store.hold(record, due_ms, target, txn, with_id=False) for record, due_ms in items)}
+        return list(futures.values())
+
+    async def end_transaction(self, tenant: str, namespace: str, producer_id: int, commit: bool) -> None:
+        """A transaction of `producer_id` ends (before its markers are written): its held messages
+        in this namespace are held for good (commit) or dropped (abort)."""
+        store = await self.existing(tenant, namespace)
+        if store is not None:
+            await store.end_transaction(producer_id, commit)
+
+    async def existing(self, tenant: str, namespace: str) -> DelayedStore | None:
+        """The namespace's store, loaded, if it ever held a message (None: it never did)."""
+        store = self._stores.get((tenant, namespace))
+        if store is None:
+            if await self._core.metadata.get(f"{INDEX}/{tenant}/{namespace}") is None:
+                return None
+            store = self.store(tenant, namespace)
+        await store.wait_loaded()
+        return store
+
+    async def pending(self, tenant: str, namespace: str) -> dict[str, int]:
+        """Pending messages per target (Target.encode() as text)."""
+        store = await self.existing(tenant, namespace)
+        return store.pending() if store is not None else {}
+
+    async def cancel(self, tenant: str, namespace: str, message_id: int, *,
+                     accept: Callable[[Target], bool] | None = None) -> bool:
+        """Cancel the pending message with this id (if `accept` accepts its target); False if none
+        is pending under it."""
+        store = await self.existing(tenant, namespace)
+        return store is not None and await store.cancel(message_id, accept)
 
     async def close(self) -> None:
         if self._loader is not None:

@@ -1,68 +1,119 @@
-"""One namespace's held (delayed) messages: a system topic, a schedule, and a delivery task.
+"""One namespace's held (delayed) messages: two system topics, a time index and a delivery task.
 
-    topic   <tenant>/<namespace>/__delayed_messages, one partition, records as held.py describes,
-            kept until delivered (trimmed below the cursor, whole ledgers at a time)
-    cursor  "delivered" on partition 0: the committed offset (everything below is delivered) plus
-            the offsets above it delivered one by one (messages fall due out of offset order)
-    memory  a Schedule of (due, offset) pairs, no bodies, bounded (schedule.py)
+    __delayed_messages   one partition: the held messages (held.py), and the store's release and
+                         cancel records, in the order they happened. It is the truth; the rest is
+                         derived from it. Trimmed below the smallest pending offset (whole ledgers).
+    __delayed_index      one partition: runs of sorted keys cut off from memory and checkpoints
+                         (index_format.py). Trimmed below the oldest run or checkpoint still listed.
+    /delayed/<tenant>/<namespace>   {"checkpoint": offset of the latest checkpoint, or absent}
+    memory               a DelayIndex (index.py): at most `limit` keys, the rest in runs
 
 Holding: messages held in the same event-loop turn are appended as RecordBatches of up to
-MAX_BATCH_RECORDS (small, since they are read back one by one); the caller's future resolves once
-its batch is durable, and only then does the message enter the schedule.
+MAX_BATCH_RECORDS; the caller's future resolves once its batch is durable, and only then does the
+message enter the index.
 
-Delivering: the task sleeps until the earliest due time (or until a message due earlier is
-stored), reads the due records back, hands each to the deliverer of its target kind (which routes
-and appends it), waits until every target append is durable, then acknowledges the offsets on
-the cursor; the cursor is persisted at most once per PERSIST_INTERVAL_MS (one metadata write per
-second however many messages fall due), and when the store closes.
+Releasing exactly once: a pass pops the due keys (ascending), reads the messages, asks each target's
+deliverer where they go (destinations: topic partitions), and then
+  1. appends a release record to __delayed_messages (durably) naming the offsets, the pass's
+     frontier pair, and per destination its high watermark now and the offsets bound for it;
+  2. appends each message to its destinations with the header delayed.id = its offset;
+  3. once all of those are durable, the next release record (or checkpoint) says so ("confirmed").
+A crash after 1 and before 3 leaves release records that are not confirmed. At start, for each of
+them the store reads every destination from the recorded high watermark to its end and collects
+the delayed.id headers there: a message found is not sent again, one missing is sent now. A crash
+before 1 completes releases nothing (the keys are still pending, as the frontier says). So no
+message is released twice and none is lost; what a restart reads is bounded by what the
+destinations received since the last unconfirmed release record (the checkpoint every
+CHECKPOINT_INTERVAL_MS confirms them).
 
-Starting: the cursor is loaded and the topic scanned from it, so delays survive a restart.
-Delivery is at least once: a crash delivers again what was appended to its targets in the last
-second or so before it (whatever the cursor had not persisted).
+Starting: the latest checkpoint gives the runs and the frontier; __delayed_messages is replayed from
+its `covers_to` (holds since, releases, cancels). A checkpoint that does not decode, or a run that
+does not, makes the store rebuild everything from __delayed_messages (log start to end), logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
-from core.cursor import Cursor
-from core.delayed.held import Target, held_record, released
-from core.delayed.schedule import Entry, Schedule
-from core.errors import StorageUnavailable, TopicExists
+from core.delayed.held import (
+    CANCEL,
+    RELEASE,
+    TARGET,
+    TXN_END,
+    Target,
+    cancel_record,
+    cancelled_key,
+    committed_copy,
+    held_record,
+    id_of,
+    kind_of,
+    release_record,
+    released,
+    target_of,
+    txn_end_record,
+    txn_ended,
+    txn_of,
+)
+from core.delayed.index import DelayIndex
+from core.delayed.index_format import (
+    Checkpoint,
+    CorruptIndex,
+    Destination,
+    Release,
+    decode_checkpoint,
+    decode_release,
+    decode_run,
+    encode_checkpoint,
+    encode_release,
+    encode_run,
+)
+from core.errors import StorageUnavailable, TopicExists, UnknownTopic
 from core.names import TopicName
 from core.partition import Partition, storage_errors
 from core.records.batch import read_header, split_batches
 from core.records.builder import Record, build_batch
-from core.records.decoder import DecodedRecord, decode_records_at, decode_timestamps
+from core.records.decoder import DecodedRecord, decode_batch, decode_records_at
 
 log = logging.getLogger("gateway.core.delayed")
 
 SYSTEM_TOPIC = "__delayed_messages"
-CURSOR_NAME = "delivered"
+INDEX_TOPIC = "__delayed_index"
 TOPIC_CONFIGS = {
-    "retention.ms": "-1",                 # kept until delivered: trimmed by the store itself
+    "retention.ms": "-1",                 # kept until released: trimmed by the store itself
     "retention.bytes": "-1",
     "max.message.bytes": str(256 << 20),
     "segment.bytes": str(64 << 20),
 }
-MAX_SCHEDULED = 100_000     # (due, offset) pairs in memory per namespace; the rest wait on disk
-# Held batches stay small: messages fall due out of offset order, so reading one back means
-# reading its whole batch and stepping over the records before it.
-MAX_BATCH_RECORDS = 64
+MAX_IN_MEMORY = 100_000     # keys in memory per namespace (the `delayed.memory.keys` setting)
+RUN_SIZE = 4_096            # keys per run
+MAX_BATCH_RECORDS = 16      # held batches stay small: a due message is read back with its batch
 MAX_BATCH_BYTES = 256 << 10
 MAX_BACKLOG_BYTES = 64 << 20
-MAX_PASS = 1_000            # messages delivered per pass (bounds the bodies in memory)
+MAX_PASS = 2_000            # messages released per pass (bounds the bodies in memory)
 SCAN_BYTES = 4 << 20
-MAX_SLEEP_S = 5.0           # wake up now and then: the wall clock may have jumped
+READ_AHEAD = 64             # clusters of due messages read at once
+MAX_SLEEP_S = 1.0           # wake up now and then: the wall clock may have jumped
 RETRY_MS = 1_000
-PERSIST_INTERVAL_MS = 1_000  # the cursor is written at most this often (a crash repeats at most this much)
+CHECKPOINT_INTERVAL_MS = 1_000
 TRIM_INTERVAL_MS = 60_000
 _RECORD_OVERHEAD = 96
 
-# (tenant, namespace, target name, message) -> awaitables that resolve once it is durable where it went
-Deliverer = Callable[[str, str, str, Record], Awaitable[list[Awaitable]]]
+
+class Deliverer(Protocol):
+    """How the messages of one kind of target reach their destinations (topics of the namespace)."""
+
+    async def route(self, tenant: str, namespace: str, name: str, record: Record) -> list[tuple[str, int]]:
+        """The (topic, partition) pairs the message goes to now; [] drops it."""
+
+    def publish(self, tenant: str, namespace: str, topic: str, partition: int,
+                records: list[Record]) -> list[Awaitable]:
+        """Append `records` there; awaitables that resolve once durable. Raises UnknownTopic if the
+        destination is gone (the messages are dropped)."""
 
 
 def _retrieve(future: asyncio.Future) -> None:
@@ -74,59 +125,71 @@ class DelayedStore:
     """Owned by the event loop. `deliverer_for(kind)` waits until that kind has a deliverer."""
 
     def __init__(self, core, tenant: str, namespace: str, deliverer_for: Callable[[str], Awaitable[Deliverer]],
-                 *, limit: int = MAX_SCHEDULED) -> None:
+                 *, limit: int = MAX_IN_MEMORY, run_size: int = RUN_SIZE) -> None:
         self._core = core
         self.tenant = tenant
         self.namespace = namespace
         self.topic = TopicName(tenant, namespace, SYSTEM_TOPIC)
-        self.schedule = Schedule(limit)
+        self.index_topic = TopicName(tenant, namespace, INDEX_TOPIC)
+        self.index = DelayIndex(limit, run_size, core.clock.now_ms)
+        self.counts: Counter[str] = Counter()       # pending messages per target (Target.encode())
         self._deliverer_for = deliverer_for
         self._opened: asyncio.Future = asyncio.get_running_loop().create_future()
         self._opened.add_done_callback(_retrieve)
-        self._cursor: Cursor | None = None
         self._task: asyncio.Task | None = None
         self._wakeup = asyncio.Event()
         self._last_trim_ms = 0
-        self._last_persist_ms = 0
-        self._unpersisted = False      # deliveries acknowledged on the cursor but not yet persisted
+        self._last_checkpoint_ms = 0
+        self._changed = False            # anything to checkpoint
+        self._covers_to = 0               # of the latest checkpoint
+        self._next_seq = 1
+        self._unconfirmed: list[Release] = []   # released, not yet known to be at every destination
+        self._last_recovery_ms = 0
+        self._spills: set[asyncio.Task] = set()
+        self._open_txns: dict[int, list[int]] = {}     # producer id -> offsets of its held messages
         # holding
         self._records: list[Record] = []
-        self._dues: list[int] = []
+        self._holds: list[tuple[int, str, int | None]] = []
         self._pending_bytes = 0
         self._future: asyncio.Future | None = None
-        self._sealed: list[tuple[list[Record], list[int], int, asyncio.Future]] = []
+        self._sealed: list[tuple[list[Record], list[tuple[int, str, int | None]], int, asyncio.Future]] = []
         self._flusher: asyncio.Task | None = None
         self._backlog = 0
         self._writable = asyncio.Event()
         self._writable.set()
         self.failed = False
         self.delivered = 0
+        self.rebuilt = False              # the latest start rebuilt the index from the messages
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"delayed-{self.tenant}/{self.namespace}")
 
     async def wait_loaded(self) -> None:
-        """Until the topic is open (holding works from then on); raises if opening failed."""
+        """Until the store is open (holding works from then on); raises if opening failed."""
         await asyncio.shield(self._opened)
 
     # --- holding ------------------------------------------------------------------------------
 
-    def hold(self, record: Record, due_ms: int, target: Target) -> asyncio.Future:
-        """Store `record` until `due_ms`; the future resolves (to nothing) once it is durable."""
-        held = held_record(record, due_ms, target)
+    def hold(self, record: Record, due_ms: int, target: Target, txn: int | None = None, *,
+             with_id: bool = True) -> asyncio.Future:
+        """Store `record` until `due_ms`; the future resolves to its id (its offset in the system
+        topic) once it is durable. `txn`: the producer id of its (open) transaction. Without
+        `with_id`, the future is the one of its whole batch (shared by the messages held with it)."""
+        held = held_record(record, due_ms, target, txn)
         size = len(held.value or b"") + len(held.key or b"") + _RECORD_OVERHEAD
         if self._records and (self._pending_bytes + size > MAX_BATCH_BYTES or len(self._records) >= MAX_BATCH_RECORDS):
             self._seal()
         if self._future is None:
             self._future = asyncio.get_running_loop().create_future()
             self._future.add_done_callback(_retrieve)
+        index = len(self._records)
         self._records.append(held)
-        self._dues.append(due_ms)
+        self._holds.append((due_ms, target.encode().decode("utf-8", "surrogateescape"), txn))
         self._pending_bytes += size
         self._add_backlog(size)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush(), name="delayed-hold")
-        return self._future
+        return _offset_of(self._future, index) if with_id else self._future
 
     @property
     def writable(self) -> bool:
@@ -137,14 +200,14 @@ class DelayedStore:
         await self._writable.wait()
 
     @property
-    def publisher(self) -> "DelayedStore":
+    def publisher(self) -> DelayedStore:
         """What a publishing connection waits on for back-pressure, as on a queue's publisher."""
         return self
 
     def _seal(self) -> None:
         if self._records:
-            self._sealed.append((self._records, self._dues, self._pending_bytes, self._future))
-        self._records, self._dues, self._pending_bytes, self._future = [], [], 0, None
+            self._sealed.append((self._records, self._holds, self._pending_bytes, self._future))
+        self._records, self._holds, self._pending_bytes, self._future = [], [], 0, None
 
     async def _flush(self) -> None:
         batches: list = []
@@ -156,8 +219,8 @@ class DelayedStore:
                 if not batches:
                     return
                 partition = await self._core.partition(self.topic, 0)
-                for records, dues, size, future in batches:
-                    self._append(partition, records, dues, size, future)
+                for records, holds, size, future in batches:
+                    self._append(partition, records, holds, size, future)
                 batches = []
         except Exception as exc:
             self._seal()
@@ -169,26 +232,33 @@ class DelayedStore:
             if self._records:
                 self._flusher = asyncio.create_task(self._flush(), name="delayed-hold")
 
-    def _append(self, partition: Partition, records: list[Record], dues: list[int], size: int,
+    def _append(self, partition: Partition, records: list[Record], holds: list[tuple[int, str, int | None]], size: int,
                 future: asyncio.Future) -> None:
         try:
             pending = asyncio.ensure_future(partition.start_append(build_batch(records)))
         except Exception as exc:
             self._fail(future, size, exc)
             return
-        pending.add_done_callback(lambda done: self._appended(done, dues, size, future))
+        pending.add_done_callback(lambda done: self._appended(done, holds, size, future))
 
-    def _appended(self, done: asyncio.Future, dues: list[int], size: int, future: asyncio.Future) -> None:
+    def _appended(self, done: asyncio.Future, holds: list[tuple[int, str, int | None]], size: int, future: asyncio.Future) -> None:
         if done.cancelled() or done.exception() is not None:
             self._fail(future, size, done.exception() if not done.cancelled() else asyncio.CancelledError())
             return
         base_offset = done.result()
-        for index, due_ms in enumerate(dues):
-            self.schedule.add(due_ms, base_offset + index)
+        for index, (due_ms, target, txn) in enumerate(holds):
+            if txn is not None:
+                self._open_txns.setdefault(txn, []).append(base_offset + index)
+                continue
+            self.index.add(due_ms, base_offset + index)
+            self.counts[target] += 1
+        self.index.note_indexed(base_offset + len(holds))
+        self._spill()                 # memory stays bounded however fast messages are held
+        self._changed = True
         self._wakeup.set()
         self._add_backlog(-size)
         if not future.done():
-            future.set_result(None)
+            future.set_result(base_offset)
 
     def _fail(self, future: asyncio.Future | None, size: int, exc: BaseException) -> None:
         self._add_backlog(-size)
@@ -203,6 +273,62 @@ class DelayedStore:
         else:
             self._writable.set()
 
+    # --- cancelling and counting --------------------------------------------------------------
+
+    def pending(self) -> dict[str, int]:
+        """Pending messages per target (Target.encode() as text)."""
+        return {target: count for target, count in self.counts.items() if count > 0}
+
+    async def cancel(self, offset: int, accept: Callable[[Target], bool] | None = None) -> bool:
+        """Cancel the held message with this id; False if there is none pending (released, cancelled,
+        never held, waiting for its transaction, or its target not one `accept` accepts). Durable
+        when it returns True."""
+        await self.wait_loaded()
+        partition = await self._core.partition(self.topic, 0)
+        if not partition.log_start_offset <= offset < self.index.indexed_to:
+            return False
+        found = (await self._read(partition, [offset])).get(offset)
+        target = target_of(found) if found is not None else None
+        if target is None or txn_of(found) is not None or (accept is not None and not accept(target)):
+            return False
+        due = found.timestamp_ms
+        if self.index.is_released((due, offset)) or offset in self.index.cancelled:
+            return False
+        await partition.append(build_batch([cancel_record(self._core.clock.now_ms(), offset, due, target)]))
+        if not self.index.cancel(due, offset):     # released meanwhile: the cancel record is moot
+            return False
+        self.counts[target.encode().decode("utf-8", "surrogateescape")] -= 1
+        self._changed = True
+        return True
+
+    # --- transactions ----------------------------------------------------------------------------
+
+    async def end_transaction(self, producer_id: int, commit: bool) -> None:
+        """Hold the messages of `producer_id`'s open transaction for good (commit: copies without
+        the transaction, in one batch with the outcome, so a crash keeps both or neither) or drop
+        them (abort). Nothing to do if it held none here (or its end was recorded already)."""
+        offsets = self._open_txns.pop(producer_id, None)    # taken now: the markers of several
+        if not offsets:                                      # partitions end it concurrently
+            return
+        try:
+            partition = await self._core.partition(self.topic, 0)
+            records = []
+            if commit:
+                found = await self._read(partition, sorted(offsets))
+                records = [committed_copy(found[offset]) for offset in offsets if offset in found]
+            outcome = txn_end_record(self._core.clock.now_ms(), producer_id, commit)
+            with storage_errors():
+                base_offset = await partition.append(build_batch([*records, outcome]))
+        except BaseException:      # still open: the coordinator ends it again
+            self._open_txns[producer_id] = offsets + self._open_txns.get(producer_id, [])
+            raise
+        for index, record in enumerate(records):
+            self.index.add(record.timestamp_ms, base_offset + index)
+            self.counts[Target.decode(dict(record.headers)[TARGET]).encode().decode("utf-8", "surrogateescape")] += 1
+        self.index.note_indexed(base_offset + len(records) + 1)
+        self._changed = True
+        self._wakeup.set()
+
     # --- the delivery task --------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -215,45 +341,213 @@ class DelayedStore:
                 self._opened.set_exception(exc)
             return
         self._opened.set_result(None)
-        await self._scan_or_wait()
         while True:
             try:
                 await self._pass()
             except Exception:      # never let one bad pass stop this namespace's deliveries
                 log.exception("delivering the delayed messages of %s failed", self.topic)
-                self.schedule.abort_scan()      # forget what is in memory: the next pass rescans
                 await self._core.clock.sleep(RETRY_MS / 1000)
+
+    @property
+    def _confirmed(self) -> int:
+        """Every release record with a smaller seq reached all its destinations."""
+        return min(release.seq for release in self._unconfirmed) if self._unconfirmed else self._next_seq
 
     async def _pass(self) -> None:
         self._wakeup.clear()
         now_ms = self._core.clock.now_ms()
-        if self._unpersisted and now_ms - self._last_persist_ms >= PERSIST_INTERVAL_MS:
-            await self._persist(now_ms)
-            now_ms = self._core.clock.now_ms()
-        if self.schedule.needs_rescan:
-            await self._scan_or_wait()
+        if self._unconfirmed and now_ms - self._last_recovery_ms >= RETRY_MS:
+            self._last_recovery_ms = now_ms
+            await self._recover()
             return
-        due = self.schedule.pop_due(now_ms, MAX_PASS)
+        if self._changed and not self._unconfirmed and now_ms - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
+            await self._checkpoint(now_ms)
+            return
+        self._spill()
+        bucket = self.index.bucket_to_dissolve(now_ms)
+        if bucket is not None:
+            await self._dissolve(bucket)
+            return
+        if self.index.waiting_for_spill():
+            await self._sleep(now_ms + 50)      # woken when the run is stored
+            return
+        due = self.index.pop_due(now_ms, MAX_PASS)
         if due:
-            await self._deliver(due)
+            await self._release(due)
             return
-        wake_at = [at for at in (self.schedule.next_due(),
-                                 self._last_persist_ms + PERSIST_INTERVAL_MS if self._unpersisted else None)
+        wake_at = [at for at in (self.index.next_due(),
+                                 self._last_checkpoint_ms + CHECKPOINT_INTERVAL_MS if self._changed else None)
                    if at is not None]
         await self._sleep(min(wake_at) if wake_at else None)
 
     async def _open(self) -> None:
         metadata = self._core.metadata
-        for path in (f"/delayed/{self.tenant}", f"/delayed/{self.tenant}/{self.namespace}"):
-            if await metadata.get(path) is None:
-                await metadata.put(path, b"{}")
-        try:
-            await self._core.create_topic(self.topic, 1, dict(TOPIC_CONFIGS))
-        except TopicExists:
-            pass
+        node = f"/delayed/{self.tenant}/{self.namespace}"
+        if await metadata.get(f"/delayed/{self.tenant}") is None:
+            await metadata.put(f"/delayed/{self.tenant}", b"{}")
+        found = await metadata.get(node)
+        if found is None:
+            await metadata.put(node, b"{}")
+        raw = found.value if found is not None else b"{}"
+        for topic in (self.topic, self.index_topic):
+            try:
+                await self._core.create_topic(topic, 1, dict(TOPIC_CONFIGS))
+            except TopicExists:
+                pass
         partition = await self._core.partition(self.topic, 0)
-        self._cursor = await self._core.cursor(self.topic, 0, CURSOR_NAME,
-                                               initial_offset=partition.log_start_offset)
+        checkpoint_at = json.loads(raw).get("checkpoint")
+        checkpoint = None
+        if checkpoint_at is not None:
+            try:
+                checkpoint = decode_checkpoint(await self._index_value(checkpoint_at))
+            except (CorruptIndex, LookupError) as exc:
+                log.warning("the delayed-delivery checkpoint of %s is unusable (%s): rebuilding from %s",
+                            self.index_topic, exc, self.topic)
+        if checkpoint is not None:
+            self._restore(checkpoint)
+        else:
+            self.rebuilt = checkpoint_at is not None
+        start = checkpoint.replay_from if checkpoint is not None else partition.log_start_offset
+        self._unconfirmed = await self._replay(partition, max(start, partition.log_start_offset))
+        await self._recover()
+        self._changed = True
+        await self._checkpoint(self._core.clock.now_ms())
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        self.index.restore_runs(checkpoint.runs)
+        for pair in checkpoint.frontier:
+            self.index.note_release(tuple(pair))
+        self.index.cancelled = {offset: (due, offset) for offset, due in checkpoint.cancelled}
+        self.counts = Counter(checkpoint.counts)
+        self._next_seq = checkpoint.next_seq
+        self._covers_to = checkpoint.covers_to
+        self.index.note_indexed(checkpoint.covers_to)
+
+    async def _index_value(self, offset: int) -> bytes:
+        partition = await self._core.partition(self.index_topic, 0)
+        found = (await self._read(partition, [offset])).get(offset)
+        if found is None or found.value is None:
+            raise LookupError(f"nothing at offset {offset} of {self.index_topic}")
+        return found.value
+
+    async def _replay(self, partition: Partition, start: int) -> list[Release]:
+        """Holds, releases and cancels from `start` to the end; the release records not confirmed."""
+        releases: list[Release] = []
+        confirmed = self._next_seq
+        offset, end = start, partition.high_watermark
+        while offset < end:
+            result = await partition.read(offset, SCAN_BYTES)
+            following = offset
+            for batch in split_batches(result.records) if result.records else ():
+                _, records = decode_batch(batch)
+                for record in records:
+                    following = max(following, record.offset + 1)
+                    if record.offset >= offset:
+                        confirmed = max(confirmed, self._replay_record(record, releases))
+                self.index.note_indexed(following)
+                self._spill()
+                await self._wait_spills()
+            if following == offset:
+                break
+            offset = following
+        self.index.note_indexed(end)
+        for target, count in list(self.counts.items()):
+            if count < 0:         # releases of messages held before what a rebuild read
+                self.counts[target] = 0
+        return [release for release in releases if release.seq >= confirmed]
+
+    def _replay_record(self, record: DecodedRecord, releases: list[Release]) -> int:
+        """Applies one record of the system topic; the `confirmed` a release record carries (else 0)."""
+        kind = kind_of(record)
+        if kind == TARGET:
+            txn = txn_of(record)
+            if txn is not None:
+                self._open_txns.setdefault(txn, []).append(record.offset)
+            elif record.offset >= self._covers_to and self.index.add(record.timestamp_ms, record.offset):
+                self.counts[target_of(record).encode().decode("utf-8", "surrogateescape")] += 1
+        elif kind == RELEASE and record.offset >= self._covers_to:   # earlier ones are in the checkpoint
+            try:
+                release = decode_release(record.value or b"")
+            except CorruptIndex as exc:
+                log.warning("skipping a release record of %s at %d: %s", self.topic, record.offset, exc)
+                return
+            for offset in release.offsets:
+                self.index.forget(offset)
+            self.index.note_release(release.pair)
+            self.counts.subtract(release.counts)
+            self._next_seq = max(self._next_seq, release.seq + 1)
+            releases.append(release)
+            return release.confirmed
+        elif kind == TXN_END:
+            found = txn_ended(record.value)
+            if found is not None:
+                self._open_txns.pop(found[0], None)
+        elif kind == CANCEL:
+            found = cancelled_key(record.value)
+            if found is not None and self.index.cancel(found[1], found[0]):
+                self.counts[found[2].encode().decode("utf-8", "surrogateescape")] -= 1
+        return 0
+
+    async def _recover(self) -> None:
+        """Send what the unconfirmed release records did not get to their destinations (at start,
+        and after a failed append); those that fail again stay unconfirmed."""
+        if not self._unconfirmed:
+            return
+        system = await self._core.partition(self.topic, 0)
+        still: list[Release] = []
+        resent = 0
+        for release in self._unconfirmed:
+            try:
+                for dest in release.destinations:
+                    resent += await self._complete(system, dest)
+            except Exception as exc:
+                log.warning("completing release %d of %s failed: %s", release.seq, self.topic, exc)
+                still.append(release)
+        log.info("delayed messages of %s: %d unconfirmed release record(s) checked, %d message(s) sent again",
+                 self.topic, len(self._unconfirmed) - len(still), resent)
+        self._unconfirmed = still
+        self._changed = True
+
+    async def _complete(self, system: Partition, dest: Destination) -> int:
+        """Append to `dest` the messages of a release that are not there yet; how many."""
+        kind, _, topic = dest.topic.partition(":")
+        try:
+            arrived = await self._ids_in(TopicName(self.tenant, self.namespace, topic), dest.partition,
+                                         dest.high_watermark)
+            missing = sorted(set(dest.offsets) - arrived)
+            if not missing:
+                return 0
+            found = await self._read(system, missing)
+            now_ms = self._core.clock.now_ms()
+            records = [released(found[offset], now_ms)[1] for offset in missing if offset in found]
+            deliverer = await self._deliverer_for(kind)
+            for waiter in deliverer.publish(self.tenant, self.namespace, topic, dest.partition, records):
+                await waiter
+            return len(records)
+        except UnknownTopic:         # the destination is gone: nothing to complete
+            return 0
+
+    async def _ids_in(self, topic: TopicName, index: int, start: int) -> set[int]:
+        """The delayed.id values of the records of a partition from `start` to its end."""
+        partition = await self._core.partition(topic, index)
+        ids: set[int] = set()
+        offset, end = max(start, partition.log_start_offset), partition.high_watermark
+        while offset < end:
+            result = await partition.read(offset, SCAN_BYTES)
+            following = offset
+            for batch in split_batches(result.records) if result.records else ():
+                header = read_header(batch)
+                following = max(following, header.base_offset + header.last_offset_delta + 1)
+                if header.is_control:
+                    continue
+                for record in decode_batch(batch)[1]:
+                    found = id_of(record.headers)
+                    if found is not None:
+                        ids.add(found)
+            if following == offset:
+                break
+            offset = following
+        return ids
 
     async def _sleep(self, wake_at_ms: int | None) -> None:
         """Until the clock reaches `wake_at_ms` (None: no time limit) or a message is stored."""
@@ -272,115 +566,225 @@ class DelayedStore:
         if delay_ms > 0:
             await clock.sleep(min(delay_ms / 1000, MAX_SLEEP_S))
 
-    async def _scan_or_wait(self) -> None:
+    # --- runs -----------------------------------------------------------------------------------
+
+    def _spill(self, *, everything: bool = False) -> None:
+        """Write the runs the index cut off (in the background; the index waits for them);
+        `everything`: every bucket's buffer, over the memory bound or not."""
+        for spill_id, keys in self.index.flush_buffers() if everything else self.index.overflow():
+            task = asyncio.ensure_future(self._write_spill(spill_id, keys))
+            self._spills.add(task)
+            task.add_done_callback(self._spills.discard)
+
+    async def _write_spill(self, spill_id: int, keys) -> None:
         try:
-            await self._scan()
+            partition = await self._core.partition(self.index_topic, 0)
+            offset = await partition.append(build_batch([Record(self._core.clock.now_ms(), b"run", encode_run(keys))]))
         except Exception as exc:
-            log.warning("reading the delayed messages of %s failed: %s", self.topic, exc)
-            await self._core.clock.sleep(RETRY_MS / 1000)
+            log.warning("writing a run of delayed keys to %s failed: %s", self.index_topic, exc)
+            self.index.spill_failed(spill_id)
+        else:
+            self.index.stored(spill_id, offset)
+        self._changed = True
+        self._wakeup.set()
 
-    async def _scan(self) -> None:
-        """Bring the earliest pending messages into the schedule by reading the topic from the cursor."""
-        cursor = self._cursor
-        self.schedule.begin_scan()
+    async def _wait_spills(self) -> None:
+        while self._spills:
+            await asyncio.wait(set(self._spills))
+
+    async def _dissolve(self, bucket) -> None:
+        """Read the runs of the earliest bucket into memory (or into narrower buckets)."""
+        runs = self.index.begin_dissolve(bucket)
         try:
-            partition = await self._core.partition(self.topic, 0)
-            end = partition.high_watermark
-            offset = max(cursor.committed_offset, partition.log_start_offset)
-            while offset < end:
-                following = offset
-                result = await partition.read(offset, SCAN_BYTES)
-                for batch in split_batches(result.records) if result.records else ():
-                    for record_offset, due_ms in decode_timestamps(batch):
-                        following = max(following, record_offset + 1)
-                        if offset <= record_offset < end and not cursor.is_acked(record_offset):
-                            self.schedule.offer(due_ms, record_offset)
-                if following == offset:
-                    break
-                offset = following
-        except BaseException:
-            self.schedule.abort_scan()
-            raise
-        self.schedule.finish_scan(end)
+            while runs:
+                run_id, info = runs[0]
+                try:
+                    keys = decode_run(await self._index_value(info.index_offset))
+                except (CorruptIndex, LookupError) as exc:
+                    # The messages are still in the system topic: find this run's keys there.
+                    log.warning("a run of %s is unusable (%s): reading its keys from %s",
+                                self.index_topic, exc, self.topic)
+                    keys = await self._keys_between(info.first, info.last)
+                self.index.load(run_id, info, keys)
+                runs.pop(0)
+                self._spill()
+        finally:
+            if runs:        # reading failed: what is left is a bucket again
+                self.index.restore_runs([info for _, info in runs])
+            self.index.end_dissolve()
+        self._changed = True
 
-    async def _deliver(self, due: list[Entry]) -> None:
+    async def _keys_between(self, first, last) -> list:
+        partition = await self._core.partition(self.topic, 0)
+        keys = []
+        offset, end = max(partition.log_start_offset, 0), self.index.indexed_to
+        while offset < end:
+            result = await partition.read(offset, SCAN_BYTES)
+            following = offset
+            for batch in split_batches(result.records) if result.records else ():
+                for record in decode_batch(batch)[1]:
+                    following = max(following, record.offset + 1)
+                    key = (record.timestamp_ms, record.offset)
+                    if first <= key <= last and kind_of(record) == TARGET:
+                        keys.append(key)
+            if following == offset:
+                break
+            offset = following
+        return keys
+
+    # --- releasing ------------------------------------------------------------------------------
+
+    async def _release(self, due: list) -> None:
         now_ms = self._core.clock.now_ms()
+        pair = self.index.pair_for(due[-1])
+        offsets = [offset for _, offset in due]
         try:
-            partition = await self._core.partition(self.topic, 0)
-            found = await self._read(partition, sorted(offset for _, offset in due))
+            system = await self._core.partition(self.topic, 0)
+            found = await self._read(system, sorted(offsets))
+            plan, counts = await self._plan(found, offsets, now_ms)
+            destinations = []
+            for (kind, topic, index), items in plan.items():
+                try:
+                    high_watermark = (await self._core.partition(TopicName(self.tenant, self.namespace, topic),
+                                                                 index)).high_watermark
+                except UnknownTopic:
+                    continue
+                destinations.append((kind, topic, index, items, high_watermark))
+            release = Release(self._next_seq, self._confirmed, pair, offsets, dict(counts),
+                              [Destination(f"{kind}:{topic}", index, high_watermark, [offset for offset, _ in items])
+                               for kind, topic, index, items, high_watermark in destinations])
+            with storage_errors():
+                await system.append(build_batch([release_record(now_ms, encode_release(release))]))
         except Exception as exc:
-            log.warning("reading due delayed messages of %s failed: %s", self.topic, exc)
-            self._retry(due, now_ms)
+            log.warning("releasing due delayed messages of %s failed: %s", self.topic, exc)
+            for key in due:              # nothing was released: they are pending again
+                self.index.add(*key)
             await self._core.clock.sleep(RETRY_MS / 1000)
             return
-        done: list[int] = []
-        retry: list[Entry] = []
-        appended: list[tuple[Entry, list[Awaitable]]] = []
-        for entry in due:
-            record = found.get(entry[1])
+        # Durable: these are released from here on, whatever happens to the appends below.
+        self._next_seq += 1
+        self.index.note_release(pair)
+        self.counts.subtract(counts)
+        self._changed = True
+        ok = True
+        for kind, topic, index, items, _ in destinations:
+            deliverer = await self._deliverer_for(kind)
+            try:
+                for waiter in deliverer.publish(self.tenant, self.namespace, topic, index,
+                                                [record for _, record in items]):
+                    await waiter
+            except UnknownTopic:
+                continue
+            except Exception as exc:
+                # Left unconfirmed: the next start checks what arrived and sends the rest.
+                log.warning("appending released delayed messages of %s to %s failed: %s", self.topic, topic, exc)
+                ok = False
+        if not ok:
+            self._unconfirmed.append(release)
+            self._last_recovery_ms = now_ms       # tried again after RETRY_MS
+        self.delivered += len(offsets)
+
+    async def _plan(self, found: dict[int, DecodedRecord], offsets: list[int], now_ms: int):
+        """The messages by destination (kind, topic, partition) -> [(offset, record)], and the
+        pending count they take off each target."""
+        plan: dict[tuple[str, str, int], list] = defaultdict(list)
+        counts: Counter[str] = Counter()
+        for offset in offsets:
+            record = found.get(offset)
             item = released(record, now_ms) if record is not None else None
             if item is None:          # trimmed away, or not a held message: nothing to deliver
-                done.append(entry[1])
                 continue
             target, message = item
-            deliver = await self._deliverer_for(target.kind)
-            try:
-                appended.append((entry, await deliver(self.tenant, self.namespace, target.name, message)))
-            except Exception as exc:
-                log.warning("delivering a delayed message of %s to %s failed: %s", self.topic, target, exc)
-                retry.append(entry)
-        for entry, durable in appended:
-            try:
-                for waiter in durable:
-                    await waiter
-            except Exception as exc:
-                log.warning("a delayed message of %s was not stored at its target: %s", self.topic, exc)
-                retry.append(entry)
-            else:
-                done.append(entry[1])
-        for offset in done:
-            self._cursor.ack(offset)
-        self.delivered += len(done)
-        self._unpersisted = True
-        self._retry(retry, now_ms)
-
-    def _retry(self, entries: list[Entry], now_ms: int) -> None:
-        for _, offset in entries:
-            self.schedule.add(now_ms + RETRY_MS, offset)
+            counts[target.encode().decode("utf-8", "surrogateescape")] += 1
+            deliverer = await self._deliverer_for(target.kind)
+            # A failure here fails the pass (nothing released, tried again); a target that is gone
+            # routes nowhere.
+            for topic, index in await deliverer.route(self.tenant, self.namespace, target.name, message):
+                plan[(target.kind, topic, index)].append((offset, message))
+        return plan, counts
 
     async def _read(self, partition: Partition, offsets: list[int]) -> dict[int, DecodedRecord]:
-        """The records at `offsets` (sorted): each batch holding some is read once, and only the
-        wanted records of it are decoded."""
+        """The records at `offsets` (sorted). Offsets close together form a cluster, read batch by
+        batch (one read serves every wanted record of its batch); up to READ_AHEAD clusters are
+        read at once (their reads overlap). Only the wanted records of a batch are decoded."""
         wanted = set(offsets)
         found: dict[int, DecodedRecord] = {}
-        read_to = -1       # every batch below this was read already
+        clusters: list[list[int]] = []
         for offset in offsets:
-            if offset in found or offset < read_to or offset < partition.log_start_offset:
+            if offset < partition.log_start_offset:
                 continue
-            result = await partition.read(offset, 1)      # the batch holding `offset`
-            for batch in split_batches(result.records) if result.records else ():
-                header = read_header(batch)
-                read_to = max(read_to, header.base_offset + header.last_offset_delta + 1)
-                for record in decode_records_at(batch, wanted):
-                    found[record.offset] = record
-            if offset >= read_to:     # nothing came back: the log ends before it
-                break
+            if clusters and offset - clusters[-1][-1] <= MAX_BATCH_RECORDS:
+                clusters[-1].append(offset)
+            else:
+                clusters.append([offset])
+
+        async def read_cluster(cluster: list[int]) -> None:
+            read_to = -1       # every batch below this was read already
+            for offset in cluster:
+                if offset in found or offset < read_to:
+                    continue
+                result = await partition.read(offset, 1)      # the batch holding `offset`
+                for batch in split_batches(result.records) if result.records else ():
+                    header = read_header(batch)
+                    read_to = max(read_to, header.base_offset + header.last_offset_delta + 1)
+                    for record in decode_records_at(batch, wanted, dense=True):    # built by build_batch
+                        found[record.offset] = record
+                if offset >= read_to:     # nothing came back: the log ends before it
+                    return
+
+        for start in range(0, len(clusters), READ_AHEAD):
+            await asyncio.gather(*(read_cluster(cluster) for cluster in clusters[start:start + READ_AHEAD]))
         return found
 
-    async def _persist(self, now_ms: int) -> None:
-        """The cursor, durably; now and then the topic below it is dropped (whole ledgers)."""
-        self._last_persist_ms = now_ms
+    # --- checkpoints ----------------------------------------------------------------------------
+
+    async def _checkpoint(self, now_ms: int) -> None:
+        """Runs for what is only in memory, then a checkpoint listing every run still needed;
+        now and then both topics are trimmed below what is still needed. Never while a release is
+        unconfirmed: a restart must replay its record to complete it."""
+        if self._unconfirmed:
+            return
+        self._last_checkpoint_ms = now_ms
         try:
+            self._spill(everything=True)
+            await self._wait_spills()
+            covers_to = self.index.indexed_to
+            # The held messages of open transactions are replayed at start.
+            replay_from = min([covers_to, *(offsets[0] for offsets in self._open_txns.values())])
+            index_partition = await self._core.partition(self.index_topic, 0)
+            spill_id, keys = self.index.heap_keys()
+            try:
+                offset = (await index_partition.append(build_batch([Record(now_ms, b"run", encode_run(keys))]))
+                          if keys else -1)
+            except BaseException:
+                self.index.heap_failed(spill_id)
+                raise
+            self.index.heap_stored(spill_id, offset)
+            checkpoint = Checkpoint(covers_to, replay_from, self.index.listed_runs(), list(self.index.frontier),
+                                    [(offset, key[0]) for offset, key in self.index.cancelled.items()],
+                                    {t: c for t, c in self.counts.items() if c > 0}, self._next_seq)
+            at = await index_partition.append(build_batch([Record(now_ms, b"checkpoint", encode_checkpoint(checkpoint))]))
             with storage_errors():
-                await self._cursor.flush()
-            self._unpersisted = False
-            partition = await self._core.partition(self.topic, 0)
-            committed = self._cursor.committed_offset
-            if now_ms - self._last_trim_ms >= TRIM_INTERVAL_MS and committed > partition.log_start_offset:
+                await self._core.metadata.put(f"/delayed/{self.tenant}/{self.namespace}",
+                                              json.dumps({"checkpoint": at}).encode())
+            self._covers_to = covers_to
+            self._changed = False
+            if now_ms - self._last_trim_ms >= TRIM_INTERVAL_MS:
                 self._last_trim_ms = now_ms
-                await partition.delete_records_before(committed)
-        except Exception as exc:     # the acks stay in memory; the next pass persists them
-            log.warning("persisting the delayed-delivery cursor of %s failed: %s", self.topic, exc)
+                await self._trim(checkpoint, at)
+        except Exception as exc:     # the next pass tries again
+            log.warning("checkpointing the delayed messages of %s failed: %s", self.topic, exc)
+
+    async def _trim(self, checkpoint: Checkpoint, at: int) -> None:
+        system = await self._core.partition(self.topic, 0)
+        smallest = self.index.min_offset()
+        keep = min(checkpoint.replay_from, smallest if smallest is not None else checkpoint.replay_from)
+        if keep > system.log_start_offset:
+            await system.delete_records_before(keep)
+        index_partition = await self._core.partition(self.index_topic, 0)
+        keep_index = min([run.index_offset for run in checkpoint.runs] + [at])
+        if keep_index > index_partition.log_start_offset:
+            await index_partition.delete_records_before(keep_index)
 
     # --- closing ------------------------------------------------------------------------------
 
@@ -395,9 +799,26 @@ class DelayedStore:
                 log.warning("the delayed delivery of %s failed: %s", self.topic, exc)
         if not self._opened.done():     # closed while opening: holds waiting for it fail
             self._opened.set_exception(StorageUnavailable(f"delayed messages of {self.topic} closed"))
-        if self._cursor is not None:
-            try:
-                with storage_errors():
-                    await self._cursor.flush()
-            except Exception as exc:
-                log.warning("persisting the delayed-delivery cursor of %s failed: %s", self.topic, exc)
+        elif not self.failed and self._changed:
+            await self._checkpoint(self._core.clock.now_ms())
+        for task in list(self._spills):
+            task.cancel()
+
+
+def _offset_of(batch_future: asyncio.Future, index: int) -> asyncio.Future:
+    """A future for one message of a held batch: its offset once the batch is durable."""
+    future = asyncio.get_running_loop().create_future()
+    future.add_done_callback(_retrieve)
+
+    def done(batch: asyncio.Future) -> None:
+        if future.done():
+            return
+        if batch.cancelled():
+            future.cancel()
+        elif batch.exception() is not None:
+            future.set_exception(batch.exception())
+        else:
+            future.set_result(batch.result() + index)
+
+    batch_future.add_done_callback(done)
+    return future

@@ -33,6 +33,10 @@ comparison of a redeclare with the queue as it is.
                                                channel holding it (core/queues/ack_timeout.py); the
                                                broker's default when absent. Compared on redeclare of
                                                a quorum queue only, as RabbitMQ does
+    x-requeue-delay          int >= 0 (ms)     a message nacked or rejected with requeue=true goes back
+                                               to the tail of the queue this much later (held by
+                                               core/delayed, so it survives a restart); 0: at once;
+                                               not on key-shared queues (it would reorder a group)
 
 Refused as not implemented (never silently ignored): UNSUPPORTED_ARGUMENTS. Other arguments are
 kept and ignored, as RabbitMQ does.
@@ -67,6 +71,7 @@ DELIVERY_LIMIT = "x-delivery-limit"
 MAX_PRIORITY = "x-max-priority"
 SINGLE_ACTIVE = "x-single-active-consumer"
 QUEUE_MODE = "x-queue-mode"
+REQUEUE_DELAY = "x-requeue-delay"
 SUBSCRIPTION_TYPE = "x-subscription-type"
 GROUP_POISON_POLICY = "x-group-poison-policy"
 CONSUMER_TIMEOUT = "x-consumer-timeout"
@@ -84,7 +89,7 @@ _COMMON = (EXPIRES, MESSAGE_TTL, DEAD_LETTER_EXCHANGE, DEAD_LETTER_ROUTING_KEY, 
            OVERFLOW, QUEUE_TYPE)
 EQUIVALENT_ARGUMENTS = {CLASSIC: _COMMON + (QUEUE_MODE,), QUORUM: _COMMON + (DELIVERY_LIMIT, CONSUMER_TIMEOUT)}
 # ... and those compared whatever the type.
-_ALWAYS_EQUIVALENT = (QUEUE_MODE, MAX_PRIORITY, SINGLE_ACTIVE, SUBSCRIPTION_TYPE, GROUP_POISON_POLICY)
+_ALWAYS_EQUIVALENT = (QUEUE_MODE, MAX_PRIORITY, SINGLE_ACTIVE, SUBSCRIPTION_TYPE, GROUP_POISON_POLICY, REQUEUE_DELAY)
 # Arguments only one queue type takes (as RabbitMQ 3.10+: a classic queue refuses x-delivery-limit,
 # a quorum queue x-max-priority).
 _TYPE_ONLY = {DELIVERY_LIMIT: QUORUM, MAX_PRIORITY: CLASSIC}
@@ -105,6 +110,7 @@ class QueuePolicy:
     subscription_type: str = SHARED
     group_poison_policy: str = BLOCK            # key-shared: what a poison message does to its group
     consumer_timeout_ms: int | None = None      # None: the broker's default acknowledgement timeout
+    requeue_delay_ms: int = 0                   # > 0: a requeued message returns to the tail this much later
 
     @property
     def single_active(self) -> bool:
@@ -149,6 +155,7 @@ class QueuePolicy:
             delivery_limit = DEFAULT_QUORUM_DELIVERY_LIMIT
         message_ttl_ms = _integer(name, arguments, MESSAGE_TTL, minimum=0)
         expires_ms = _integer(name, arguments, EXPIRES, minimum=1)
+        requeue_delay_ms = _integer(name, arguments, REQUEUE_DELAY, minimum=0) or 0
         max_length = _integer(name, arguments, MAX_LENGTH, minimum=0)
         max_length_bytes = _integer(name, arguments, MAX_LENGTH_BYTES, minimum=0)
         consumer_timeout_ms = _integer(name, arguments, CONSUMER_TIMEOUT, minimum=0)
@@ -158,6 +165,8 @@ class QueuePolicy:
         priority = _max_priority(name, arguments)
         if priority and subscription_type == KEY_SHARED:
             raise _invalid(name, MAX_PRIORITY, f"a priority queue cannot be {KEY_SHARED}")
+        if requeue_delay_ms and subscription_type == KEY_SHARED:   # it would reorder a group
+            raise _invalid(name, REQUEUE_DELAY, f"a {KEY_SHARED} queue redelivers within its groups at once")
         poison_policy = arguments.get(GROUP_POISON_POLICY, BLOCK)
         if poison_policy not in POISON_POLICIES or (GROUP_POISON_POLICY in arguments and subscription_type != KEY_SHARED):
             raise _invalid(name, GROUP_POISON_POLICY, f"{_shown(poison_policy)!r} (block or skip, key-shared queues only)")
@@ -168,7 +177,8 @@ class QueuePolicy:
                    max_length=max_length, max_length_bytes=max_length_bytes, overflow=overflow,
                    delivery_limit=delivery_limit if delivery_limit is not None and delivery_limit >= 0 else None,
                    max_priority=priority, subscription_type=subscription_type, group_poison_policy=poison_policy,
-                   consumer_timeout_ms=consumer_timeout_ms)
+                   consumer_timeout_ms=consumer_timeout_ms,
+                   requeue_delay_ms=requeue_delay_ms)
 
 
 def check_equivalent(name: str, current: tuple[bool, bool, Mapping[str, Any]],

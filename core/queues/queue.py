@@ -14,13 +14,15 @@ A durable queue loaded after a restart drops its transient messages before it ha
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Mapping
+import logging
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.clock import Clock
 from core.cluster.bundles import partition_bundle
 from core.cursor import Cursor
+from core.delayed.held import Target
 from core.names import TopicName
 from core.partition import Partition
 from core.queues import arguments as stored_arguments
@@ -32,6 +34,10 @@ from core.queues.publisher import BatchPublisher
 from core.queues.restart import drop_transient
 from core.queues.subscription import Consumer, QueuedMessage, SharedSubscription
 from core.records.builder import Record
+
+log = logging.getLogger("gateway.core.queues")
+
+REQUEUE_TARGET = "queue"     # the kind of delayed-message target a requeue-delayed message is held for
 
 CURSOR_NAME = "queue"
 
@@ -152,8 +158,35 @@ class Queue:
         subscription.note_high_watermark(partition.high_watermark)
         if policy.message_ttl_ms is not None or policy.dead_letter_exchange is not None or self._sweep_wanted:
             self._sweeper = ExpirySweeper(subscription, self._clock, self.name)
+        if policy.requeue_delay_ms:
+            subscription.requeue_later = self._requeue_later
         self.subscription = subscription
         return subscription
+
+    def _requeue_later(self, messages: list, acknowledge: Callable[[list[int]], None],
+                       put_back: Callable[[list[int]], None]) -> None:
+        """x-requeue-delay: hold requeued messages (core/delayed) for the queue's delay, then they
+        come back at its tail; acknowledged here once held, put back at once if holding fails."""
+        offsets = [message.offset for message in messages]
+        due_ms = self._clock.now_ms() + self.policy.requeue_delay_ms
+        topic = self.topic
+        try:
+            held = [self._core.delayed.hold(topic.tenant, topic.namespace,
+                                            Record(message.timestamp_ms, message.key, message.value, message.headers),
+                                            due_ms, Target(REQUEUE_TARGET, self.name))
+                    for message in messages]
+        except Exception as exc:
+            log.warning("holding requeued messages of queue %s failed: %s", self.name, exc)
+            put_back(offsets)
+            return
+
+        def done(gathered: asyncio.Future) -> None:
+            if gathered.cancelled() or gathered.exception() is not None:
+                put_back(offsets)
+            else:
+                acknowledge(offsets)
+
+        asyncio.gather(*held).add_done_callback(done)
 
     def expect_expiring(self) -> None:
         """Messages with their own expiry are published here: keep removing expired heads even

@@ -28,7 +28,7 @@ from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import UnusedQueueTimer
 from core.queues.naming import queue_topic
 from core.queues.policy import QueuePolicy, check_equivalent
-from core.queues.queue import CURSOR_NAME, QUEUE_TOPIC_CONFIGS, Queue, QueueInfo
+from core.queues.queue import CURSOR_NAME, QUEUE_TOPIC_CONFIGS, REQUEUE_TARGET, Queue, QueueInfo
 from core.queues.routing import DEFAULT_EXCHANGE, HeadersFunction, PropertiesFunction, RoutingTable, no_properties
 from core.queues.store import NamespaceStore
 from core.records.builder import Record
@@ -399,17 +399,23 @@ class QueueNamespace:
         `release` does; the future resolves once it is durably held."""
         return self._core.delayed.hold(self.tenant, self.namespace, record, due_ms, Target(HELD_TARGET, exchange))
 
-    def release(self, exchange: str, record: Record, headers: HeadersFunction,
-                properties: PropertiesFunction) -> list[asyncio.Future]:
-        """Route a held message that is due and append it to its queues; one future per queue. An
-        exchange deleted meanwhile routes nothing (the message is dropped)."""
+    def release_routes(self, exchange: str, record: Record, headers: HeadersFunction,
+                       properties: PropertiesFunction) -> list[tuple[str, int]]:
+        """Where a held message that is due goes: its queues' topics (partition 0). An exchange
+        deleted meanwhile routes nothing (the message is dropped)."""
         if exchange not in self.routing.exchanges:
             return []
         routing_key = (record.key or b"").decode("utf-8", "replace")
         queues = self.queues
-        return publish([queues[name] for name in self.routing.route(exchange, routing_key, headers, queues,
-                                                                    properties)], record)
+        return [(queues[name].topic.topic, 0)
+                for name in self.routing.route(exchange, routing_key, headers, queues, properties)]
 
+    def publish_released(self, topic: str, records: list[Record]) -> list[asyncio.Future]:
+        """Append released messages to the queue whose topic is `topic` (UnknownTopic: none is)."""
+        for queue in self.queues.values():
+            if queue.topic.topic == topic:
+                return [queue.publish(record) for record in records]
+        raise UnknownTopic(f"no queue of {self.tenant}/{self.namespace} has topic {topic}")
 
     async def close(self) -> None:
         for queue in list(self.queues.values()):
@@ -428,7 +434,8 @@ class QueueService:
         self._namespaces: dict[tuple[str, str], QueueNamespace] = {}
         self._loading: dict[tuple[str, str], asyncio.Future] = {}
         self.message_facts: MessageFacts = message_facts or _no_facts
-        core.delayed.register(HELD_TARGET, self._release)
+        core.delayed.register(HELD_TARGET, _HeldForExchanges(self))
+        core.delayed.register(REQUEUE_TARGET, _HeldForQueue(self))
         if core.cluster is not None:
             core.cluster.on_release(self._hand_over)
             core.cluster.on_acquire(self._take_over)
@@ -442,11 +449,6 @@ class QueueService:
         space = self._namespaces.get((bundle.tenant, bundle.namespace))
         if space is not None:
             await space.hand_over(bundle)
-
-    async def _release(self, tenant: str, namespace: str, exchange: str, record: Record) -> list[asyncio.Future]:
-        space = await self.namespace(tenant, namespace)
-        headers, properties = self.message_facts(record)
-        return space.release(exchange, record, headers, properties)
 
     async def namespace(self, tenant: str, namespace: str) -> QueueNamespace:
         key = (tenant, namespace)
@@ -483,6 +485,34 @@ class QueueService:
 
 
 HELD_TARGET = "exchange"      # the kind of delayed-message target a queue namespace routes
+
+
+class _HeldForExchanges:
+    """The deliverer of held messages published to a delayed exchange (core/delayed/store.py)."""
+
+    def __init__(self, service: QueueService) -> None:
+        self._service = service
+
+    async def route(self, tenant: str, namespace: str, exchange: str, record: Record) -> list[tuple[str, int]]:
+        space = await self._service.namespace(tenant, namespace)
+        headers, properties = self._service.message_facts(record)
+        return space.release_routes(exchange, record, headers, properties)
+
+    def publish(self, tenant: str, namespace: str, topic: str, partition: int, records: list[Record]) -> list:
+        return [self._publish(tenant, namespace, topic, records)]
+
+    async def _publish(self, tenant: str, namespace: str, topic: str, records: list[Record]) -> None:
+        space = await self._service.namespace(tenant, namespace)
+        for waiter in space.publish_released(topic, records):
+            await waiter
+
+
+class _HeldForQueue(_HeldForExchanges):
+    """The deliverer of messages held for a queue's x-requeue-delay: back to that queue's tail."""
+
+    async def route(self, tenant: str, namespace: str, queue: str, record: Record) -> list[tuple[str, int]]:
+        found = (await self._service.namespace(tenant, namespace)).queues.get(queue)
+        return [(found.topic.topic, 0)] if found is not None else []
 MessageFacts = Callable[[Record], tuple[HeadersFunction, PropertiesFunction]]
 
 

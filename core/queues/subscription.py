@@ -65,6 +65,7 @@ DATA_WAIT_S = 1.0                # re-check for consumers this often while waiti
 TRIM_INTERVAL_MS = 10_000        # ask the core to drop consumed ledgers at most this often
 UNCHECKED = -1                   # QueuedMessage.expires_at not computed yet
 _DEAD_LETTERING = object()       # the holder of messages on their way to a dead-letter exchange
+_REQUEUEING_LATER = object()     # ... and of those being held for a delayed requeue (x-requeue-delay)
 
 
 @dataclass(slots=True, eq=False)
@@ -98,6 +99,10 @@ class Consumer(Protocol):
 
 
 class SharedSubscription:
+    # Set by the queue when it has x-requeue-delay: (messages, acknowledge, put_back) holds the
+    # messages and acknowledges them once held, or puts them back if holding failed.
+    requeue_later: Callable[..., None] | None = None
+
     def __init__(self, partition: Callable[[], Awaitable[Partition]], cursor: Cursor, clock: Clock, *,
                  name: str = "", max_priority: int = 0, subscription_type: str = SHARED,
                  group_poison_policy: str = BLOCK,
@@ -229,16 +234,35 @@ class SharedSubscription:
         self.dispatch()
 
     def reject(self, offsets: list[int], *, requeue: bool) -> None:
+        later: list[QueuedMessage] = []
         for offset in offsets:
             entry = self._unacked.get(offset)
             if entry is None or not self._forget(offset):
                 continue
             if not requeue:
                 self.dead([entry[0]], REJECTED)
+            elif self.requeue_later is not None and not self._over_delivery_limit(entry[0]):
+                later.append(entry[0])
             else:
                 self._give_back(entry[0])
+        if later:
+            self._requeue_later(later)
         if not requeue:
             self._cursor_changed()
+        self.dispatch()
+
+    def _requeue_later(self, messages: list[QueuedMessage]) -> None:
+        held = self._held.setdefault(_REQUEUEING_LATER, set())
+        for message in messages:
+            self._unacked[message.offset] = (message, _REQUEUEING_LATER)
+            held.add(message.offset)
+        self.requeue_later(messages, self.ack, self._put_back)
+
+    def _put_back(self, offsets: list[int]) -> None:
+        for offset in offsets:
+            entry = self._unacked.get(offset)
+            if entry is not None and self._forget(offset):
+                self._backlog.put_back(entry[0])
         self.dispatch()
 
     def _forget(self, offset: int) -> bool:

@@ -81,9 +81,13 @@ def decode_records_at(
     offsets: Collection[int],
     *,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    dense: bool = False,
 ) -> list[DecodedRecord]:
     """Validate one batch and decode only its records whose offsets are in ``offsets``; the
-    others are stepped over by their length prefix (random access into large batches)."""
+    others are stepped over by their length prefix (random access into large batches). `dense`:
+    the batch's offset deltas are 0..n-1 (as build_batch writes them), so a record's offset is
+    known from its position and the others are stepped over by their length alone (a record that
+    says otherwise raises InvalidRecord)."""
     header = check_batch(batch)
     records = _records_section(memoryview(batch)[HEADER_SIZE:], header, max_decompressed_bytes)
     append_time = (
@@ -93,6 +97,18 @@ def decode_records_at(
     )
     reader = _Reader(records)
     decoded = []
+    if dense:
+        for index in range(min(header.records_count, len(records) // _MIN_RECORD_BYTES)):
+            if not reader.remaining:
+                break
+            if header.base_offset + index in offsets:
+                record = _read_record(reader, header, append_time)
+                if record.offset != header.base_offset + index:
+                    raise InvalidRecord(f"record {index} has offset delta {record.offset - header.base_offset}")
+                decoded.append(record)
+            else:
+                reader.take(reader.varint())
+        return decoded
     for _ in range(min(header.records_count, len(records) // _MIN_RECORD_BYTES)):
         if not reader.remaining:
             break

@@ -270,6 +270,8 @@ class TransactionCoordinator:
             partition = await self._core.partition(TopicName.of(tp[0], key.tenant, key.namespace), tp[1])
         except UnknownTopic:
             return   # deleted meanwhile: nothing left to mark
+        if partition.config.delayed_delivery:    # its held records: kept (commit) or dropped (abort)
+            await self._core.delayed.end_transaction(key.tenant, key.namespace, marker.producer_id, marker.commit)
         await partition.write_marker(marker)
 
 

@@ -200,7 +200,8 @@ class Bookie:
         out: list[bytes] = []
         total = 0
         expected = first
-        for entry_id, location in self._index.locate_range(ledger_id, first, last):
+        locations = self._index.locate_range(ledger_id, first, last)
+        for entry_id, location in locations:
             if entry_id != expected:
                 break  # a hole: never serve past it
             payload = self._read_at(ledger_id, entry_id, location)
@@ -209,6 +210,7 @@ class Bookie:
             expected += 1
             if total >= max_bytes:
                 break
+        locations.close()     # ends its index read transaction now
         if not out and first <= last:
             raise NoSuchEntry(f"ledger {ledger_id} entry {first}")
         return out

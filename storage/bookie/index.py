@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shutil
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,9 +84,9 @@ class LedgerIndex:
             raw = txn.get(_ENTRY_KEY.pack(ledger_id, entry_id))
         return None if raw is None else Location(*_LOCATION.unpack(raw))
 
-    def locate_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int) -> list[tuple[int, Location]]:
-        """Stored entries first..last of a ledger, in order, skipping none that exist."""
-        found = []
+    def locate_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int) -> Iterator[tuple[int, Location]]:
+        """Stored entries first..last of a ledger, in order, skipping none that exist. Lazily: a
+        caller that stops early (a short read of a long ledger) does not walk the index to the end."""
         with self._env.begin(db=self._entries) as txn:
             cursor = txn.cursor()
             if cursor.set_range(_ENTRY_KEY.pack(ledger_id, first_entry_id)):
@@ -94,8 +94,7 @@ class LedgerIndex:
                     ledger, entry = _ENTRY_KEY.unpack(key)
                     if ledger != ledger_id or entry > last_entry_id:
                         break
-                    found.append((entry, Location(*_LOCATION.unpack(value))))
-        return found
+                    yield entry, Location(*_LOCATION.unpack(value))
 
     def ledger_state(self, ledger_id: int) -> LedgerState | None:
         with self._env.begin(db=self._ledgers) as txn:

@@ -15,11 +15,15 @@ producer id, INVALID_PRODUCER_EPOCH for another epoch, INVALID_TXN_STATE for a p
 transaction (KIP-890's check). With ACLs enforced, the transactional id needs WRITE
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Sequence checks apply as for any idempotent producer.
 Internal topics (__consumer_offsets) are refused with INVALID_TOPIC_EXCEPTION, as in Kafka.
+Delayed delivery: on a topic with delayed.delivery.enable=true, records with a deliver-at-ms or
+deliver-after-ms header are held until due (core/delayed/produce.py); a malformed value is
+INVALID_RECORD. The base offset answered is that of the records stored at once (-1 if all were held).
 Gaps: message format v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
 """
 
 import inspect
 
+from core.delayed import produce as delayed
 from core.errors import CoreError, InvalidRecord
 from core.records import batch as record_batch
 from protocols.kafka.authorization import Operation, ResourceType, check, enforced
@@ -59,11 +63,16 @@ async def handle(request: Msg, ctx: RequestContext):
                 answer["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
                 continue
             try:
-                partition = await ctx.core.partition(topic_name(topic.name, ctx.tenant, ctx.namespace), data.index)
+                name = topic_name(topic.name, ctx.tenant, ctx.namespace)
+                partition = await ctx.core.partition(name, data.index)
                 if request.transactional_id is not None:
                     # Checked with no await before the append: the transaction cannot end in between.
                     _check_transactional(ctx, request.transactional_id, topic.name, data)
-                started.append((answer, partition, partition.start_append(data.records or b"")))
+                if partition.config.delayed_delivery:     # the only per-partition cost for other topics
+                    pending = delayed.start_append(ctx.core, name, partition, data.records or b"")
+                else:
+                    pending = partition.start_append(data.records or b"")
+                started.append((answer, partition, pending))
             except CoreError as exc:
                 answer["error_code"] = kafka_code(exc)
     return _complete(request.acks, responses, started)
