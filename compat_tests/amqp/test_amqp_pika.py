@@ -130,6 +130,8 @@ def test_work_queue_spreads_messages_over_consumers_within_prefetch(broker) -> N
         channel.basic_consume(queue, on_message)
         while not done.is_set():
             conn.process_data_events(time_limit=0.05)
+        for tag in pending:   # else closing requeues them, and the other worker may still take them again
+            channel.basic_ack(tag)
         conn.close()
 
     workers = [threading.Thread(target=work, args=(name,)) for name in received]
