@@ -86,6 +86,12 @@ class OutOfOrderSequence(CoreError):
     """An idempotent producer's batch does not follow its previous one."""
 
 
+class UnknownProducerId(CoreError):
+    """A batch continuing the sequence of an idempotent producer this partition has no state for:
+    what came before it is not in the log (lost in an owner change before it was stored, or older
+    than the state kept), so storing it would skip those records."""
+
+
 class InvalidProducerEpoch(CoreError):
     """A batch from an older epoch of an idempotent producer (a fenced zombie)."""
 

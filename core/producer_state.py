@@ -4,8 +4,15 @@ A batch from producer P (epoch E, sequences first..last) is checked before it is
   - E lower than P's epoch here: INVALID_PRODUCER_EPOCH (a zombie);
   - the same sequences as one of P's last five stored batches: a retry of a stored batch — the
     original offset is returned and nothing is stored again;
-  - otherwise first must follow P's last sequence (or be 0 on a new epoch, anything for a producer
-    this partition has not seen): else OUT_OF_ORDER_SEQUENCE_NUMBER.
+  - otherwise first must follow P's last sequence (or be 0 on a new epoch): else
+    OUT_OF_ORDER_SEQUENCE_NUMBER;
+  - a producer this partition has no state for must start at sequence 0: else UNKNOWN_PRODUCER_ID.
+    Kafka (since KIP-360) takes any sequence there, trusting replication to have kept what came
+    before. Here an owner change can lose batches that were queued but never stored and never
+    acknowledged; taking their successor would make librdkafka count them delivered (it acks the
+    messages before an accepted batch implicitly). Clients answer UNKNOWN_PRODUCER_ID by resetting
+    the producer's sequences (librdkafka, the Java client when the log start is past its last ack)
+    or by failing the producer: never by losing a record.
 The state advances when the batch is queued (so pipelined batches check against each other) and is
 rebuilt from the log when the partition opens, so retries across a restart stay exactly-once.
 
@@ -20,10 +27,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from core.errors import InvalidProducerEpoch, OutOfOrderSequence
+from core.errors import InvalidProducerEpoch, OutOfOrderSequence, UnknownProducerId
 
 MAX_BATCHES = 5          # Kafka keeps the last five batches per producer and partition
 _SEQ_WRAP = 1 << 31
+_NO_SEQUENCE = -1        # first_seq of a position-only record: no batch has it, so no retry matches it
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +68,9 @@ class ProducerStates:
         """Validate a batch; the base offset of the stored original if it is a duplicate, else None."""
         entry = self._producers.get(producer_id)
         if entry is None:
+            if first_seq != 0:
+                raise UnknownProducerId(f"producer {producer_id}: sequence {first_seq} from a producer "
+                                        "with no earlier batch here")
             return None
         if epoch < entry.epoch:
             raise InvalidProducerEpoch(f"producer {producer_id} epoch {epoch} is older than {entry.epoch}")
@@ -100,10 +111,13 @@ class ProducerStates:
                 for producer_id, entry in sorted(self._producers.items())]
 
     def forget_from(self, offset: int) -> None:
-        """Drop what was recorded for batches at or after `offset` (their append failed)."""
+        """Drop what was recorded for batches at or after `offset` (their append failed). A producer
+        left with no batch keeps its position: its next batch must still follow what was stored."""
         for entry in self._producers.values():
             while entry.batches and entry.batches[-1].base_offset >= offset:
-                entry.batches.pop()
+                dropped = entry.batches.pop()
+                if not entry.batches:
+                    entry.batches.append(BatchRecord(_NO_SEQUENCE, dropped.first_seq - 1, -1))  # -1 + 1 wraps to 0
         for producer_id in [p for p, first in self._open_txns.items() if first >= offset]:
             del self._open_txns[producer_id]
 

@@ -27,6 +27,7 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.NotEnoughReplicas: ErrorCode.NOT_ENOUGH_REPLICAS,
     core.OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     core.InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
+    core.UnknownProducerId: ErrorCode.UNKNOWN_PRODUCER_ID,
     core.GroupError: ErrorCode.UNKNOWN_SERVER_ERROR,
     core.InvalidGroupId: ErrorCode.INVALID_GROUP_ID,
     core.InvalidSessionTimeout: ErrorCode.INVALID_SESSION_TIMEOUT,

@@ -188,30 +188,37 @@ class ZooKeeperMetadataStore:
             except Exception:
                 log.exception("metadata session callback failed")
         if reconnected:
-            # Re-arm first, so that whatever the callbacks read next is covered by a watch again.
             for path in list(self._watches):
-                self._arm(path)
-            for path in list(self._watches):
-                self._fire(path)
+                self._arm(path, then_fire=True)
 
-    def _arm(self, path: str) -> None:
-        if path in self._armed or self._closed:
+    def _arm(self, path: str, *, then_fire: bool = False) -> None:
+        """Set ZooKeeper's watch on `path`; with `then_fire`, run the callbacks once the server has
+        it, not before: a change made between the callbacks' reads and the watch reaching the server
+        (another session deleting the node, say) would otherwise go unseen."""
+        if self._closed:
+            return
+        if path in self._armed:
+            if then_fire:
+                self._fire(path)
             return
         self._armed.add(path)
         watcher = self._watchers.setdefault(path, lambda event, path=path: self._on_kazoo_watch(path, event))
-        self._client.exists_async(self._zk(path), watch=watcher)
+        armed = self._client.exists_async(self._zk(path), watch=watcher)
+        if then_fire:
+            armed.rawlink(lambda _: self._post(self._fire, path))
 
     def _on_watch_event(self, path: str, event_type: str) -> None:
         if event_type == EventType.NONE or self._closed:
             return  # NONE: the connection dropped; _on_state re-arms and fires at reconnection
         self._armed.discard(path)
         if self._watches.get(path):
-            self._arm(path)
-            self._fire(path)
+            self._arm(path, then_fire=True)
         else:
             self._watchers.pop(path, None)
 
     def _fire(self, path: str) -> None:
+        if self._closed:
+            return
         for callback in list(self._watches.get(path, ())):
             try:
                 callback(path)

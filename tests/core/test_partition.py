@@ -4,9 +4,18 @@ import asyncio
 
 import pytest
 
-from core.errors import (CorruptRecord, InvalidRecord, OffsetOutOfRange, RecordTooLarge, StorageUnavailable,
-                         UnknownTopic)
+from core.errors import (
+    CorruptRecord,
+    InvalidRecord,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    RecordTooLarge,
+    StorageUnavailable,
+    UnknownProducerId,
+    UnknownTopic,
+)
 from core.names import TopicName
+from core.producer_state import ProducerStates
 from core.records import batch as record_batch
 from core.records.builder import Record, build_batch
 from core.records.decoder import decode_batch
@@ -221,3 +230,29 @@ async def test_a_retry_after_an_ambiguous_failure_is_not_stored_twice(core) -> N
     assert partition.high_watermark == 2
     after = await partition.append(batch_of([b"third"], producer_id=7, producer_epoch=0, base_sequence=2))
     assert after == 2
+
+
+async def test_a_producer_unknown_here_must_start_at_sequence_zero(core) -> None:
+    """A batch continuing a sequence this partition never saw the start of would skip what came
+    before it (lost in an owner change before it was stored): UNKNOWN_PRODUCER_ID, nothing stored."""
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    with pytest.raises(UnknownProducerId):
+        await partition.append(batch_of([b"seventeenth"], producer_id=8, producer_epoch=0, base_sequence=17))
+    assert partition.high_watermark == 0
+    assert await partition.append(batch_of([b"first"], producer_id=8, producer_epoch=0, base_sequence=0)) == 0
+
+
+def test_a_failed_append_leaves_the_producer_where_its_stored_batches_end() -> None:
+    states = ProducerStates()
+    states.record(5, 0, 0, 2, base_offset=0)        # sequences 0-1 stored at offsets 0-1
+    states.record(5, 0, 2, 1, base_offset=2)        # sequence 2 queued at offset 2 ...
+    states.forget_from(2)                            # ... and its append failed
+    with pytest.raises(OutOfOrderSequence):
+        states.check(5, 0, 3, 1)                     # skips the failed sequence 2
+    assert states.check(5, 0, 2, 1) is None          # its retry is taken
+    states.forget_from(0)                            # every batch failed: it must start again at 0
+    with pytest.raises(OutOfOrderSequence):
+        states.check(5, 0, 2, 1)
+    assert states.check(5, 0, 0, 2) is None
+    assert [s.last_sequence for s in states.summaries()] == [-1]

@@ -18,13 +18,15 @@ Internal topics (__consumer_offsets) are refused with INVALID_TOPIC_EXCEPTION, a
 Delayed delivery: on a topic with delayed.delivery.enable=true, records with a deliver-at-ms or
 deliver-after-ms header are held until due (core/delayed/produce.py); a malformed value is
 INVALID_RECORD. The base offset answered is that of the records stored at once (-1 if all were held).
+Idempotence: a producer this partition has no state for must start at sequence 0, else
+UNKNOWN_PRODUCER_ID with the log start offset (core/producer_state.py says why this differs from Kafka).
 Gaps: message format v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
 """
 
 import inspect
 
 from core.delayed import produce as delayed
-from core.errors import CoreError, InvalidRecord
+from core.errors import CoreError, InvalidRecord, UnknownProducerId
 from core.records import batch as record_batch
 from protocols.kafka.authorization import Operation, ResourceType, check, enforced
 from protocols.kafka.broker import RequestContext
@@ -73,6 +75,9 @@ async def handle(request: Msg, ctx: RequestContext):
                 else:
                     pending = partition.start_append(data.records or b"")
                 started.append((answer, partition, pending))
+            except UnknownProducerId as exc:   # the Java client reads the log start to decide to reset
+                answer["error_code"] = kafka_code(exc)
+                answer["log_start_offset"] = partition.log_start_offset
             except CoreError as exc:
                 answer["error_code"] = kafka_code(exc)
     return _complete(request.acks, responses, started)
