@@ -28,6 +28,7 @@ from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import UnusedQueueTimer
 from core.queues.naming import queue_topic
 from core.queues.policy import QueuePolicy, check_equivalent
+from core.system_topics import refuse_change
 from core.queues.queue import CURSOR_NAME, QUEUE_TOPIC_CONFIGS, REQUEUE_TARGET, Queue, QueueInfo
 from core.queues.routing import DEFAULT_EXCHANGE, HeadersFunction, PropertiesFunction, RoutingTable, no_properties
 from core.queues.store import NamespaceStore
@@ -222,6 +223,7 @@ class QueueNamespace:
                     return queue
             if name.startswith(RESERVED_PREFIX) and not server_named:
                 raise ReservedName(f"queue name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'")
+            refuse_change(queue_topic(name))   # a queue over a system topic would read held messages
             policy = QueuePolicy.of(name, arguments, durable=durable, exclusive=exclusive, auto_delete=auto_delete)
             info = QueueInfo(name, queue_topic(name), durable, exclusive, auto_delete, arguments)
             created = await self._create_topic(info)

@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.auth import UserStore
 from core.errors import (CoreError, InvalidAcl, InvalidArgument, InvalidConfig, InvalidName, InvalidPartitions,
-                         UnknownExchange, UnknownQueue, UnknownTenant, UnknownTopic)
+                         ReservedName, UnknownExchange, UnknownQueue, UnknownTenant, UnknownTopic)
 from core.tenancy import Tenancy, TenancyConflict
 from gateway.admin.security import Authenticator
 from gateway.metrics import GatewayMetrics
@@ -54,6 +54,7 @@ class AdminContext:
 _STATUS = (
     ((InvalidName, InvalidConfig, InvalidPartitions, InvalidAcl, InvalidArgument), 400),
     ((UnknownTenant, UnknownTopic, UnknownQueue, UnknownExchange), 404),
+    ((ReservedName,), 403),
     ((TenancyConflict,), 409),
 )
 

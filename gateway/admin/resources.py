@@ -33,6 +33,7 @@ from core.names import TopicName
 from core.queues.policy import subscription_type_of
 from core.queues.queue import CURSOR_NAME
 from core.queues.store import NamespaceStore
+from core.system_topics import refuse_change
 from gateway.admin import security
 from gateway.admin.security import Caller
 
@@ -74,6 +75,7 @@ def router(context, authenticate) -> APIRouter:
     @api.delete("/tenants/{tenant}/namespaces/{namespace}/topics/{topic}", status_code=status.HTTP_204_NO_CONTENT)
     async def delete_topic(tenant: str, namespace: str, topic: str, caller: Authenticated) -> None:
         await visible_namespace(caller, tenant, namespace)
+        refuse_change(topic)
         await core.delete_topic(TopicName.of(topic, tenant, namespace))
 
     @api.get("/tenants/{tenant}/namespaces/{namespace}/subscriptions")

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from core.broker_configs import CLUSTER_DEFAULT, DYNAMIC
 from core.broker_configs import validate as validate_broker_configs
 from core.errors import CoreError, InvalidConfig
+from core.system_topics import refuse_change
 from core.topic_config import TOPIC_CONFIGS
 from protocols.kafka.admin.config_access import config_refusal
 from protocols.kafka.admin.configs import STATIC_BROKER_CONFIG_NAMES
@@ -49,6 +50,7 @@ async def replace_topic_configs(ctx: RequestContext, name: str, configs: Mapping
     info = await existing_topic(ctx, name)
     check_topic_configs(resource_text(TOPIC, name), configs)
     try:
+        refuse_change(info.name.topic)
         await ctx.core.alter_topic_configs(info.name, dict(configs), replace_all=True, validate_only=validate_only)
     except CoreError as exc:
         raise ApiError.of(exc) from None

@@ -15,6 +15,7 @@ import logging
 from collections import Counter
 
 from core.errors import CoreError
+from core.system_topics import refuse_change
 from protocols.kafka.admin.errors import ApiError, timed_out_unless_waited
 from protocols.kafka.admin.topics import existing_topic
 from protocols.kafka.authorization import Operation, ResourceType, check
@@ -65,6 +66,7 @@ async def _grow(topic: Msg, validate_only: bool, ctx: RequestContext) -> None:
         _check_assignment([list(a.broker_ids) for a in topic.assignments], increment, info.partitions,
                           ctx.broker.settings.node_id)
     try:
+        refuse_change(info.name.topic)
         await ctx.core.add_partitions(info.name, topic.count, validate_only=validate_only)
     except CoreError as exc:
         raise ApiError.of(exc) from None

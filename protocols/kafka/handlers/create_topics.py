@@ -26,6 +26,7 @@ from collections import Counter
 from core.errors import CoreError, InvalidName, UnknownTopic
 from core.names import TopicName
 from core.registry import TopicInfo
+from core.system_topics import refuse_change
 from protocols.kafka.admin.configs import BrokerLevels, topic_config_entries
 from protocols.kafka.admin.errors import ApiError, timed_out_unless_waited
 from protocols.kafka.authorization import Operation, ResourceType, authorized_names, check_cluster, enforced
@@ -108,6 +109,7 @@ async def _create(topic: Msg, validate_only: bool, ctx: RequestContext) -> Topic
     if topic.assignments:
         _check_assignment(topic.assignments, ctx.broker.settings.node_id)
     try:
+        refuse_change(name.topic)
         info = await ctx.core.create_topic(name, partitions, {c.name: c.value for c in topic.configs},
                                            validate_only=validate_only)
     except CoreError as exc:

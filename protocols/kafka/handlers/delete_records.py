@@ -10,6 +10,7 @@ Gaps: none known (timeout_ms is moot: the only replica is this broker's).
 """
 
 from core.errors import CoreError
+from core.system_topics import refuse_change
 from protocols.kafka.admin.errors import ApiError
 from protocols.kafka.admin.topics import existing_topic
 from protocols.kafka.authorization import Operation, ResourceType, authorized_names, enforced
@@ -48,6 +49,7 @@ async def _delete(name: str, index: int, offset: int, ctx: RequestContext) -> in
         raise ApiError(ErrorCode.POLICY_VIOLATION,
                        f"Records of partition {name}-{index} can not be deleted due to the configured policy")
     try:
+        refuse_change(info.name.topic)
         partition = await ctx.core.partition(info.name, index)
         return await partition.delete_records_before(offset)
     except CoreError as exc:

@@ -4,7 +4,8 @@ Behaviour: each named topic of the client's tenant/namespace is deleted at once,
 and cursors included. v6 names a topic by name or by id (UNKNOWN_TOPIC_ID for an id no topic
 has; a name and an id together fail the whole request with INVALID_REQUEST, as in Kafka). An
 unknown or illegal name is UNKNOWN_TOPIC_OR_PARTITION. As in Kafka, timeout_ms <= 0 answers
-REQUEST_TIMED_OUT for topics that were nevertheless deleted.
+REQUEST_TIMED_OUT for topics that were nevertheless deleted. The core's system topics
+(core/system_topics.py) are INVALID_TOPIC_EXCEPTION.
 With ACLs enforced (SASL on), as in Kafka 2.8: a topic named by id without DESCRIBE on it is
 answered with a null name and TOPIC_AUTHORIZATION_FAILED; otherwise DELETE on the topic is needed,
 checked before its existence (TOPIC_AUTHORIZATION_FAILED).
@@ -16,6 +17,7 @@ import uuid
 
 from core.errors import CoreError
 from core.registry import TopicInfo
+from core.system_topics import refuse_change
 from protocols.kafka.admin.errors import timed_out_unless_waited
 from protocols.kafka.admin.topics import find_topic
 from protocols.kafka.authorization import Operation, ResourceType, check
@@ -69,6 +71,7 @@ async def _delete(name: str | None, topic_id: uuid.UUID, ctx: RequestContext) ->
         result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return result
     try:
+        refuse_change(info.name.topic)
         await ctx.core.delete_topic(info.name)
     except CoreError as exc:
         result["error_code"] = kafka_code(exc)

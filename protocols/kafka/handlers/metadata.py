@@ -28,6 +28,7 @@ import uuid
 from core.acl import CLUSTER_NAME
 from core.errors import CoreError, InvalidName, UnknownTopic
 from core.names import TopicName
+from core.system_topics import SYSTEM_TOPICS
 from protocols.kafka.authorization import (Operation, ResourceType, authorized_operations, check, check_cluster,
                                            enforced)
 from protocols.kafka.broker import RequestContext
@@ -124,7 +125,7 @@ async def _describe(name: str | None, ctx: RequestContext, may_create: bool, acl
         try:
             info = await ctx.core.registry.get_topic(topic)
         except UnknownTopic:
-            if not may_create:
+            if not may_create or name in SYSTEM_TOPICS:   # the core makes its own when it needs them
                 raise
             if acl is not None and not await acl.may_create(name or ""):
                 return _unauthorized(name)
@@ -146,7 +147,7 @@ async def _describe(name: str | None, ctx: RequestContext, may_create: bool, acl
         "error_code": ErrorCode.NONE,
         "name": name,
         "topic_id": uuid.UUID(hex=info.topic_id),
-        "is_internal": name in INTERNAL_TOPICS,
+        "is_internal": name in INTERNAL_TOPICS or name in SYSTEM_TOPICS,
         "partitions": [_partition(index, partition_leader(ctx, topic, index), ctx.core.leader_epoch(topic, index))
                        for index in range(info.partitions)],
     }

@@ -14,7 +14,8 @@ the ongoing transaction of that producer id and epoch: INVALID_PRODUCER_ID_MAPPI
 producer id, INVALID_PRODUCER_EPOCH for another epoch, INVALID_TXN_STATE for a partition not in the
 transaction (KIP-890's check). With ACLs enforced, the transactional id needs WRITE
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Sequence checks apply as for any idempotent producer.
-Internal topics (__consumer_offsets) are refused with INVALID_TOPIC_EXCEPTION, as in Kafka.
+Internal topics (__consumer_offsets) are refused with INVALID_TOPIC_EXCEPTION, as in Kafka, and so
+are the core's system topics (core/system_topics.py).
 Delayed delivery: on a topic with delayed.delivery.enable=true, records with a deliver-at-ms or
 deliver-after-ms header are held until due (core/delayed/produce.py); a malformed value is
 INVALID_RECORD. The base offset answered is that of the records stored at once (-1 if all were held).
@@ -28,6 +29,7 @@ import inspect
 from core.delayed import produce as delayed
 from core.errors import CoreError, InvalidRecord, UnknownProducerId
 from core.records import batch as record_batch
+from core.system_topics import SYSTEM_TOPICS
 from protocols.kafka.authorization import Operation, ResourceType, check, enforced
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
@@ -48,7 +50,7 @@ async def handle(request: Msg, ctx: RequestContext):
         partitions = []
         responses.append({"name": topic.name, "partition_responses": partitions})
         allowed = writable is None or await _may_write(ctx, topic.name, writable)
-        internal = topic.name in INTERNAL_TOPICS
+        internal = topic.name in INTERNAL_TOPICS or topic.name in SYSTEM_TOPICS
         for data in topic.partition_data:
             answer = {"index": data.index, "error_code": ErrorCode.NONE, "base_offset": -1}
             partitions.append(answer)
