@@ -53,6 +53,7 @@ def test_pending_counts_and_cancel_by_id(admin_gateway, api) -> None:
     shown = run_admin(admin_gateway, "--json", "topics", "delayed", tenant, "ns", "timers")
     assert shown.returncode == 0 and json.loads(shown.stdout)["partitions"] == [{"partition": 0, "pending": 2}]
     assert api.get(f"{base}/topics/nope/delayed").status_code == 404
+    assert api.delete(f"{base}/topics/__delayed_messages").status_code == 403     # a system topic
 
     consumer = KafkaConsumer(**_sasl(admin_gateway), enable_auto_commit=False, group_id=None)
     consumer.assign([TopicPartition("timers", 0)])
