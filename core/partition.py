@@ -112,6 +112,8 @@ class Partition:
         # learned again from the log once it is repaired, and appends wait for that.
         self._relearning: asyncio.Task | None = None
         self.meter = NamespaceMeter("", "")   # the core gives every partition of a namespace that namespace's meter
+        # Traffic while open, for the cluster's load reports (core/cluster/load.py).
+        self.messages_in = self.bytes_in = self.bytes_out = 0
         self.refusal: str | None = None       # set while appends are refused (core/backlog_quota.py)
 
     @property
@@ -172,7 +174,10 @@ class Partition:
             if header.is_transactional and header.producer_id < 0:
                 raise InvalidRecord("a transactional batch needs a producer id")
             headers.append(header)
-        self.meter.published(len(records), sum(header.record_count for header in headers))
+        count = sum(header.record_count for header in headers)
+        self.meter.published(len(records), count)
+        self.messages_in += count
+        self.bytes_in += len(records)
         pending: list[Awaitable[int]] = []
         appended = None
         first_queued = self.log.next_offset
@@ -338,6 +343,7 @@ class Partition:
             entries = _within(await self.log.read(offset, max_bytes), max_bytes, min_one)
         records = b"".join(entry.payload for entry in entries)
         self.meter.dispatched(len(records))
+        self.bytes_out += len(records)
         if self.meter.tracer is not None and entries:
             self.meter.tracer.read(self.topic, self.index, offset, entries[-1].next_offset - 1)
         return ReadResult(records, self.log.high_watermark, self.log.log_start_offset)
@@ -357,6 +363,7 @@ class Partition:
         self.aborted.trim_before(self.log.log_start_offset)
         records = b"".join(entry.payload for entry in entries)
         self.meter.dispatched(len(records))
+        self.bytes_out += len(records)
         if self.meter.tracer is not None and entries:
             self.meter.tracer.read(self.topic, self.index, offset, entries[-1].next_offset - 1)
         return CommittedRead(records, self.log.high_watermark, stable,

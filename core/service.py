@@ -284,6 +284,16 @@ class Core:
             self._last_used.pop(key, None)
             await partition.close()
 
+    def bundle_traffic(self) -> dict[str, tuple[float, float]]:
+        """Messages appended and bytes appended or read per bundle path, counted by the partitions
+        open here since they opened: what this broker's load reports are made of."""
+        traffic: dict[str, tuple[float, float]] = {}
+        for (name, index), partition in self._partitions.items():
+            path = partition_bundle(name.tenant, name.namespace, name.topic, index).path
+            messages, size = traffic.get(path, (0, 0))
+            traffic[path] = (messages + partition.messages_in, size + partition.bytes_in + partition.bytes_out)
+        return traffic
+
     def open_partitions(self) -> list[Partition]:
         """The partitions open in this process now (for metrics)."""
         return list(self._partitions.values())

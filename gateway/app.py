@@ -227,11 +227,17 @@ class Gateway:
 
         if config.storage.mode == REPLICATED:
             self._broker_id = await broker_id(config, self._storage.metadata)
-            self._cluster = BrokerCluster(self._storage.metadata, self._local_broker())
+            shed_s = config.load_shed_interval_ms / 1000
+            self._cluster = BrokerCluster(self._storage.metadata, self._local_broker(),
+                                          shed_interval_s=shed_s, report_interval_s=min(5.0, shed_s / 3 or 5.0),
+                                          shed_threshold=config.load_shed_threshold_percent / 100)
         self._core = Core(self._storage.metadata, self._storage.logs, cluster=self._cluster,
                           retention_check_s=config.retention_check_interval_ms / 1000,
                           delayed_memory_keys=config.delayed_memory_keys)
         await self._core.start()
+        if self._cluster is not None:
+            self._cluster.traffic = self._core.bundle_traffic
+            self._cluster.connections = lambda: len(self._core.connections.all())
         users = UserStore(self._core.metadata)
         for user in config.users:   # the config file's logins, (re)stored with fresh salts at every start
             permissions = None if user.permissions is None else [

@@ -52,6 +52,14 @@ def serve(
         int | None, typer.Option(help="How long an AMQP delivery may stay unacknowledged before its channel is "
                                       "closed (RabbitMQ's consumer_timeout); 0: no limit.", show_default="1800000")
     ] = None,
+    load_shed_interval_ms: Annotated[
+        int | None, typer.Option(help="In a cluster, how often the leader may move one bundle off a busy broker; "
+                                      "0: never.", show_default="60000")
+    ] = None,
+    load_shed_threshold_percent: Annotated[
+        int | None, typer.Option(help="How far (percentage points) above the mean share of the load a broker "
+                                      "must be to shed.", show_default="10")
+    ] = None,
     admin_tls_cert: Annotated[
         str | None, typer.Option(help="PEM certificate (chain) for HTTPS on the admin port; with --admin-tls-key.")
     ] = None,
@@ -153,6 +161,8 @@ def serve(
         "amqp_consumer_timeout_ms": amqp_consumer_timeout_ms,
         "admin_tls_cert": admin_tls_cert,
         "admin_tls_key": admin_tls_key,
+        "load_shed_interval_ms": load_shed_interval_ms,
+        "load_shed_threshold_percent": load_shed_threshold_percent,
         "kafka_auto_create_topics": kafka_auto_create_topics,
         "kafka_default_partitions": kafka_default_partitions,
         "kafka_advertised_host": kafka_advertised_host,

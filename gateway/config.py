@@ -37,10 +37,12 @@ ENV_VARS: Mapping[str, str] = {
     "admin_tls_cert": "GATEWAY_ADMIN_TLS_CERT",
     "admin_tls_key": "GATEWAY_ADMIN_TLS_KEY",
     "delayed_memory_keys": "GATEWAY_DELAYED_MEMORY_KEYS",
+    "load_shed_interval_ms": "GATEWAY_LOAD_SHED_INTERVAL_MS",
+    "load_shed_threshold_percent": "GATEWAY_LOAD_SHED_THRESHOLD_PERCENT",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
 INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
-                "delayed_memory_keys")
+                "delayed_memory_keys", "load_shed_interval_ms", "load_shed_threshold_percent")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
@@ -276,6 +278,11 @@ class GatewayConfig:
     admin_tls_key: str | None = None
     # Keys of held (delayed) messages each namespace keeps in memory; the rest wait on storage.
     delayed_memory_keys: int = 100_000
+    # In a cluster, the leader moves one bundle per interval off a broker whose share of the load is
+    # above the mean by more than the threshold, in percentage points (Pulsar's threshold shedder:
+    # 1 minute, 10 points); 0 ms: never.
+    load_shed_interval_ms: int = 60_000
+    load_shed_threshold_percent: int = 10
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -301,6 +308,12 @@ class GatewayConfig:
         if not _is_int(self.amqp_consumer_timeout_ms) or not 0 <= self.amqp_consumer_timeout_ms <= MAX_TIMEOUT_MS:
             raise ConfigError(f"amqp_consumer_timeout_ms must be an integer in 0..{MAX_TIMEOUT_MS} (0: no limit), "
                               f"got {self.amqp_consumer_timeout_ms!r}")
+        if not _is_int(self.load_shed_interval_ms) or not 0 <= self.load_shed_interval_ms <= 86_400_000:
+            raise ConfigError(f"load_shed_interval_ms must be an integer in 0..86400000 (0: never), "
+                              f"got {self.load_shed_interval_ms!r}")
+        if not _is_int(self.load_shed_threshold_percent) or not 0 <= self.load_shed_threshold_percent <= 100:
+            raise ConfigError(f"load_shed_threshold_percent must be an integer in 0..100, "
+                              f"got {self.load_shed_threshold_percent!r}")
         if (self.admin_tls_cert is None) != (self.admin_tls_key is None):
             raise ConfigError("admin_tls_cert and admin_tls_key go together: give both or neither")
         for name in ("admin_tls_cert", "admin_tls_key"):

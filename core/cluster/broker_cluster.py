@@ -4,6 +4,7 @@
     /cluster/leader                   ephemeral  {"broker": id}: the one broker that assigns bundles
     /cluster/assignment               {"bundles": {"<t>/<ns>/<i>": broker id}}, written by the leader
     /cluster/leases/<t>/<ns>/<i>      ephemeral  {"broker": id}: who owns the bundle right now
+    /cluster/load/<id>                ephemeral  LoadReport: the broker's traffic per bundle (load.py)
 
 Why a leader assigns instead of every broker claiming a fair share: claims race (two brokers that
 both see three live brokers may both claim the same spare bundle, and each join or death makes every
@@ -15,6 +16,10 @@ ephemeral lease, which it takes once the previous owner released it or lost its 
 New brokers and namespaces are found by polling every `poll_s` (a few cheap reads); the assignment,
 the leader node, every known broker's node and the leases this broker waits for are watched, so a
 departure or a release is acted on at once.
+
+Load: every broker reports its traffic per bundle every `report_interval_s`; once per
+`shed_interval_s` the leader moves at most one bundle off a broker busier than the mean by more
+than `shed_threshold` (load.py has the rule, which never sends a bundle back and forth).
 
 Sessions: on SUSPENDED the broker stops serving at once (`suspended`: the core refuses every
 partition); on CONNECTED with the same session it resumes; on LOST every bundle is dropped (the
@@ -29,12 +34,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
 from core.cluster.assignment import assign
 from core.cluster.bundles import Bundle, namespace_bundles
+from core.cluster.load import LOAD, LoadReport, RateMeter, Traffic, shed
 from core.cluster.members import SERVING, BrokerInfo
 from storage.api import MetadataStore, NodeExists, NoNode, SessionState, StorageError
 
@@ -45,6 +52,9 @@ LEADER = "/cluster/leader"
 ASSIGNMENT = "/cluster/assignment"
 LEASES = "/cluster/leases"
 POLL_S = 1.0
+REPORT_INTERVAL_S = 5.0
+SHED_INTERVAL_S = 60.0      # Pulsar's loadBalancerSheddingIntervalMinutes
+SHED_THRESHOLD = 0.10       # Pulsar's loadBalancerBrokerThresholdShedderPercentage
 
 BundleCallback = Callable[[Bundle], Awaitable[None]]
 
@@ -62,7 +72,9 @@ def _held_by(raw: bytes, local: BrokerInfo) -> bool:
 
 
 class BrokerCluster:
-    def __init__(self, metadata: MetadataStore, local: BrokerInfo, *, poll_s: float = POLL_S) -> None:
+    def __init__(self, metadata: MetadataStore, local: BrokerInfo, *, poll_s: float = POLL_S,
+                 report_interval_s: float = REPORT_INTERVAL_S, shed_interval_s: float = SHED_INTERVAL_S,
+                 shed_threshold: float = SHED_THRESHOLD) -> None:
         self.metadata = metadata
         self.local = local
         self._instance = local.instance or uuid.uuid4().hex
@@ -85,6 +97,17 @@ class BrokerCluster:
         self._changed = asyncio.Event()
         self._cancels: list[Callable[[], None]] = []
         self._task: asyncio.Task | None = None
+        # Load: what this broker reports (set by its owner: cumulative counts per bundle path) ...
+        self.traffic: Callable[[], Mapping[str, Traffic]] | None = None
+        self.connections: Callable[[], int] | None = None
+        self._report_interval_s = report_interval_s
+        self._rates = RateMeter()
+        self._reported_at = float("-inf")
+        self._report_session: int | None = None      # the session this broker's report node was made in
+        # ... and what the leader sheds by.
+        self._shed_interval_s, self._shed_threshold = shed_interval_s, shed_threshold
+        self._shed_at = time.monotonic()             # a first shed waits a whole interval of reports
+        self.reports: dict[int, LoadReport] = {}     # as the leader last read them
 
     # --- what the rest of the broker asks -------------------------------------------------------
 
@@ -196,6 +219,7 @@ class BrokerCluster:
             await self._assign()
         await self._read_assignment()
         await self._reconcile(session)
+        await self._report(session)
 
     def _check_session(self, session: int) -> None:
         """Raise if the session a step began in was lost since: a node it created went with it, and
@@ -277,7 +301,16 @@ class BrokerCluster:
         node = await self.metadata.get(ASSIGNMENT)
         current = json.loads(node.value)["bundles"] if node is not None else {}
         live = [broker.id for broker in self._brokers.values() if broker.role == SERVING]
-        wanted = assign(bundles, current, live)
+        busy = {bundle: traffic[0] for report in self.reports.values() for bundle, traffic in report.bundles.items()}
+        wanted = assign(bundles, current, live, busy)
+        if wanted == current and 0 < self._shed_interval_s <= time.monotonic() - self._shed_at:
+            self._shed_at = time.monotonic()
+            await self._read_reports()
+            move = shed(current, self.reports, live, self._shed_threshold)
+            if move is not None:
+                log.info("shedding bundle %s from broker %d to broker %d (load)", move.bundle, move.source,
+                         move.target)
+                wanted = {**current, move.bundle: move.target}
         if wanted == current:
             return
         value = json.dumps({"bundles": wanted}, separators=(",", ":"), sort_keys=True).encode()
@@ -292,6 +325,37 @@ class BrokerCluster:
             return
         moved = sum(1 for bundle, broker in wanted.items() if current.get(bundle) not in (None, broker))
         log.info("assigned %d bundles over brokers %s (%d moved)", len(wanted), sorted(live), moved)
+
+    async def _read_reports(self) -> None:
+        reports = {}
+        for name in await self.metadata.children(LOAD):
+            node = await self.metadata.get(f"{LOAD}/{name}")
+            if node is not None:
+                try:
+                    reports[int(name)] = LoadReport.from_json(node.value)
+                except (ValueError, KeyError, TypeError):
+                    log.warning("unreadable load report of broker %s", name)
+        self.reports = reports
+
+    async def _report(self, session: int) -> None:
+        now = time.monotonic()
+        if self.traffic is None or now - self._reported_at < self._report_interval_s:
+            return
+        self._reported_at = now
+        held = {bundle.path for bundle in self._held}
+        rates = {path: rate for path, rate in self._rates.rates(self.traffic(), now).items() if path in held}
+        value = LoadReport(rates, self.connections() if self.connections else 0).to_json()
+        path = f"{LOAD}/{self.local.id}"
+        if self._report_session == session:
+            await self.metadata.put(path, value)
+            return
+        try:
+            await self.metadata.create(path, value, ephemeral=True)
+        except NodeExists:   # an earlier session's, until it expires: write over it, make ours next time
+            await self.metadata.put(path, value)
+            return
+        self._check_session(session)
+        self._report_session = session
 
     async def _read_assignment(self) -> None:
         node = await self.metadata.get(ASSIGNMENT)

@@ -56,6 +56,7 @@ class ClusterSpec:
     log_level: str = "info"
     host: str = "127.0.0.1"
     extra_storage: dict = field(default_factory=dict)   # more [storage] keys for cluster.toml
+    broker_args: tuple[str, ...] = ()                    # more `gateway serve` flags for every broker
 
     def __post_init__(self) -> None:
         if not self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
@@ -210,7 +211,8 @@ class LocalCluster:
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
                    "--data-dir", str(self.dir / f"broker-{index}"), "--host", self.spec.host,
                    "--kafka-port", kafka, "--amqp-port", amqp, "--admin-port", admin, "--broker-id", str(index),
-                   "--rack", f"/rack-{index % self.spec.racks}", "--log-level", self.spec.log_level]
+                   "--rack", f"/rack-{index % self.spec.racks}", "--log-level", self.spec.log_level,
+                   *self.spec.broker_args]
         return Process(f"broker-{index}", command, self.dir / f"broker-{index}.log", "GATEWAY READY ")
 
     def add_bookie(self) -> Process:
