@@ -387,3 +387,16 @@ def test_share_group_settings_reach_the_kafka_broker_and_are_checked(tmp_path):
         KafkaConfig(share_auto_offset_reset="oldest")
     with pytest.raises(ConfigError, match="group_share_delivery_count_limit"):
         KafkaConfig(group_share_delivery_count_limit=1)
+
+
+def test_load_shedding_settings_default_to_pulsars_and_come_from_every_source(tmp_path):
+    defaults = resolve_config(env={})
+    assert (defaults.load_shed_interval_ms, defaults.load_shed_threshold_percent) == (60_000, 10)
+    toml = write_toml(tmp_path, "load_shed_interval_ms = 5000\nload_shed_threshold_percent = 20\n")
+    env = {"GATEWAY_LOAD_SHED_THRESHOLD_PERCENT": "25"}
+    resolved = resolve_config(config_file=toml, env=env, flags={"load_shed_interval_ms": 0})
+    assert (resolved.load_shed_interval_ms, resolved.load_shed_threshold_percent) == (0, 25)
+    with pytest.raises(ConfigError, match=r"load_shed_threshold_percent must be an integer in 0\.\.100"):
+        resolve_config(env={"GATEWAY_LOAD_SHED_THRESHOLD_PERCENT": "101"})
+    with pytest.raises(ConfigError, match=r"load_shed_interval_ms must be an integer in 0\.\.86400000"):
+        resolve_config(env={"GATEWAY_LOAD_SHED_INTERVAL_MS": "-1"})
