@@ -189,7 +189,7 @@ class ConsumerGroup:
         return {m.regex for m in self.members.values() if m.regex is not None}
 
     def overview(self) -> GroupOverview:
-        return GroupOverview(self.group_id, CONSUMER_PROTOCOL_TYPE, self.state.value)
+        return GroupOverview(self.group_id, CONSUMER_PROTOCOL_TYPE, self.state.value, CONSUMER_PROTOCOL_TYPE)
 
     def summary(self) -> ConsumerGroupSummary:
         members = tuple(ConsumerMemberSummary(m.member_id, m.instance_id, m.rack, m.epoch, m.client_id, m.client_host,
@@ -380,6 +380,14 @@ class ConsumerGroup:
         self.dead = True
 
     # --- offsets ----------------------------------------------------------------------------------
+
+    def validate_fetch(self, *, member_id: str | None, member_epoch: int) -> None:
+        """Kafka's check of an OffsetFetch v9 naming a member: it must be in the group, at its epoch."""
+        member = self.members.get(member_id) if member_id is not None else None
+        if member is None or member.left_static:
+            raise UnknownMember(f"no member {member_id!r} in group {self.group_id}")
+        if member_epoch != member.epoch:
+            raise StaleMemberEpoch(f"member {member_id} is at epoch {member.epoch}, not {member_epoch}")
 
     def validate_commit(self, *, member_id: str, generation: int, partitions: Iterable[TopicPartition],
                         epoch_aware: bool = True) -> None:
