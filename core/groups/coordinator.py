@@ -370,6 +370,7 @@ class GroupCoordinator:
         """An OffsetFetch v9 naming a member of a consumer-protocol group: UnknownMember or
         StaleMemberEpoch unless it is in the group at that epoch. Naming none (null id, epoch < 0),
         classic groups and unknown ids are not checked, as in Kafka."""
+        self._check_group_id(key, allow_empty=True)
         if member_id is None and member_epoch < 0:
             return
         group = await self._find(key)
