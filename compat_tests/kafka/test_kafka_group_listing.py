@@ -110,7 +110,8 @@ def test_every_kind_of_group_is_listed_described_and_its_offsets_fetched(gateway
         python_admin = KafkaAdminClient(bootstrap_servers=servers)
         try:
             shares = python_admin.list_groups(types_filter=["share"])
-            assert [(g["group_id"], g["group_type"], g["group_state"]) for g in shares] == [("queue", "share", "Stable")]
+            assert [(g["group_id"], g["group_type"], g["group_state"]) for g in shares] == \
+                [("queue", "share", "Stable")]
 
             # several groups in one OffsetFetch v8 (kafka-python), one group a call (confluent-kafka)
             sent, send = [], python_admin._manager.send

@@ -199,6 +199,14 @@ class ConsumerGroup:
         return ConsumerGroupSummary(self.group_id, self.state.value, self.group_epoch, self.assignment_epoch,
                                     self.assignor, members)
 
+    def validate_fetch(self, *, member_id: str | None, member_epoch: int) -> None:
+        """Kafka's check of an OffsetFetch v9 naming a member: it must be in the group, at its epoch."""
+        member = self.members.get(member_id) if member_id is not None else None
+        if member is None or member.left_static:
+            raise UnknownMember(f"no member {member_id!r} in group {self.group_id}")
+        if member_epoch != member.epoch:
+            raise StaleMemberEpoch(f"member {member_id} is at epoch {member.epoch}, not {member_epoch}")
+
     def next_deadline(self) -> int | None:
         deadlines = [m.session_deadline_ms for m in self.members.values()]
         deadlines += [m.revocation_deadline_ms for m in self.members.values() if m.revocation_deadline_ms is not None]
@@ -380,14 +388,6 @@ class ConsumerGroup:
         self.dead = True
 
     # --- offsets ----------------------------------------------------------------------------------
-
-    def validate_fetch(self, *, member_id: str | None, member_epoch: int) -> None:
-        """Kafka's check of an OffsetFetch v9 naming a member: it must be in the group, at its epoch."""
-        member = self.members.get(member_id) if member_id is not None else None
-        if member is None or member.left_static:
-            raise UnknownMember(f"no member {member_id!r} in group {self.group_id}")
-        if member_epoch != member.epoch:
-            raise StaleMemberEpoch(f"member {member_id} is at epoch {member.epoch}, not {member_epoch}")
 
     def validate_commit(self, *, member_id: str, generation: int, partitions: Iterable[TopicPartition],
                         epoch_aware: bool = True) -> None:

@@ -1,10 +1,11 @@
 """OffsetFetch (key 9), versions 0-9.
 
 Behaviour: the group's committed offsets, metadata strings and (v5+) committed leader epochs,
-whatever the group's state; -1, "" and -1 for a partition without one. v2+ may ask for every committed offset (null topics). v7's
-require_stable is accepted: there are no pending transactional commits to wait for. v0-1 report a
-group error on every partition, v2-7 in the top-level error code. v0 (Kafka read those from
-ZooKeeper) answers UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist.
+whatever the group's state; -1, "" and -1 for a partition without one. v2+ may ask for every
+committed offset (null topics). v7's require_stable is accepted: there are no pending
+transactional commits to wait for. v0-1 report a group error on every partition, v2-7 in the
+top-level error code. v0 (Kafka read those from ZooKeeper) answers UNKNOWN_TOPIC_OR_PARTITION for
+partitions that do not exist.
 v8 (KIP-709) asks for several groups in one request and answers each with its own error code.
 v9 (KIP-848) may name the asking member: in a consumer-protocol group a member that is not in the
 group is UNKNOWN_MEMBER_ID and one at another epoch STALE_MEMBER_EPOCH, as in Kafka; no member
