@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, Producer, ShareConsumer, TopicPartition
+from confluent_kafka import (Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType, Producer,
+                             ShareConsumer, TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
 from kafka.structs import TopicPartition as KafkaTopicPartition
@@ -25,11 +26,6 @@ from compat_tests.kafka.wire_call import raw_request
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.api_versions import API_VERSIONS
 from protocols.kafka.schema.share_group_describe import SHARE_GROUP_DESCRIBE
-
-try:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-except ImportError:   # older confluent-kafka kept it in the admin module
-    from confluent_kafka.admin import ConsumerGroupTopicPartitions
 
 ENV = {"GATEWAY_KAFKA_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "6000",
        "GATEWAY_KAFKA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "500",
