@@ -189,7 +189,7 @@ class ConsumerGroup:
         return {m.regex for m in self.members.values() if m.regex is not None}
 
     def overview(self) -> GroupOverview:
-        return GroupOverview(self.group_id, CONSUMER_PROTOCOL_TYPE, self.state.value)
+        return GroupOverview(self.group_id, CONSUMER_PROTOCOL_TYPE, self.state.value, CONSUMER_PROTOCOL_TYPE)
 
     def summary(self) -> ConsumerGroupSummary:
         members = tuple(ConsumerMemberSummary(m.member_id, m.instance_id, m.rack, m.epoch, m.client_id, m.client_host,
@@ -198,6 +198,14 @@ class ConsumerGroup:
                         for m in self.members.values())
         return ConsumerGroupSummary(self.group_id, self.state.value, self.group_epoch, self.assignment_epoch,
                                     self.assignor, members)
+
+    def validate_fetch(self, *, member_id: str | None, member_epoch: int) -> None:
+        """Kafka's check of an OffsetFetch v9 naming a member: it must be in the group, at its epoch."""
+        member = self.members.get(member_id) if member_id is not None else None
+        if member is None or member.left_static:
+            raise UnknownMember(f"no member {member_id!r} in group {self.group_id}")
+        if member_epoch != member.epoch:
+            raise StaleMemberEpoch(f"member {member_id} is at epoch {member.epoch}, not {member_epoch}")
 
     def next_deadline(self) -> int | None:
         deadlines = [m.session_deadline_ms for m in self.members.values()]

@@ -366,6 +366,17 @@ class GroupCoordinator:
                                 else f"group {key.group_id} does not exist")
         return group.summary()
 
+    async def validate_offset_fetch(self, key: GroupKey, member_id: str | None, member_epoch: int) -> None:
+        """An OffsetFetch v9 naming a member of a consumer-protocol group: UnknownMember or
+        StaleMemberEpoch unless it is in the group at that epoch. Naming none (null id, epoch < 0),
+        classic groups and unknown ids are not checked, as in Kafka."""
+        self._check_group_id(key, allow_empty=True)
+        if member_id is None and member_epoch < 0:
+            return
+        group = await self._find(key)
+        if isinstance(group, ConsumerGroup):
+            group.validate_fetch(member_id=member_id, member_epoch=member_epoch)
+
     async def list_groups(self, tenant: str, namespace: str, states: Iterable[str] = ()) -> list[GroupOverview]:
         """The groups of a namespace this broker coordinates, optionally only those in `states` (state
         names, any case). Kafka's admin clients ask every broker and merge the answers."""
@@ -378,7 +389,7 @@ class GroupCoordinator:
             record = await self._store.load(GroupKey(tenant, namespace, group_id))   # not in memory: Empty
             if record is not None:
                 found[group_id] = GroupOverview(group_id, record.protocol_type or record.group_type or "",
-                                                GroupState.EMPTY.value)
+                                                GroupState.EMPTY.value, record.group_type or "classic")
         overviews = sorted(found.values(), key=lambda o: o.group_id)
         if wanted:
             overviews = [o for o in overviews if parse_state(o.state) in wanted]

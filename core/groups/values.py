@@ -55,6 +55,7 @@ class GroupOverview:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"     # Kafka's group types: classic, consumer (KIP-848), share (KIP-932)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from core.cursor import Cursor
 from core.errors import GroupNotFound, InvalidGroupId, InvalidName, UnknownTopic
 from core.groups.store import GroupKey
+from core.groups.values import GroupOverview
 from core.names import MAX_NAME, TopicName, escaped_name
 from core.service import Core
 from core.shares.share_group import ShareAnswer, ShareGroup
 from core.shares.share_partition import EARLIEST, LATEST, SharePartition
 
 CURSOR_PREFIX = "share."
+SHARE_GROUP_TYPE = "share"     # the group's type and protocol type, as Kafka names them
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +79,7 @@ class ShareCoordinator:
             group = self._groups.setdefault(key, ShareGroup(key.group_id, self._core.clock,
                                                             self.settings.session_timeout_ms,
                                                             self.settings.max_size))
-        for gone in group.expire():
-            self.release_member(key, gone)
+        self._expire(key, group)
         wanted = set(topics or ()) | (group.members[member_id].topics if member_id in group.members else set())
         infos = {}
         for topic in sorted(wanted):
@@ -124,6 +125,27 @@ class ShareCoordinator:
             raise
         finally:
             del self._opening[ident]
+
+    def list_groups(self, tenant: str, namespace: str) -> list[GroupOverview]:
+        """The share groups of a namespace this broker has seen since it started."""
+        found = []
+        for key, group in self._groups.items():
+            if (key.tenant, key.namespace) == (tenant, namespace):
+                self._expire(key, group)
+                found.append(GroupOverview(key.group_id, SHARE_GROUP_TYPE, group.state, SHARE_GROUP_TYPE))
+        return found
+
+    def describe(self, key: GroupKey) -> ShareGroup:
+        """The share group, its expired members dropped (GroupNotFound: none holds the id here)."""
+        group = self._groups.get(key)
+        if group is None:
+            raise GroupNotFound(f"group {key.group_id} is not a share group")
+        self._expire(key, group)
+        return group
+
+    def _expire(self, key: GroupKey, group: ShareGroup) -> None:
+        for gone in group.expire():
+            self.release_member(key, gone)
 
     def release_member(self, key: GroupKey, member_id: str) -> None:
         """What the member holds anywhere in the group is released (it left or its session ended)."""

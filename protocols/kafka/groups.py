@@ -6,8 +6,10 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 
+from core.errors import CoreError
 from core.groups.coordinator import GroupCoordinator
 from core.groups.store import GroupKey
+from core.names import TopicName
 from protocols.kafka.broker import RequestContext
 
 
@@ -40,3 +42,20 @@ def wire_assignment(assignment: Iterable[tuple[str, int]] | None, topic_ids: dic
         return None
     return {"topic_partitions": [{"topic_id": uuid.UUID(hex=topic_ids[topic]), "partitions": indexes}
                                  for topic, indexes in by_topic(assignment).items() if topic in topic_ids]}
+
+
+async def described_assignment(ctx: RequestContext, partitions: Iterable[tuple[str, int]],
+                               ids: dict[str, uuid.UUID | None]) -> dict:
+    """An assignment as the describe APIs (consumer and share groups) show it: by topic, with id
+    and name; `ids` caches topic ids across members. Topics deleted meanwhile are left out."""
+    listed = []
+    for topic, indexes in by_topic(partitions).items():
+        if topic not in ids:
+            try:
+                info = await ctx.core.registry.get_topic(TopicName.of(topic, ctx.tenant, ctx.namespace))
+                ids[topic] = uuid.UUID(hex=info.topic_id)
+            except CoreError:
+                ids[topic] = None
+        if ids[topic] is not None:
+            listed.append({"topic_id": ids[topic], "topic_name": topic, "partitions": indexes})
+    return {"topic_partitions": listed}

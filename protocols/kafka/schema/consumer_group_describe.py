@@ -1,6 +1,7 @@
-"""ConsumerGroupDescribe (key 69), version 0 (flexible): KIP-848's consumer groups in full."""
+"""ConsumerGroupDescribe (key 69), versions 0-1 (flexible): KIP-848's consumer groups in full.
+v1 adds each member's type (KIP-1099)."""
 
-from protocols.kafka.codec.declare import ARRAY, BOOL, INT16, INT32, STRING, UUID, F, api
+from protocols.kafka.codec.declare import ARRAY, BOOL, INT8, INT16, INT32, STRING, UUID, F, api
 
 _ASSIGNMENT = [
     F("topic_partitions", ARRAY([
@@ -10,7 +11,7 @@ _ASSIGNMENT = [
     ])),
 ]
 
-CONSUMER_GROUP_DESCRIBE = api(69, "ConsumerGroupDescribe", (0, 0), flexible="0+", request=[
+CONSUMER_GROUP_DESCRIBE = api(69, "ConsumerGroupDescribe", (0, 1), flexible="0+", request=[
     F("group_ids", ARRAY(STRING)),
     F("include_authorized_operations", BOOL),
 ], response=[
@@ -34,6 +35,7 @@ CONSUMER_GROUP_DESCRIBE = api(69, "ConsumerGroupDescribe", (0, 0), flexible="0+"
             F("subscribed_topic_regex", STRING, nullable="0+", default=None),
             F("assignment", _ASSIGNMENT),
             F("target_assignment", _ASSIGNMENT),
+            F("member_type", INT8, "1+", default=-1),     # -1 unknown, 0 classic, 1 consumer
         ])),
         F("authorized_operations", INT32, default=-2147483648),
     ])),
