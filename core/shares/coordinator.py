@@ -2,7 +2,10 @@
 
 Membership (share_group.py) lives in memory: members that find it gone after a restart join again.
 Share partitions (share_partition.py) are opened on first use from their cursors, where their
-acknowledgements are persisted, so a restart loses none. A share partition without a cursor starts
+acknowledgements are persisted, so a restart loses none. In a cluster a share partition is served
+only by the owner of its partition (others answer NotOwner, as for the partition itself) and is
+forgotten when the partition's bundle goes: the new owner opens it from the cursor, so records one
+broker had handed out are available again there, as after a restart. A share partition without a cursor starts
 at the partition's end (`auto_offset_reset` "latest", Kafka's default for share.auto.offset.reset)
 or at its start ("earliest").
 
@@ -18,6 +21,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from core.cluster.bundles import Bundle, partition_bundle
 from core.cursor import Cursor
 from core.errors import GroupNotFound, InvalidGroupId, InvalidName, UnknownTopic
 from core.groups.store import GroupKey
@@ -57,6 +61,8 @@ class ShareCoordinator:
         self._groups: dict[GroupKey, ShareGroup] = {}
         self._partitions: dict[tuple[GroupKey, TopicName, int], SharePartition] = {}
         self._opening: dict[tuple[GroupKey, TopicName, int], asyncio.Future] = {}
+        if core.cluster is not None:
+            core.cluster.on_release(self._forget_bundle)
 
     def group(self, key: GroupKey) -> ShareGroup | None:
         return self._groups.get(key)
@@ -99,6 +105,8 @@ class ShareCoordinator:
         ident = (key, topic, index)
         found = self._partitions.get(ident)
         if found is not None:
+            if self._core.cluster is not None:
+                await self._core.partition(topic, index)   # NotOwner once its bundle went elsewhere
             return found
         opening = self._opening.get(ident)
         if opening is not None:
@@ -125,6 +133,12 @@ class ShareCoordinator:
             raise
         finally:
             del self._opening[ident]
+
+    async def _forget_bundle(self, bundle: Bundle) -> None:
+        # Nothing to save: acknowledgements are durable in the cursor before they are answered.
+        for ident in [i for i in self._partitions
+                      if partition_bundle(i[1].tenant, i[1].namespace, i[1].topic, i[2]) == bundle]:
+            del self._partitions[ident]
 
     def list_groups(self, tenant: str, namespace: str) -> list[GroupOverview]:
         """The share groups of a namespace this broker has seen since it started."""

@@ -18,12 +18,15 @@ from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.bundles import BUNDLES_PER_NAMESPACE, namespace_bundles, partition_bundle
 from core.cluster.members import BrokerInfo
 from core.errors import NotOwner
+from core.groups.store import GroupKey
 from core.clock import SystemClock
 from core.names import TopicName
 from core.queues.service import QueueService
 from core.registry import Registry
 from core.records.builder import Record, build_batch
 from core.service import Core
+from core.shares.coordinator import ShareCoordinator
+from core.shares.share_partition import ACCEPT
 from gateway.cluster.zookeeper import ZooKeeperServer
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
@@ -197,6 +200,44 @@ async def test_a_queue_declared_through_another_broker_keeps_its_messages_when_t
     got = [await queue.get("client", auto_ack=True) for _ in range(3)]
     assert [m.value for m in got if m is not None] == [b"one", b"two", b"three"]
     await second.close()
+    for core in cores:
+        await core.close()
+
+
+async def test_a_share_partition_follows_its_bundle_and_keeps_its_acknowledgements(storage) -> None:
+    """Broker 1 hands out records of a share group and takes acknowledgements; once broker 2 owns
+    the partition, broker 1 refuses the share partition and broker 2 opens it from the cursor: the
+    accepted record stays done, the one handed out but not settled is available again."""
+    await Registry(storage.metadata, SystemClock()).start()
+    first, second = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
+    cores = [Core(storage.metadata, storage.logs, cluster=c) for c in (first, second)]
+    shares = [ShareCoordinator(core) for core in cores]
+    for core in cores:
+        await core.start()
+    await first.start()
+    await until(lambda: first.held == ALL)
+    moving = {b for b, owner in assign([b.path for b in ALL], {b.path: 1 for b in ALL}, [1, 2]).items() if owner == 2}
+    name = TopicName.of(next(f"s{i}" for i in range(100)
+                             if partition_bundle("public", "default", f"s{i}", 0).path in moving))
+    key = GroupKey("public", "default", "workers")
+    await cores[0].create_topic(name, 1)
+    share = await shares[0].share_partition(key, name, 0)      # starts at the end: produce after
+    partition = await cores[0].partition(name, 0)
+    for value in (b"a", b"b"):
+        await partition.append(build_batch([Record(0, value=value)]))
+    assert (await share.fetch("m1", 2)).acquired == [(0, 1, 1)]
+    assert share.acknowledge("m1", 0, 0, [ACCEPT])
+    await share.flush()
+
+    await second.start()
+    await until(lambda: split_evenly(first, second))
+    with pytest.raises(NotOwner):
+        await shares[0].share_partition(key, name, 0)
+    taken = await shares[1].share_partition(key, name, 0)
+    assert taken.start_offset == 1
+    assert (await taken.fetch("m2", 10)).acquired == [(1, 1, 2)]   # handed out on broker 1, never settled
+    await second.close()
+    await first.close()
     for core in cores:
         await core.close()
 
