@@ -32,6 +32,7 @@ from core.producer_state import ProducerStates
 from core.records import batch as record_batch
 from core.records.decoder import decode_batch
 from core.topic_config import EffectiveConfig
+from core.producer_notes import ProducerNote, ProducerNotes
 from core.transactions.aborted_index import AbortedIndex, AbortedIndexStore, AbortedTxn
 from core.transactions.markers import Marker, build_marker, read_marker
 from storage.api import (LedgerFenced, LogClosed, ManagedLog, NotEnoughBookies, PositionOutOfRange, RetentionPolicy,
@@ -96,7 +97,7 @@ def retention_policy(config: EffectiveConfig) -> RetentionPolicy:
 
 class Partition:
     def __init__(self, topic: str, index: int, log: ManagedLog, config: EffectiveConfig, clock: Clock,
-                 aborted_store: AbortedIndexStore | None = None) -> None:
+                 aborted_store: AbortedIndexStore | None = None, notes: ProducerNotes | None = None) -> None:
         self.topic = topic
         self.index = index
         self.log = log
@@ -105,6 +106,7 @@ class Partition:
         self.producers = ProducerStates()
         self.aborted = AbortedIndex()
         self._aborted_store = aborted_store   # None: the aborted index is rebuilt from the log tail only
+        self.notes = notes                    # sequences of held batches (None: the log's alone)
         self._stable_waiters: list[asyncio.Future] = []
         self._max_timestamp: int | None = None   # the highest record timestamp stored; None: not known yet
         self._watchers: list[asyncio.Future] = []   # readers waiting for the next durable append
@@ -335,6 +337,16 @@ class Partition:
                     if header.is_transactional:
                         self.producers.begin_transaction(header.producer_id, entry.base_offset)
                 offset = entries[-1].next_offset
+            if self.notes is not None:
+                for note in await self.notes.load(start):
+                    self.producers.relearn_note(note.producer_id, note.epoch, note.first_seq, note.count,
+                                                note.base_offset, note.at)
+
+    async def note_held(self, note: ProducerNote) -> None:
+        """Keep what a held batch did to its producer's sequence (core/producer_notes.py)."""
+        if self.notes is not None:
+            with storage_errors():
+                await self.notes.save(note)
 
     async def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> ReadResult:
         """Whole batches from `offset` within max_bytes; with min_one the first batch even when it

@@ -104,6 +104,19 @@ class ProducerStates:
             entry.batches.pop()
         self.record(producer_id, epoch, first_seq, record_count, base_offset, timestamp)
 
+    def relearn_note(self, producer_id: int, epoch: int, first_seq: int, record_count: int, base_offset: int,
+                     at: int) -> None:
+        """After relearning from the log: a batch held (wholly or partly) when the log ended at `at`
+        (core/producer_notes.py) counts as the producer's last batch unless it stored one after."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and entry.batches:
+            last = entry.batches[-1]
+            if entry.epoch > epoch or (entry.epoch == epoch and last.base_offset >= at and last.first_seq != first_seq):
+                return
+        elif entry is not None and entry.epoch > epoch:
+            return
+        self.cover(producer_id, epoch, first_seq, record_count, base_offset)
+
     def summaries(self) -> list[ProducerSummary]:
         """Every producer known here, by id."""
         return [ProducerSummary(producer_id, entry.epoch, entry.batches[-1].last_seq if entry.batches else -1,

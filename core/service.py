@@ -30,6 +30,7 @@ from core.retention import delete_consumed
 from core.tenancy import Tenancy
 from core.topic_config import EffectiveConfig
 from core.trace import Tracer
+from core.producer_notes import ProducerNotes
 from core.transactions.aborted_index import AbortedIndexStore
 from storage.api import ManagedLogFactory, MetadataStore
 
@@ -193,7 +194,8 @@ class Core:
         with storage_errors():
             managed = await self.logs.open_log(name.partition_log(index), retention_policy(config))
         partition = Partition(name.path, index, managed, config, self.clock,
-                              AbortedIndexStore(self.metadata, info.topic_id, index))
+                              AbortedIndexStore(self.metadata, info.topic_id, index),
+                              ProducerNotes(self.metadata, info.topic_id, index))
         partition.meter = meter
         await partition.load_producer_states()
         return partition

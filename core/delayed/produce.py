@@ -15,7 +15,9 @@ decoded only to look for the headers; a batch without them is stored as sent. A 
     (and transactional flag), in their order; the produce answers that batch's base offset, or -1
     if every record was held;
   - idempotent producers: the batch's whole sequence range is recorded for the producer, so a retry
-    of it is answered as a duplicate and the next batch follows on;
+    of it is answered as a duplicate and the next batch follows on; once the batch is stored and
+    held, and before it is acknowledged, that range is also noted (core/producer_notes.py) so that
+    a restart or a new owner still knows it;
   - transactional producers: held records carry the producer id and wait, unindexed, for the
     transaction's end (store.py): a commit holds copies of them (atomically with the record of the
     outcome), an abort drops them. So they are released only if the transaction commits.
@@ -30,6 +32,7 @@ from core.delayed.service import partition_target
 from core.errors import CoreError, InvalidRecord
 from core.names import TopicName
 from core.partition import Partition
+from core.producer_notes import ProducerNote
 from core.records import batch as record_batch
 from core.records.builder import Record, build_batch
 from core.records.decoder import decode_batch
@@ -85,14 +88,17 @@ def _hold_and_append(core, topic: TopicName, partition: Partition, plans) -> Awa
     """Everything is validated, held and queued before this returns (so pipelined batches of one
     producer see each other's sequences); the awaitable resolves once all of it is durable."""
     pending = [_one_batch(core, topic, partition, *plan) for plan in plans]
-    return _first_offset(pending)
+    return _first_offset(partition, pending)
 
 
-async def _first_offset(pending: list[tuple[Awaitable[int] | None, list[Awaitable]]]) -> int:
+async def _first_offset(partition: Partition,
+                        pending: list[tuple[Awaitable[int] | None, list[Awaitable], ProducerNote | None]]) -> int:
     first = None
-    for appended, held in pending:
+    for appended, held, note in pending:
         offset = await appended if appended is not None else -1
         await asyncio.gather(*held)
+        if note is not None:
+            await partition.note_held(note)
         if first is None:
             first = offset
     return -1 if first is None else first
@@ -100,13 +106,13 @@ async def _first_offset(pending: list[tuple[Awaitable[int] | None, list[Awaitabl
 
 def _one_batch(core, topic: TopicName, partition: Partition, batch, header, decoded, dues):
     if all(due is None for due in dues):
-        return partition.start_append(batch), []
+        return partition.start_append(batch), [], None
     idempotent = header.producer_id >= 0
     if idempotent:
         duplicate = partition.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
                                               header.records_count)
         if duplicate is not None:
-            return _resolved(duplicate), []
+            return _resolved(duplicate), [], None
     txn = header.producer_id if header.is_transactional else None
     target = partition_target(topic.topic, partition.index)
     held = core.delayed.hold_many(topic.tenant, topic.namespace,
@@ -115,7 +121,8 @@ def _one_batch(core, topic: TopicName, partition: Partition, batch, header, deco
                                   target, txn=txn)
     now = [Record(record.timestamp_ms, record.key, record.value, record.headers)
            for record, due in zip(decoded, dues) if due is None]
-    appended = None
+    appended, note = None, None
+    at = partition.log.next_offset
     if now:
         appended = partition.start_append(build_batch(
             now, compression=header.compression, producer_id=header.producer_id,
@@ -125,7 +132,9 @@ def _one_batch(core, topic: TopicName, partition: Partition, batch, header, deco
         base_offset = partition.log.next_offset - len(now) if appended is not None else -1
         partition.producers.cover(header.producer_id, header.producer_epoch, header.base_sequence,
                                   header.records_count, base_offset, header.max_timestamp)
-    return appended, held
+        note = ProducerNote(header.producer_id, header.producer_epoch, header.base_sequence, header.records_count,
+                            base_offset, at)
+    return appended, held, note
 
 
 async def _resolved(value: int) -> int:

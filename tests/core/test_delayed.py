@@ -28,6 +28,7 @@ from core.delayed.index_format import (
     encode_run,
 )
 from core.delayed.produce import due_of
+from core.delayed.produce import start_append as start_delayed_append
 from core.delayed.service import PARTITION, PartitionDeliverer, partition_target
 from core.errors import InvalidRecord
 from core.names import TopicName
@@ -429,3 +430,27 @@ def test_delay_headers_give_the_due_time(headers, due) -> None:
 def test_malformed_delay_headers_are_invalid_records(headers) -> None:
     with pytest.raises(InvalidRecord):
         due_of(headers, START_MS)
+
+
+@pytest.mark.parametrize("stored_at_once", [0, 1], ids=["all held", "partly held"])
+async def test_an_idempotent_producer_goes_on_after_a_restart_following_held_batches(storage, stored_at_once) -> None:
+    """A batch whose records were held leaves fewer sequences in the log than it used: the note kept
+    for it lets the reopened partition take the producer's next batch, and answer a retry of the
+    held one as a duplicate, instead of OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    clock = FakeClock(START_MS)
+    core = await storage(clock)
+    await core.create_topic(TOPIC, 1, {"delayed.delivery.enable": "true"})
+    partition = await core.partition(TOPIC, 0)
+    await partition.append(build_batch([message(b"first")], producer_id=7, producer_epoch=0, base_sequence=0))
+    later = [Record(START_MS, value=b"later%d" % n, headers=[("deliver-after-ms", b"60000")]) for n in range(2)]
+    mixed = build_batch([message(b"now")] * stored_at_once + later, producer_id=7, producer_epoch=0, base_sequence=1)
+    answered = await start_delayed_append(core, TOPIC, partition, mixed)
+    await storage.close_all()
+
+    core = await storage(clock)
+    partition = await core.partition(TOPIC, 0)
+    assert await start_delayed_append(core, TOPIC, partition, mixed) == answered          # a retry: the same answer
+    assert sum((await core.delayed.pending("public", "default")).values()) == 2          # and nothing held twice
+    follows = build_batch([message(b"next")], producer_id=7, producer_epoch=0, base_sequence=1 + stored_at_once + 2)
+    assert await partition.append(follows) == 1 + stored_at_once
+    assert await values_of(core) == [b"first"] + [b"now"] * stored_at_once + [b"next"]
