@@ -154,6 +154,32 @@ def test_confluent_idempotent_producer_with_deliver_at(gateway_process) -> None:
     assert [message.value() for message in records[10:]] == [f"v{n}".encode() for n in range(1, 20, 2)]
 
 
+def test_confluent_idempotent_producer_goes_on_across_a_restart_after_held_batches(gateway_launcher) -> None:
+    """Batches partly or wholly held leave fewer sequences in the log than they used; after a
+    restart the producer (the same one, reconnecting) goes on without a sequence error."""
+    gateway = gateway_launcher.start()
+    topic = create_topic(gateway)
+    errors = []
+    producer = Producer({"bootstrap.servers": _bootstrap(gateway), "enable.idempotence": True, "linger.ms": 50,
+                         "error_cb": errors.append, "reconnect.backoff.max.ms": 200})
+    later = str(_now_ms() + 600_000).encode()
+    for n in range(6):
+        producer.produce(topic, value=f"a{n}".encode(), headers=[("deliver-at-ms", later)] if n else [])
+    assert producer.flush(TIMEOUT_S) == 0
+    for n in range(3):
+        producer.produce(topic, value=f"b{n}".encode(), headers=[("deliver-at-ms", later)])
+    assert producer.flush(TIMEOUT_S) == 0
+    gateway.stop()
+    gateway = gateway_launcher.start("--kafka-port", str(gateway.kafka[1]), data_dir=gateway.data_dir)
+    delivered = []
+    for n in range(5):
+        producer.produce(topic, value=f"c{n}".encode(), on_delivery=lambda error, _: delivered.append(error))
+    assert producer.flush(TIMEOUT_S) == 0
+    assert delivered == [None] * 5 and not [e for e in errors if e.fatal()]
+    assert [message.value() for message in read_confluent(gateway, topic, 6)] == \
+        [b"a0"] + [f"c{n}".encode() for n in range(5)]
+
+
 def test_confluent_transactions_release_committed_delayed_records_only(gateway_process) -> None:
     topic = create_topic(gateway_process)
     producer = Producer({"bootstrap.servers": _bootstrap(gateway_process), "transactional.id": _unique("tx"),
