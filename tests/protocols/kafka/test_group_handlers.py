@@ -6,7 +6,6 @@ by ConsumerGroupHeartbeat, share by ShareGroupHeartbeat."""
 from __future__ import annotations
 
 import uuid
-from types import ModuleType
 
 import pytest
 
@@ -15,19 +14,17 @@ from core.auth import Principal
 from core.clock import FakeClock
 from core.names import TopicName
 from core.service import Core
-from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings
+from protocols.kafka.broker import ConnectionSession, KafkaBroker
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.handlers import (consumer_group_describe, consumer_group_heartbeat, list_groups, offset_commit,
                                       offset_fetch, share_group_describe, share_group_heartbeat)
 from protocols.kafka.registry import advertised
-from protocols.kafka.server import make_broker
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
-from test_admin_handlers import call as wire_call
+from test_transaction_handlers import ANONYMOUS, broker, call, secured  # noqa: F401 (fixtures)
 
 TOPIC, OTHER = "orders", "audit"
-ANONYMOUS = ConnectionSession()
 ALICE = ConnectionSession(principal=Principal("alice"), client_host="127.0.0.1")
 BOB = ConnectionSession(principal=Principal("bob"), client_host="127.0.0.1")
 
@@ -44,23 +41,6 @@ async def core(tmp_path):
     await storage.close()
 
 
-@pytest.fixture
-async def broker(core):
-    instance = make_broker(core, KafkaSettings("127.0.0.1", 9092))
-    yield instance
-    instance.close()
-
-
-@pytest.fixture
-async def secured(core):
-    instance = make_broker(core, KafkaSettings("127.0.0.1", 9092, sasl_mechanisms=("PLAIN",)))
-    yield instance
-    instance.close()
-
-
-async def call(broker: KafkaBroker, module: ModuleType, version: int, body: dict,
-               session: ConnectionSession = ANONYMOUS) -> Msg:
-    return await wire_call(broker, module, version, body, session)
 
 
 async def commit(broker, group_id: str, offsets: dict[tuple[str, int], int], *, member_id: str = "",
