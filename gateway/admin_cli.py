@@ -26,8 +26,9 @@ namespaces_cli = typer.Typer(help="Namespaces and their policies.", no_args_is_h
 users_cli = typer.Typer(help="Users, their tags and permissions.", no_args_is_help=True)
 topics_cli = typer.Typer(help="Topics and their subscriptions.", no_args_is_help=True)
 connections_cli = typer.Typer(help="Client connections.", no_args_is_help=True)
+cluster_cli = typer.Typer(help="The broker cluster: brokers, partition moves.", no_args_is_help=True)
 for group, name in ((tenants_cli, "tenants"), (namespaces_cli, "namespaces"), (users_cli, "users"),
-                    (topics_cli, "topics"), (connections_cli, "connections")):
+                    (topics_cli, "topics"), (connections_cli, "connections"), (cluster_cli, "cluster")):
     admin_cli.add_typer(group, name=name)
 
 _state: dict[str, Any] = {}
@@ -268,3 +269,28 @@ def connections_list() -> None:
 @connections_cli.command("close")
 def connections_close(connection_id: int) -> None:
     _call("DELETE", f"/connections/{connection_id}")
+
+
+# --- cluster ---------------------------------------------------------------------------------------
+
+@cluster_cli.command("brokers")
+def cluster_brokers() -> None:
+    """The live brokers, with the leader marked."""
+    document = _call("GET", "/cluster")
+    rows = [{**broker, "leader": "yes" if broker["id"] == document["leader"] else ""} for broker in document["brokers"]]
+    _show(document, ["id", "kafka", "amqp", "rack", "role", "bundles", "leader"], rows)
+
+
+@cluster_cli.command("moves")
+def cluster_moves() -> None:
+    """Bundles being moved to the broker an operator chose, and who holds each now."""
+    document = _call("GET", "/cluster")
+    _show(document, ["bundle", "from", "to", "holder"], document["moves"])
+
+
+@cluster_cli.command("move")
+def cluster_move(tenant: str, namespace: str, topic: str, partition: int, broker: int) -> None:
+    """Move a partition, with the other partitions of its bundle, to a broker (a Kafka reassignment)."""
+    document = _call("PUT", f"/tenants/{tenant}/namespaces/{namespace}/topics/{topic}/partitions/{partition}/owner",
+                     {"broker": broker})
+    _show(document, ["bundle", "broker"], [document])

@@ -182,6 +182,10 @@ class EntryStore(Protocol):
     async def wait_lac(self, ledger_id: int, after: int, timeout_s: float) -> int:
         """Long poll: the LastAddConfirmed once it is above `after`, or as it is after the timeout."""
 
+    async def write_lac(self, ledger_id: int, lac: int) -> None:
+        """The writer's LastAddConfirmed on its own (BookKeeper's explicit LAC), sent when it goes
+        idle so that readers see its last entries before its next add. Only raises it."""
+
     async def delete_ledger(self, ledger_id: int) -> None:
         """Forget the ledger; its space is reclaimed by garbage collection. Idempotent."""
 

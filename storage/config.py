@@ -27,6 +27,7 @@ class StorageConfig:
     namespace_quorums: dict = field(default_factory=dict)   # {"tenant/namespace": [E, Qw, Qa]}
     bookie_timeout_ms: float = 5000.0           # a bookie request unanswered this long fails (ensemble change)
     speculative_read_ms: float = 100.0          # ask the next replica when a read takes longer
+    explicit_lac_ms: float = 50.0               # an idle writer sends its LAC on its own after this (0: never)
     zookeeper_session_timeout_ms: float = 10000.0
     # Auto-recovery (storage/ledger/auditor.py): one gateway's auditor re-replicates lost bookies' data.
     auditor: bool = True                        # take part in the auditor election (replicated mode)
@@ -45,6 +46,8 @@ class StorageConfig:
             if len(quorum) != 3 or not all(isinstance(q, int) for q in quorum) \
                     or not quorum[0] >= quorum[1] >= quorum[2] >= 1:
                 raise ValueError(f"quorum {list(quorum)} must be [E, Qw, Qa] with E >= Qw >= Qa >= 1")
+        if self.explicit_lac_ms < 0:
+            raise ValueError("explicit_lac_ms must be >= 0 (0: never)")
         if self.lost_bookie_grace_ms < 0 or self.audit_interval_ms <= 0 or self.rereplication_bytes_per_s < 0:
             raise ValueError("auditor settings must be positive (rereplication_bytes_per_s 0: unlimited)")
         if self.mode == REPLICATED:

@@ -24,7 +24,8 @@ class ReplicatedStorage:
                                     write_quorum=config.write_quorum, ack_quorum=config.ack_quorum,
                                     min_racks_per_write_quorum=config.min_racks_per_write_quorum,
                                     quorum_for=config.quorum_for,
-                                    speculative_read_timeout_s=config.speculative_read_ms / 1000)
+                                    speculative_read_timeout_s=config.speculative_read_ms / 1000,
+                                    explicit_lac_s=config.explicit_lac_ms / 1000)
         self.logs = ManagedLogFactoryImpl(self.ledgers, metadata)
         self.auditor = Auditor(metadata, self.ledgers, AuditorSettings(
             grace_s=config.lost_bookie_grace_ms / 1000, interval_s=config.audit_interval_ms / 1000,

@@ -21,10 +21,11 @@ from collections import Counter
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import NoReassignmentInProgressError
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from compat_tests.faults.harness.failover import describe, failover_times
+from compat_tests.faults.harness.failover import ack_latencies, describe, failover_times
 from compat_tests.faults.harness.history import INVOKE, OK
 from compat_tests.faults.harness.scenarios import settle
 from compat_tests.kafka.epoch_readers import READERS, AiokafkaReader, produce
@@ -316,6 +317,48 @@ def test_kill9_of_the_owner_of_busy_partitions_loses_nothing(healthy, workloads_
     print("failover after kill -9 of", victim.name, "owning", owned, "->", describe(times))
     for partition in owned:
         assert times[workloads.kafka.key(partition)] is not None
+
+
+def test_a_reassignment_under_traffic_moves_the_partition_and_loses_nothing(healthy, workloads_for) -> None:
+    """A logical-queue move through Kafka's own admin API (kafka-python's AlterPartitionReassignments,
+    sent to the controller): the partition's bundle goes to the broker named, whose new ledger
+    continues the offsets; ListPartitionReassignments shows the move until it is done; producers and
+    consumers follow the new leader with nothing lost, duplicated or reordered, and the partition
+    stays where it was put."""
+    workloads = workloads_for([kafka_address(healthy.brokers[0])], None, partitions=6)
+    topic = workloads.kafka.topic
+    wait_until_balanced(healthy)
+    source = wait_for_holders(healthy, topic, 6, lambda h: None not in h.values())[0]
+    target = (source + 1) % len(healthy.brokers)
+    workloads.wait_for_progress(200)
+    acknowledged_on_all(workloads, 6)
+    admin = KafkaAdminClient(bootstrap_servers=[kafka_address(b) for b in healthy.brokers])
+    moved = TopicPartition(topic, 0)
+    try:
+        started = time.monotonic()
+        workloads.fault("reassign", partitions=[0], source=source, target=target)
+        assert admin.alter_partition_reassignments({moved: [target]}) == {moved: None}
+        listed = admin.list_partition_reassignments()     # the move, unless it is done already
+        assert all(entry["adding_replicas"] == [target] and entry["removing_replicas"] in ([source], [])
+                   for entry in listed.values()), listed
+        wait_for_holders(healthy, topic, 6, lambda h: h[0] == target)
+        deadline = time.monotonic() + DEADLINE_S
+        while admin.list_partition_reassignments():
+            assert time.monotonic() < deadline, "the reassignment never completed"
+            time.sleep(0.2)
+        wait_for_acks(workloads.kafka_history, workloads.kafka.key(0), time.monotonic(), 20)
+        done = time.monotonic()
+        assert admin.alter_partition_reassignments({moved: None}) == {moved: NoReassignmentInProgressError}
+        workloads.wait_for_progress(100)
+        assert lease_holders(healthy, topic, 6)[0] == target
+    finally:
+        admin.close()
+    finish(workloads, "reassign")
+    latencies = ack_latencies(workloads.kafka_history, started, done)
+    p99 = latencies[int(0.99 * (len(latencies) - 1))] if latencies else None
+    print(f"reassignment of partition 0 from broker {source} to {target}: moved in {done - started:.2f}s,",
+          describe(failover_times(workloads.kafka_history, "reassign")),
+          f"; produce p99 during the move {p99:.3f}s over {len(latencies)} sends" if p99 is not None else "")
 
 
 async def _leader(cluster) -> int | None:

@@ -1,14 +1,20 @@
 """Load shedding in a real two-broker cluster (`gateway cluster up` as a library, shedding every 2 s):
 a confluent-kafka producer loads only bundles broker 0 owns; the leader moves one of them to
 broker 1, the producer follows the new leader with every message acknowledged, and the moved bundle
-is not sent back while the load goes on."""
+is not sent back while the load goes on. Then an operator's move through the admin API and
+`gateway admin`: the partition goes to the broker named and stays there, under load."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
+
+import httpx
 
 import pytest
 from confluent_kafka import Producer
@@ -22,13 +28,15 @@ SHED_INTERVAL_MS = 2000
 PARTITIONS = 16
 DEADLINE_S = 90.0
 VALUE = b"x" * (16 << 10)        # 16 KiB: a few MB/s without much client CPU
+ADMIN = ("root", "root-secret")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     spec = ClusterSpec(data_dir=tmp_path_factory.mktemp("shedding"), bookies=1, brokers=2, ensemble=1,
                        write_quorum=1, ack_quorum=1,
-                       broker_args=("--load-shed-interval-ms", str(SHED_INTERVAL_MS)))
+                       broker_args=("--load-shed-interval-ms", str(SHED_INTERVAL_MS)),
+                       extra_config=f'[[users]]\nname = "{ADMIN[0]}"\npassword = "{ADMIN[1]}"\ntags = ["administrator"]\n')
     local = LocalCluster(spec)
     local.start()
     yield local
@@ -98,3 +106,60 @@ def test_the_leader_moves_a_loaded_bundle_off_the_busy_broker_and_not_back(clust
         assert producer.flush(60) == 0
     assert not failed and len(acked) == sent
     assert len(moved) == 1
+
+
+def gateway_admin(cluster, *args: str) -> dict:
+    """`gateway admin --json ...` against broker 0's admin port."""
+    env = dict(os.environ, GATEWAY_ADMIN_URL=f"http://{cluster.brokers[0].ready['admin']}",
+               GATEWAY_ADMIN_USER=ADMIN[0], GATEWAY_ADMIN_PASSWORD=ADMIN[1])
+    done = subprocess.run([sys.executable, "-m", "gateway", "admin", "--json", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_an_operator_moves_a_partition_through_the_admin_api_and_it_stays(cluster) -> None:
+    bootstrap = cluster.brokers[0].ready["kafka"]
+    topic = f"moved-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        found = holders(cluster, topic)
+        if None not in {broker for _, broker in found.values()}:
+            break
+        assert time.monotonic() < deadline, f"bundles never all held: {found}"
+        time.sleep(0.2)
+    bundle, source = found[0]
+    target = 1 - source
+    base = f"http://{cluster.brokers[1].ready['admin']}/api/v1"
+    owner = f"{base}/tenants/public/namespaces/default/topics/{topic}/partitions/0/owner"
+    assert httpx.put(owner, json={"broker": target}).status_code == 401
+    assert httpx.put(owner, json={"broker": 7}, auth=ADMIN).status_code == 400      # no such broker
+    brokers = gateway_admin(cluster, "cluster", "brokers")
+    assert sorted(b["id"] for b in brokers["brokers"]) == [0, 1] and brokers["leader"] in (0, 1)
+
+    acked, failed = [], []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True})
+
+    def delivered(error, message) -> None:
+        (failed if error is not None else acked).append(message.offset())
+
+    for _ in range(50):
+        producer.produce(topic, b"before", partition=0, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    moved = gateway_admin(cluster, "cluster", "move", "public", "default", topic, "0", str(target))
+    assert moved == {"bundle": bundle, "broker": target}
+    while holders(cluster, topic)[0][1] != target:
+        assert time.monotonic() < deadline, "the partition never moved"
+        producer.produce(topic, b"during", partition=0, on_delivery=delivered)
+        producer.poll(0.05)
+    while httpx.get(f"{base}/cluster", auth=ADMIN).json()["moves"]:
+        assert time.monotonic() < deadline, "the move is still listed after it completed"
+        time.sleep(0.2)
+    for _ in range(50):
+        producer.produce(topic, b"after", partition=0, on_delivery=delivered)
+    assert producer.flush(60) == 0
+    assert not failed and sorted(acked) == list(range(len(acked)))      # dense offsets across the move
+    time.sleep(2 * SHED_INTERVAL_MS / 1000)                               # a shedding round or two later ...
+    assert holders(cluster, topic)[0] == (bundle, target)                  # ... it is still where it was put

@@ -1,12 +1,16 @@
 """Which live broker should own each bundle: a pure function of the bundles, the current assignment
 and the live brokers, so the leader's decisions can be tested without a cluster.
 
-Rules: a bundle stays where it is while its broker lives (a move costs a failover); orphaned and new
-bundles go to the broker with the fewest; then bundles move from the fullest to the emptiest broker
-only while their counts differ by more than one, so a broker that joins takes its share and a
-balanced cluster never moves anything. Those count moves take the least busy bundles (by the
-`busy` measure given, e.g. the load reports' messages per second), so that evening the counts
-after a load shed (load.py) moves an idle bundle back, not the busy one that was shed.
+Rules: a bundle an operator placed on a live broker (`pinned`: a partition reassignment,
+placements.py) goes there and stays; any other bundle stays where it is while its broker lives (a
+move costs a failover); orphaned and new bundles go to the broker with the fewest; then unpinned
+bundles move from the fullest to the emptiest broker only while their counts differ by more than
+one, so a broker that joins takes its share and a balanced cluster never moves anything. Pinned
+bundles count towards their broker's share, so placing one there moves another off it. Those count
+moves take the least busy bundles (by the `busy` measure given, e.g. the load reports' messages per
+second), so that evening the counts after a load shed (load.py) moves an idle bundle back, not the
+busy one that was shed. A bundle pinned to a broker that is not alive is placed as if unpinned,
+and goes back to its broker when that one returns (Kafka's preferred leader).
 """
 
 from __future__ import annotations
@@ -15,14 +19,15 @@ from collections.abc import Iterable, Mapping
 
 
 def assign(bundles: Iterable[str], current: dict[str, int], live: Iterable[int],
-           busy: Mapping[str, float] | None = None) -> dict[str, int]:
+           busy: Mapping[str, float] | None = None, pinned: Mapping[str, int] | None = None) -> dict[str, int]:
     brokers = sorted(set(live))
     if not brokers:
         return {}
     owned: dict[int, list[str]] = {broker: [] for broker in brokers}
+    fixed = {bundle for bundle, broker in (pinned or {}).items() if broker in owned}
     orphans = []
     for bundle in sorted(set(bundles)):
-        owner = current.get(bundle)
+        owner = pinned[bundle] if bundle in fixed else current.get(bundle)
         if owner in owned:
             owned[owner].append(bundle)
         else:
@@ -30,11 +35,14 @@ def assign(bundles: Iterable[str], current: dict[str, int], live: Iterable[int],
     for bundle in orphans:
         owned[_emptiest(brokers, owned)].append(bundle)
     while True:
-        fullest = max(brokers, key=lambda b: (len(owned[b]), -b))
         emptiest = _emptiest(brokers, owned)
-        if len(owned[fullest]) - len(owned[emptiest]) <= 1:
+        sources = [b for b in brokers if len(owned[b]) - len(owned[emptiest]) > 1
+                   and any(bundle not in fixed for bundle in owned[b])]
+        if not sources:
             break
-        idlest = min(reversed(owned[fullest]), key=lambda bundle: (busy or {}).get(bundle, 0.0))
+        fullest = max(sources, key=lambda b: (len(owned[b]), -b))
+        idlest = min((bundle for bundle in reversed(owned[fullest]) if bundle not in fixed),
+                     key=lambda bundle: (busy or {}).get(bundle, 0.0))
         owned[fullest].remove(idlest)
         owned[emptiest].append(idlest)
     return {bundle: broker for broker, held in owned.items() for bundle in held}

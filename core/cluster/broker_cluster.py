@@ -5,6 +5,7 @@
     /cluster/assignment               {"bundles": {"<t>/<ns>/<i>": broker id}}, written by the leader
     /cluster/leases/<t>/<ns>/<i>      ephemeral  {"broker": id}: who owns the bundle right now
     /cluster/load/<id>                ephemeral  LoadReport: the broker's traffic per bundle (load.py)
+    /cluster/placements               bundles an operator put on a chosen broker (placements.py)
 
 Why a leader assigns instead of every broker claiming a fair share: claims race (two brokers that
 both see three live brokers may both claim the same spare bundle, and each join or death makes every
@@ -20,6 +21,9 @@ departure or a release is acted on at once.
 Load: every broker reports its traffic per bundle every `report_interval_s`; once per
 `shed_interval_s` the leader moves at most one bundle off a broker busier than the mean by more
 than `shed_threshold` (load.py has the rule, which never sends a bundle back and forth).
+
+Placements: an operator (a Kafka partition reassignment) may put a bundle on a chosen broker; the
+leader moves it there and keeps it there (assignment.py, placements.py).
 
 Sessions: on SUSPENDED the broker stops serving at once (`suspended`: the core refuses every
 partition); on CONNECTED with the same session it resumes; on LOST every bundle is dropped (the
@@ -43,6 +47,7 @@ from core.cluster.assignment import assign
 from core.cluster.bundles import Bundle, namespace_bundles
 from core.cluster.load import LOAD, LoadReport, RateMeter, Traffic, shed
 from core.cluster.members import SERVING, BrokerInfo
+from core.cluster.placements import PLACEMENTS, Placement, read_placements, update_placements
 from storage.api import MetadataStore, NodeExists, NoNode, SessionState, StorageError
 
 log = logging.getLogger("gateway.cluster")
@@ -123,6 +128,11 @@ class BrokerCluster:
         return [self._brokers[broker_id] for broker_id in sorted(self._brokers)]
 
     @property
+    def assignment(self) -> dict[Bundle, int]:
+        """Bundle -> the broker the leader assigned it to, as last read."""
+        return dict(self._assignment)
+
+    @property
     def held(self) -> frozenset[Bundle]:
         return frozenset(self._held)
 
@@ -138,7 +148,7 @@ class BrokerCluster:
 
     async def start(self) -> None:
         self._cancels.append(self.metadata.on_session_event(self._on_session))
-        for path in (ASSIGNMENT, LEADER):
+        for path in (ASSIGNMENT, LEADER, PLACEMENTS):
             self._cancels.append(self.metadata.watch(path, self._wake))
         await self._register(self._sessions_lost)
         await self._step()
@@ -302,11 +312,12 @@ class BrokerCluster:
         current = json.loads(node.value)["bundles"] if node is not None else {}
         live = [broker.id for broker in self._brokers.values() if broker.role == SERVING]
         busy = {bundle: traffic[0] for report in self.reports.values() for bundle, traffic in report.bundles.items()}
-        wanted = assign(bundles, current, live, busy)
+        pinned = {bundle: placement.broker for bundle, placement in (await read_placements(self.metadata)).items()}
+        wanted = assign(bundles, current, live, busy, pinned)
         if wanted == current and 0 < self._shed_interval_s <= time.monotonic() - self._shed_at:
             self._shed_at = time.monotonic()
             await self._read_reports()
-            move = shed(current, self.reports, live, self._shed_threshold)
+            move = shed(current, self.reports, live, self._shed_threshold, pinned.keys())
             if move is not None:
                 log.info("shedding bundle %s from broker %d to broker %d (load)", move.bundle, move.source,
                          move.target)
@@ -361,6 +372,40 @@ class BrokerCluster:
         node = await self.metadata.get(ASSIGNMENT)
         raw = json.loads(node.value)["bundles"] if node is not None else {}
         self._assignment = {Bundle.parse(path): broker for path, broker in raw.items()}
+
+    # --- placements (partition reassignments) ---------------------------------------------------
+
+    def serving_ids(self) -> list[int]:
+        """The live brokers that may own bundles."""
+        return [broker.id for broker in self.brokers() if broker.role == SERVING]
+
+    async def place(self, bundles: Mapping[Bundle, int]) -> None:
+        """Put each bundle on the broker given: the leader moves it there and keeps it there."""
+        await update_placements(self.metadata, {
+            bundle.path: Placement(broker, await self.lease_holder(bundle)) for bundle, broker in bundles.items()})
+
+    async def moves(self) -> dict[Bundle, tuple[Placement, int | None]]:
+        """Placements in progress: bundle -> (its placement, the broker holding its lease now)."""
+        found = {}
+        for path, placement in (await read_placements(self.metadata)).items():
+            bundle = Bundle.parse(path)
+            holder = await self.lease_holder(bundle)
+            if holder != placement.broker:
+                found[bundle] = (placement, holder)
+        return found
+
+    async def cancel_moves(self, bundles: list[Bundle]) -> set[Bundle]:
+        """Place the bundles whose move is in progress back on the broker each came from; returns
+        the bundles that had no move in progress (left as they are)."""
+        moving = await self.moves()
+        await update_placements(self.metadata, {
+            bundle.path: None if moving[bundle][0].source is None else Placement(moving[bundle][0].source)
+            for bundle in bundles if bundle in moving})
+        return {bundle for bundle in bundles if bundle not in moving}
+
+    async def lease_holder(self, bundle: Bundle) -> int | None:
+        node = await self.metadata.get(f"{LEASES}/{bundle.path}")
+        return None if node is None else json.loads(node.value).get("broker")
 
     # --- leases ---------------------------------------------------------------------------------
 

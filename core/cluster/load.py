@@ -16,7 +16,8 @@ threshold shedder does with its resource shares:
 - the bundle moved is the busiest one that fits in half the gap between the busiest and the least
   busy broker, so after the move the busiest broker is still at least as busy as the one that took
   the bundle: the next round cannot send it back, and the cluster never thrashes;
-- a bundle bigger than half the gap stays (moving it would only swap the roles).
+- a bundle bigger than half the gap stays (moving it would only swap the roles), and so does a
+  bundle an operator placed (placements.py).
 
 Connections are reported (operators see them) but not shed: a client connects to any broker and
 follows the partition leaders, so moving a bundle does not move connections.
@@ -25,7 +26,7 @@ follows the partition leaders, so moving a bundle does not move connections.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 LOAD = "/cluster/load"
@@ -87,8 +88,9 @@ class Move:
 
 
 def shed(assignment: Mapping[str, int], reports: Mapping[int, LoadReport], live: Iterable[int],
-         threshold: float) -> Move | None:
-    """The one bundle to move now, or None. `threshold` is a share (0.10: ten percentage points)."""
+         threshold: float, pinned: Collection[str] = ()) -> Move | None:
+    """The one bundle to move now, or None. `threshold` is a share (0.10: ten percentage points);
+    `pinned` bundles are never moved."""
     brokers = sorted(set(live))
     if len(brokers) < 2:
         return None
@@ -117,7 +119,7 @@ def shed(assignment: Mapping[str, int], reports: Mapping[int, LoadReport], live:
     if share(busy) - 1 / len(brokers) <= threshold or gap <= 0:
         return None
     candidates = [(share(traffic), bundle) for bundle, traffic in load.items()
-                  if assignment[bundle] == busiest and 0 < share(traffic) <= gap / 2]
+                  if assignment[bundle] == busiest and 0 < share(traffic) <= gap / 2 and bundle not in pinned]
     if not candidates:
         return None
     return Move(max(candidates)[1], busiest, idlest)

@@ -88,11 +88,11 @@ def create_admin_app(info: GatewayInfo, metrics: GatewayMetrics, context: AdminC
                 return JSONResponse({"detail": str(exc)}, status_code=code)
         return JSONResponse({"detail": str(exc)}, status_code=500)
 
-    from gateway.admin import delayed, messages, resources, tenants, users
+    from gateway.admin import cluster, delayed, messages, resources, tenants, users
     from gateway.console import routes as console
 
     authenticate = Authenticator(context.users)
-    for module in (tenants, users, resources, messages, delayed):
+    for module in (tenants, users, resources, messages, delayed, cluster):
         app.include_router(module.router(context, authenticate), prefix=API_PREFIX)
     app.include_router(console.router())
     return app

@@ -57,6 +57,7 @@ class ClusterSpec:
     host: str = "127.0.0.1"
     extra_storage: dict = field(default_factory=dict)   # more [storage] keys for cluster.toml
     broker_args: tuple[str, ...] = ()                    # more `gateway serve` flags for every broker
+    extra_config: str = ""                               # more TOML after [storage], e.g. [[users]] tables
 
     def __post_init__(self) -> None:
         if not self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
@@ -190,6 +191,7 @@ class LocalCluster:
                    "ensemble_size": self.spec.ensemble, "write_quorum": self.spec.write_quorum,
                    "ack_quorum": self.spec.ack_quorum, **self.spec.extra_storage}
         body = "[storage]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in storage.items())
+        body += self.spec.extra_config
         fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as file:
             file.write(body)

@@ -163,6 +163,15 @@ class Bookie:
             if not waiter.done():
                 waiter.cancel()
 
+    async def write_lac(self, ledger_id: int, lac: int) -> None:
+        """Kept in memory only: after a restart the LAC piggybacked on the stored entries stands,
+        which is never above the true one."""
+        state = self._states.setdefault(ledger_id, LedgerState())
+        if lac > state.lac:
+            state.lac = lac
+            if self._lac_waiters:
+                self._wake_lac_waiters()
+
     def ledger_ids(self) -> list[int]:
         """Every ledger this bookie holds entries or a fence for."""
         return list(self._states)

@@ -53,6 +53,7 @@ class Op(enum.IntEnum):
     FENCE = 5
     READ_LAC = 6
     DELETE_LEDGER = 7
+    WRITE_LAC = 8      # the writer's LastAddConfirmed, sent on its own once it goes idle
 
 
 class Status(enum.IntEnum):
@@ -91,6 +92,7 @@ MESSAGES: dict[Op, tuple[Fields, Fields]] = {
     Op.FENCE: ((("ledger_id", "i64"),), (("last_entry_id", "i64"), ("lac", "i64"))),
     Op.READ_LAC: ((("ledger_id", "i64"), ("after", "i64"), ("timeout_ms", "u32")), (("lac", "i64"),)),
     Op.DELETE_LEDGER: ((("ledger_id", "i64"),), ()),
+    Op.WRITE_LAC: ((("ledger_id", "i64"), ("lac", "i64")), ()),
 }
 
 _FIXED_CODES = {"u8": "B", "u32": "I", "i64": "q"}

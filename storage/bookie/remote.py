@@ -92,6 +92,9 @@ class RemoteBookie:
                                      timeout_s + self._request_timeout_s)
         return lac
 
+    async def write_lac(self, ledger_id: int, lac: int) -> None:
+        await self._request(Op.WRITE_LAC, (ledger_id, lac), self._request_timeout_s)
+
     async def delete_ledger(self, ledger_id: int) -> None:
         await self._request(Op.DELETE_LEDGER, (ledger_id,), self._request_timeout_s)
 

@@ -68,7 +68,7 @@ class _Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task] = set()
         self._handlers: dict[Op, Callable] = {
             Op.READ: self._read, Op.READ_RANGE: self._read_range, Op.FENCE: self._fence,
-            Op.READ_LAC: self._read_lac, Op.DELETE_LEDGER: self._delete_ledger,
+            Op.READ_LAC: self._read_lac, Op.DELETE_LEDGER: self._delete_ledger, Op.WRITE_LAC: self._write_lac,
         }
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -174,6 +174,10 @@ class _Connection(asyncio.Protocol):
 
     async def _read_lac(self, ledger_id: int, after: int, timeout_ms: int) -> tuple:
         return (await self._bookie.wait_lac(ledger_id, after, min(timeout_ms / 1000, MAX_LONG_POLL_S)),)
+
+    async def _write_lac(self, ledger_id: int, lac: int) -> tuple:
+        await self._bookie.write_lac(ledger_id, lac)
+        return ()
 
     async def _delete_ledger(self, ledger_id: int) -> tuple:
         await self._bookie.delete_ledger(ledger_id)

@@ -39,13 +39,17 @@ class LedgerClient:
                  ensemble_size: int = 1, write_quorum: int = 1, ack_quorum: int = 1,
                  min_racks_per_write_quorum: int = 1,
                  quorum_for: Callable[[str], tuple[int, int, int] | None] | None = None,
-                 speculative_read_timeout_s: float = DEFAULT_SPECULATIVE_READ_TIMEOUT_S) -> None:
+                 speculative_read_timeout_s: float = DEFAULT_SPECULATIVE_READ_TIMEOUT_S,
+                 explicit_lac_s: float = 0.0) -> None:
+        """`explicit_lac_s`: how long after its adds complete an idle writer sends its LAC on its
+        own (0: never; readers without recovery then see up to the second-to-last entry)."""
         self.metadata = metadata
         self.bookies: BookieDirectory = StaticBookies(bookies) if isinstance(bookies, Mapping) else bookies
         self.default_quorum = (ensemble_size, write_quorum, ack_quorum)
         self.min_racks_per_write_quorum = min_racks_per_write_quorum
         self._quorum_for = quorum_for
         self._speculative_s = speculative_read_timeout_s
+        self.explicit_lac_s = explicit_lac_s
 
     def bookie(self, bookie_id: str) -> EntryStore:
         return self.bookies.entry_store(bookie_id)

@@ -85,6 +85,10 @@ class LedgerHandle:
         self._min_racks = client.min_racks_per_write_quorum if writable else 1
         self._every_entry_to: tuple[str, ...] | None = None
         self._resolve_fast_path()
+        # explicit LAC: the LAC last sent on its own, and the timer that will send the next one
+        self._lac_pushed = lac
+        self._lac_timer: asyncio.TimerHandle | None = None
+        self._lac_sends: set[asyncio.Future] = set()
 
     def _resolve_fast_path(self) -> None:
         """Without striping (E = Qw) every entry of the current fragment goes to the whole ensemble:
@@ -174,6 +178,28 @@ class LedgerHandle:
             self._length += head.size
             if not head.future.done():
                 head.future.set_result(head.entry_id)
+        if self._lac_timer is None and self._lac > self._lac_pushed and self._client.explicit_lac_s > 0:
+            self._lac_timer = asyncio.get_running_loop().call_later(self._client.explicit_lac_s, self._push_lac)
+
+    def _push_lac(self) -> None:
+        """Send the LAC to the current ensemble on its own. An add carries only the LAC from before
+        it, so without this a reader that is not the writer (a read-only broker) would not see the
+        last entry of a writer that went idle. At most one push per interval, none while idle."""
+        self._lac_timer = None
+        if self._closed or self._failure is not None or self._lac <= self._lac_pushed:
+            return
+        self._lac_pushed = self._lac
+        for bookie_id in self._metadata.ensembles[-1][1]:
+            if bookie_id not in self._down:
+                sending = asyncio.ensure_future(self._send_lac(bookie_id, self._lac))
+                self._lac_sends.add(sending)
+                sending.add_done_callback(self._lac_sends.discard)
+
+    async def _send_lac(self, bookie_id: str, lac: int) -> None:
+        try:
+            await self._client.bookie(bookie_id).write_lac(self.ledger_id, lac)
+        except StorageError as exc:    # a reader waits for the next push or add; the writer goes on
+            log.debug("ledger %d: LAC %d not sent to %s: %s", self.ledger_id, lac, bookie_id, exc)
 
     def _racks_ok(self, pending: _PendingAdd) -> bool:
         rack_of = self._client.bookies.rack_of
@@ -295,6 +321,9 @@ class LedgerHandle:
         if self._closed:
             return self._lac
         self._closed = True
+        if self._lac_timer is not None:
+            self._lac_timer.cancel()
+            self._lac_timer = None
         while self._pending and self._failure is None:
             await asyncio.gather(*(p.future for p in list(self._pending)), return_exceptions=True)
         if self._changing is not None:

@@ -47,6 +47,7 @@ log = logging.getLogger("gateway.storage.metadata")
 MAX_VALUE_BYTES = (1 << 20) - (16 << 10)
 """The largest value written: ZooKeeper refuses requests past jute.maxbuffer (1 MiB less one byte by
 default), and the request carries the path and headers beside the value."""
+ARM_RETRY_S = 0.1   # a watch whose request failed is set again this much later (when connected)
 
 # What ZooKeeper refuses in a path: control characters, surrogates, private use, specials.
 _BAD_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
@@ -188,31 +189,40 @@ class ZooKeeperMetadataStore:
             except Exception:
                 log.exception("metadata session callback failed")
         if reconnected:
+            # Armed first: whatever the callbacks read next is covered by a watch again.
             for path in list(self._watches):
-                self._arm(path, then_fire=True)
-
-    def _arm(self, path: str, *, then_fire: bool = False) -> None:
-        """Set ZooKeeper's watch on `path`; with `then_fire`, run the callbacks once the server has
-        it, not before: a change made between the callbacks' reads and the watch reaching the server
-        (another session deleting the node, say) would otherwise go unseen."""
-        if self._closed:
-            return
-        if path in self._armed:
-            if then_fire:
+                self._arm(path)
+            for path in list(self._watches):
                 self._fire(path)
+
+    def _arm(self, path: str) -> None:
+        """Set ZooKeeper's watch on `path`. A session's requests are served in order, so what a
+        callback reads after this is covered by the watch. A request that fails (the connection
+        dropped meanwhile) set no watch: the path is armed again, else a change would go unseen."""
+        if path in self._armed or self._closed:
             return
         self._armed.add(path)
         watcher = self._watchers.setdefault(path, lambda event, path=path: self._on_kazoo_watch(path, event))
-        armed = self._client.exists_async(self._zk(path), watch=watcher)
-        if then_fire:
-            armed.rawlink(lambda _: self._post(self._fire, path))
+        self._client.exists_async(self._zk(path), watch=watcher).rawlink(
+            lambda result: None if result.successful() else self._post(self._arm_failed, path))
+
+    def _arm_failed(self, path: str) -> None:
+        self._armed.discard(path)
+        if self._watches.get(path) and not self._closed:
+            # Now if connected; else at reconnection (_on_state), which may also have come first.
+            self._loop.call_later(ARM_RETRY_S, self._arm_if_connected, path)
+
+    def _arm_if_connected(self, path: str) -> None:
+        if self._state is SessionState.CONNECTED and self._watches.get(path):
+            self._arm(path)
 
     def _on_watch_event(self, path: str, event_type: str) -> None:
         if event_type == EventType.NONE or self._closed:
             return  # NONE: the connection dropped; _on_state re-arms and fires at reconnection
         self._armed.discard(path)
         if self._watches.get(path):
-            self._arm(path, then_fire=True)
+            self._arm(path)
+            self._fire(path)
         else:
             self._watchers.pop(path, None)
 

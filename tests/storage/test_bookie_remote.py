@@ -90,6 +90,19 @@ async def test_long_poll_of_the_lac(served):
     assert await reader.wait_lac(3, 0, 0.05) == 0   # nothing newer: answered at the timeout
 
 
+async def test_an_explicit_lac_raises_the_lac_and_wakes_its_long_poll(served):
+    _, client, _ = served
+    writer, reader = client(), client()
+    await writer.add(9, 0, b"a", -1)
+    await writer.add(9, 1, b"b", 0)
+    poll = asyncio.ensure_future(reader.wait_lac(9, 0, 5.0))
+    await asyncio.sleep(0)
+    await writer.write_lac(9, 1)
+    assert await asyncio.wait_for(poll, 5.0) == 1
+    await writer.write_lac(9, 0)                       # never lowers it
+    assert await reader.last_add_confirmed(9) == 1
+
+
 async def test_responses_complete_out_of_order_and_match_their_requests(served):
     _, client, _ = served
     remote = client()

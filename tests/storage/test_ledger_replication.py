@@ -91,6 +91,10 @@ class Faulty:
         await self._gate()
         return await self.bookie.wait_lac(*args)
 
+    async def write_lac(self, ledger_id, lac):
+        await self._gate()
+        return await self.bookie.write_lac(ledger_id, lac)
+
     async def delete_ledger(self, ledger_id):
         await self._gate()
         return await self.bookie.delete_ledger(ledger_id)
@@ -139,6 +143,26 @@ async def test_striped_entries_land_on_their_write_sets(cluster: Cluster) -> Non
         assert cluster.holders(writer.ledger_id, entry_id) == set(writer.metadata.write_set(entry_id))
     reader = await client.open(writer.ledger_id)
     assert [bytes(e) for e in await reader.read(0, 19)] == [b"e%d" % i for i in range(20)]
+
+
+async def test_an_idle_writer_sends_its_lac_so_other_readers_see_its_last_entry(cluster: Cluster) -> None:
+    """An add carries only the LAC from before it: without the explicit LAC a reader that is not
+    the writer stops one entry short until the writer's next add."""
+    quiet = await cluster.client().create(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    for i in range(3):
+        await quiet.add(b"q%d" % i)
+    assert (await cluster.client().open(quiet.ledger_id, recover=False)).last_add_confirmed == 1
+
+    writer = await cluster.client(explicit_lac_s=0.01).create(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    await asyncio.gather(*(writer.add(b"e%d" % i) for i in range(3)))
+    bookie = cluster.bookies[writer.metadata.ensembles[0][1][0]].bookie
+    assert await bookie.wait_lac(writer.ledger_id, 1, 5.0) == 2          # woken by the push
+    reader = await cluster.client().open(writer.ledger_id, recover=False)
+    assert [bytes(e) for e in await reader.read(0, 2)] == [b"e0", b"e1", b"e2"]
+    await writer.add(b"e3")
+    assert await bookie.wait_lac(writer.ledger_id, 2, 5.0) == 3
+    await writer.close()
+    await quiet.close()
 
 
 async def test_a_dead_bookie_is_replaced_and_nothing_acknowledged_is_lost(cluster: Cluster) -> None:

@@ -36,3 +36,12 @@ def failover_times(history: History, fault: str) -> dict[str, float | None]:
 
 def describe(times: dict[str, float | None]) -> str:
     return ", ".join(f"{key}: {'never' if t is None else f'{t:.2f}s'}" for key, t in times.items())
+
+
+def ack_latencies(history: History, start: float, end: float) -> list[float]:
+    """Seconds from invoke to acknowledgement of the sends invoked between the monotonic times
+    `start` and `end`, sorted (e.g. the produce latency while a partition moves)."""
+    invoked = {event["op"]: event["t"] for event in history.events
+               if event["type"] == INVOKE and start <= event["t"] <= end}
+    return sorted(event["t"] - invoked[event["op"]] for event in history.events
+                  if event["type"] == OK and event["op"] in invoked)

@@ -52,3 +52,28 @@ def test_keys_hash_into_stable_bundles_of_their_namespace() -> None:
     assert Bundle.parse(bundle.path) == bundle
     spread = Counter(bundle_of("t", "ns", f"topic-{i}").index for i in range(1600))
     assert len(spread) == BUNDLES_PER_NAMESPACE and min(spread.values()) > 50
+
+
+def test_a_pinned_bundle_goes_to_its_broker_and_another_makes_room() -> None:
+    before = assign(BUNDLES, {}, [0, 1, 2])
+    bundle = next(b for b in BUNDLES if before[b] == 0)
+    after = assign(BUNDLES, before, [0, 1, 2], pinned={bundle: 1})
+    assert after[bundle] == 1
+    assert counts(after) == [5, 5, 6]
+    assert sum(1 for b in BUNDLES if before[b] != after[b]) <= 2
+    assert assign(BUNDLES, after, [0, 1, 2], pinned={bundle: 1}) == after
+
+
+def test_count_balancing_never_moves_a_pinned_bundle() -> None:
+    pinned = {b: 0 for b in BUNDLES[:10]}      # more than a fair share on broker 0
+    after = assign(BUNDLES, {}, [0, 1], pinned=pinned)
+    assert all(after[b] == 0 for b in pinned)
+    assert counts(after) == [6, 10]
+
+
+def test_a_bundle_pinned_to_a_dead_broker_is_placed_elsewhere_and_returns_with_it() -> None:
+    bundle = BUNDLES[0]
+    without = assign(BUNDLES, {}, [0, 1], pinned={bundle: 2})
+    assert without[bundle] in (0, 1)
+    back = assign(BUNDLES, without, [0, 1, 2], pinned={bundle: 2})
+    assert back[bundle] == 2

@@ -7,6 +7,7 @@ events that only ZooKeeper has (SUSPENDED, LOST) run against a real private ZooK
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 
@@ -255,6 +256,48 @@ class _Consumer:
 
     def queue_deleted(self) -> None:
         self.log.append("cancelled")
+
+
+async def test_a_placed_bundle_moves_to_its_broker_and_its_partition_goes_on_on_a_new_ledger(storage) -> None:
+    """A logical-queue move: the old owner seals the partition's ledger, the new one continues the
+    offsets on a ledger of its own, and a reader reads across the boundary. Load balancing then
+    leaves the placed bundle where it was put."""
+    await Registry(storage.metadata, SystemClock()).start()
+    first, second = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
+    cores = {1: Core(storage.metadata, storage.logs, cluster=first), 2: Core(storage.metadata, storage.logs, cluster=second)}
+    for core in cores.values():
+        await core.start()
+    await first.start()
+    await second.start()
+    await until(lambda: split_evenly(first, second))
+    topic = TopicName.of("moving")
+    await cores[1].create_topic(topic, 16)
+    index = next(i for i in range(16) if first.owns(partition_bundle("public", "default", "moving", i)))
+    bundle = partition_bundle("public", "default", "moving", index)
+    for _ in range(3):
+        await (await cores[1].partition(topic, index)).append(_batch())
+    assert await first.moves() == {}
+
+    await first.place({bundle: 2})
+    moving = await first.moves()
+    assert list(moving) in ([bundle], [])      # in progress until broker 2 holds the lease
+    await until(lambda: second.owns(bundle) and not first.owns(bundle))
+    assert await first.moves() == {}
+    assert await first.cancel_moves([bundle]) == {bundle}        # nothing left to cancel
+    partition = await cores[2].partition(topic, index)
+    assert partition.high_watermark == 3
+    assert await partition.append(_batch()) == 3
+    listing = json.loads((await storage.metadata.get(f"/logs/{topic.partition_log(index)}")).value)
+    sealed, current = listing["ledgers"][-2:]
+    assert (sealed["first_offset"], sealed["end_offset"]) == (0, 3) and current["first_offset"] == 3
+    read = await partition.read(0, 1 << 20)
+    assert read.records.count(b"v") == 4
+    with pytest.raises(NotOwner, match="served by broker 2"):
+        await cores[1].partition(topic, index)
+    await first.close()
+    await second.close()
+    for core in cores.values():
+        await core.close()
 
 
 def _batch() -> bytes:

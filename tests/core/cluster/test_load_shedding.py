@@ -96,3 +96,10 @@ def test_rates_come_from_counts_and_a_reopened_partition_starts_again() -> None:
     assert meter.rates({"a": (100.0, 1000.0)}, now_s=10.0) == {}          # the first sample has no rate
     assert meter.rates({"a": (300.0, 5000.0)}, now_s=12.0) == {"a": (100.0, 2000.0)}
     assert meter.rates({"a": (50.0, 400.0)}, now_s=14.0) == {"a": (25.0, 200.0)}  # counts went down: new since
+
+
+def test_a_pinned_bundle_is_never_shed() -> None:
+    assignment = {"a": 0, "b": 0, "c": 0, "d": 1, "e": 2}
+    load = {"a": (6000, 0), "b": (2500, 0), "c": (1000, 0), "d": (300, 0), "e": (200, 0)}
+    assert shed(assignment, reports(assignment, load), [0, 1, 2], 0.10, pinned={"b"}) == Move("c", 0, 2)
+    assert shed(assignment, reports(assignment, load), [0, 1, 2], 0.10, pinned={"b", "c"}) is None

@@ -1,0 +1,174 @@
+"""Reading a managed log: offsets to ledger entries, for its owner (log.py) and for brokers that
+only read it (follower.py).
+
+A read finds the ledger holding an offset in the ledger list, then the entry inside it: from a
+remembered position (sequential readers never search), the writer's own entry offsets, or a bisect
+over the entries' headers. Nothing is read at or past the high watermark. The owner's newest
+durable entries are served from the tail cache without touching a bookie.
+"""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+from storage.api import LogClosed, LogEntry, PositionOutOfRange
+from storage.ledger.client import LedgerClient, LedgerHandle
+from storage.managed_log.ledger_list import ENTRY_HEADER, LedgerList, LedgerRange
+from storage.managed_log.tail_cache import LogTail, TailCache
+
+_HINTS = 256  # remembered (offset -> entry) positions, so sequential readers never search
+
+
+def decode_entry(raw: memoryview) -> LogEntry:
+    base, count, max_ts, _ = ENTRY_HEADER.unpack_from(raw)
+    return LogEntry(base, count, max_ts, raw[ENTRY_HEADER.size:])
+
+
+class LogReads:
+    """The reading half of a managed log. Its subclass keeps these up to date."""
+
+    _ledgers: LedgerClient
+    _list: LedgerList
+    _hwm: int
+    _closed: BaseException | None
+    _writer: LedgerHandle | None          # the open ledger, when this process writes it
+    _bases: array                         # base offset of each entry of the open ledger (writer only)
+    _readers: dict[int, LedgerHandle]     # ledgers opened for reading
+    _hints: OrderedDict[int, tuple[int, int]]
+    _cache: TailCache | None
+    _tail: LogTail | None
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._list.log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hwm
+
+    @property
+    def leader_epoch(self) -> int:
+        return self._list.leader_epoch
+
+    def epoch_at(self, offset: int) -> int:
+        return self._list.epoch_at(offset)
+
+    def epoch_end(self, epoch: int) -> tuple[int, int]:
+        return self._list.epoch_end(epoch, self._hwm)
+
+
+
+    async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
+        if self._closed is not None and not isinstance(self._closed, LogClosed):
+            raise self._closed
+        hwm = self._hwm
+        if offset < self.log_start_offset or offset > hwm:
+            raise PositionOutOfRange(f"offset {offset} outside [{self.log_start_offset}, {hwm}]")
+        entries: list[LogEntry] = []
+        budget = max(max_bytes, 1)
+        while offset < hwm and budget > 0:
+            chunk = await self._read_ledger(offset, budget, hwm)
+            if not chunk:
+                break
+            entries.extend(chunk)
+            budget -= sum(len(e.payload) for e in chunk)
+            offset = chunk[-1].next_offset
+        return entries
+
+    async def _read_ledger(self, offset: int, max_bytes: int, hwm: int) -> list[LogEntry]:
+        """Entries from the one holding `offset` to the end of its ledger, within max_bytes."""
+        ledger_range = self._range_for(offset)
+        if self._tail is not None:
+            cached = self._tail.read(ledger_range.ledger_id, offset, max_bytes)
+            if cached is not None:
+                return [entry for entry in cached if entry.base_offset < hwm]
+        if self._writer is not None and ledger_range.ledger_id == self._writer.ledger_id:
+            handle = self._writer
+            entry_id = bisect.bisect_right(self._bases, offset) - 1
+        else:
+            handle = await self._reader(ledger_range.ledger_id)
+            entry_id = await self._find_entry(handle, offset)
+        raws = await handle.read(entry_id, handle.last_add_confirmed, max_bytes)
+        entries = [entry for entry in map(decode_entry, raws) if entry.base_offset < hwm]
+        if entries and entries[-1].next_offset < hwm:
+            self._remember(entries[-1].next_offset, ledger_range.ledger_id, entry_id + len(entries))
+        return entries
+
+    def _range_for(self, offset: int) -> LedgerRange:
+        ledgers = self._list.ledgers
+        firsts = [r.first_offset for r in ledgers]
+        return ledgers[max(bisect.bisect_right(firsts, offset) - 1, 0)]
+
+    async def _reader(self, ledger_id: int) -> LedgerHandle:
+        handle = self._readers.get(ledger_id)
+        if handle is None:
+            handle = await self._ledgers.open(ledger_id, recover=False)
+            self._readers[ledger_id] = handle
+        return handle
+
+    def _remember(self, offset: int, ledger_id: int, entry_id: int) -> None:
+        self._hints[offset] = (ledger_id, entry_id)
+        if len(self._hints) > _HINTS:
+            self._hints.popitem(last=False)
+
+    async def _find_entry(self, handle: LedgerHandle, offset: int) -> int:
+        hint = self._hints.get(offset)
+        if hint is not None and hint[0] == handle.ledger_id:
+            return hint[1]
+
+        async def covers_or_after(entry_id: int) -> bool:
+            entry = await self._entry(handle, entry_id)
+            return entry.next_offset > offset
+        return await bisect_entries(handle.last_add_confirmed + 1, covers_or_after)
+
+    async def _entry(self, handle: LedgerHandle, entry_id: int) -> LogEntry:
+        return decode_entry((await handle.read(entry_id, entry_id, 1))[0])
+
+    async def find_by_timestamp(self, timestamp_ms: int) -> LogEntry | None:
+        """Kafka's time lookup: bisect the ledger's running maximum timestamp (monotonic, like
+        Kafka's time index) to where it first reaches the target, then scan entries from there
+        (never below the log start) for the first whose own maximum does.
+
+        The list, the open ledger and its entry offsets are taken together, before the first await:
+        a roll finishing during the lookup replaces all three, and the new ledger's empty offsets
+        would place the log start before the old ledger's first entry."""
+        listing, writer, bases = self._list, self._writer, self._bases
+        start = listing.log_start_offset
+        for ledger_range in listing.ledgers:
+            is_current = writer is not None and ledger_range.ledger_id == writer.ledger_id
+            if not is_current and (ledger_range.max_timestamp_ms < timestamp_ms or ledger_range.end_offset <= start):
+                continue
+            handle = writer if is_current else await self._reader(ledger_range.ledger_id)
+
+            async def reaches(entry_id: int) -> bool:
+                raw = (await handle.read(entry_id, entry_id, 1))[0]
+                return ENTRY_HEADER.unpack_from(raw)[3] >= timestamp_ms
+            entry_id = await bisect_entries(handle.last_add_confirmed + 1, reaches)
+            if ledger_range.first_offset <= start:
+                first_live = (bisect.bisect_right(bases, start) - 1 if is_current
+                              else await self._find_entry(handle, start))
+                entry_id = max(entry_id, first_live)
+            while entry_id <= handle.last_add_confirmed:
+                entries = [decode_entry(raw) for raw in await handle.read(entry_id, handle.last_add_confirmed, 1 << 20)]
+                for entry in entries:
+                    if entry.max_timestamp_ms >= timestamp_ms:
+                        return entry
+                entry_id += len(entries)
+        return None
+
+
+async def bisect_entries(count: int, is_at_or_after: Callable[[int], Awaitable[bool]]) -> int:
+    """The first index in [0, count) for which the (monotonic) predicate holds, or count."""
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if await is_at_or_after(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
