@@ -97,8 +97,12 @@ def retention_policy(config: EffectiveConfig) -> RetentionPolicy:
 
 class Partition:
     def __init__(self, topic: str, index: int, log: ManagedLog, config: EffectiveConfig, clock: Clock,
-                 aborted_store: AbortedIndexStore | None = None, notes: ProducerNotes | None = None) -> None:
+                 aborted_store: AbortedIndexStore | None = None, notes: ProducerNotes | None = None, *,
+                 read_only: bool = False) -> None:
+        """`read_only`: a read replica over a follower of another broker's log (core/replicas.py):
+        reads only, read_uncommitted."""
         self.topic = topic
+        self.read_only = read_only
         self.index = index
         self.log = log
         self.config = config
@@ -117,6 +121,11 @@ class Partition:
         # Traffic while open, for the cluster's load reports (core/cluster/load.py).
         self.messages_in = self.bytes_in = self.bytes_out = 0
         self.refusal: str | None = None       # set while appends are refused (core/backlog_quota.py)
+        # How far producer and transaction state is learned from the log (a read replica learns as
+        # its log moves on; its last stable offset never passes what it learned).
+        self._scan_start = self._learned_to = 0
+        self._marked: set[int] = set()
+        self._learning: asyncio.Task | None = None
 
     @property
     def log_start_offset(self) -> int:
@@ -142,6 +151,8 @@ class Partition:
     def last_stable_offset(self) -> int:
         """Where read_committed readers stop: the oldest open transaction's first offset, else the HW."""
         high_watermark = self.log.high_watermark
+        if self.read_only:
+            high_watermark = min(high_watermark, self._learned_to)
         first_unstable = self.producers.first_unstable_offset()
         return high_watermark if first_unstable is None else min(first_unstable, high_watermark)
 
@@ -213,7 +224,7 @@ class Partition:
         if appended is not None:
             # Resolved once the log's high watermark covers the last batch (it moves first); a
             # reader may start watching before then, so the callback is always there.
-            asyncio.ensure_future(appended).add_done_callback(self._wake_watchers)
+            asyncio.ensure_future(appended).add_done_callback(self.wake_watchers)
         if self.meter.tracer is not None and self.log.next_offset > first_queued:
             self.meter.tracer.produced(self.topic, self.index, first_queued, self.log.next_offset - 1)
         return self._first_offset(pending, first_queued)
@@ -230,7 +241,7 @@ class Partition:
         if self._max_timestamp is not None and timestamp > self._max_timestamp:
             self._max_timestamp = timestamp
         aborted = self._end_transaction(marker, offset)
-        self._wake_watchers()   # the high watermark and the last stable offset both moved
+        self.wake_watchers()   # the high watermark and the last stable offset both moved
         if aborted is not None and self._aborted_store is not None:
             try:
                 with storage_errors():
@@ -307,40 +318,65 @@ class Partition:
         size = self.log.size_bytes
         if size > max_scan_bytes and end > start:
             start = max(start, end - (end - start) * max_scan_bytes // size)
-        offset = start
-        marked: set[int] = set()   # producers whose markers the scan has seen
+        self._scan_start, self._learned_to, self._marked = start, start, set()
         with storage_errors():
             if self._aborted_store is not None:
                 for entry in await self._aborted_store.load(self.log_start_offset):
                     if entry.last_offset < start:   # the scan below finds the others again
                         self.aborted.add(entry.producer_id, entry.first_offset, entry.last_offset)
-            while offset < end:
-                entries = await self.log.read(offset, 4 << 20)
-                if not entries:
-                    break
-                for entry in entries:
-                    header = record_batch.read_header(entry.payload)
-                    if header.producer_id < 0:
-                        continue
-                    if header.is_control:
-                        marker = read_marker(entry.payload)
-                        if marker is not None:
-                            if header.producer_id not in marked:
-                                # A transaction that began before the scanned tail is taken to begin
-                                # where the scan does: the producer wrote nothing else in between.
-                                self.producers.begin_transaction(header.producer_id, start)
-                                marked.add(header.producer_id)
-                            self._end_transaction(marker, entry.base_offset)
-                        continue
-                    self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
-                                          header.record_count, entry.base_offset, header.max_timestamp)
-                    if header.is_transactional:
-                        self.producers.begin_transaction(header.producer_id, entry.base_offset)
-                offset = entries[-1].next_offset
+            await self._learn_until(end)
             if self.notes is not None:
                 for note in await self.notes.load(start):
                     self.producers.relearn_note(note.producer_id, note.epoch, note.first_seq, note.count,
                                                 note.base_offset, note.at)
+
+    async def _learn_until(self, end: int) -> None:
+        """Learn producers and transactions from the stored batches between what was learned and `end`."""
+        offset = self._learned_to
+        while offset < end:
+            entries = await self.log.read(offset, 4 << 20)
+            if not entries:
+                break
+            for entry in entries:
+                self._learn(entry)
+            offset = self._learned_to = entries[-1].next_offset
+
+    def _learn(self, entry) -> None:
+        header = record_batch.read_header(entry.payload)
+        if header.producer_id < 0:
+            return
+        if header.is_control:
+            marker = read_marker(entry.payload)
+            if marker is not None:
+                if header.producer_id not in self._marked:
+                    # A transaction that began before the scanned tail is taken to begin where the
+                    # scan does: the producer wrote nothing else in between.
+                    self.producers.begin_transaction(header.producer_id, self._scan_start)
+                    self._marked.add(header.producer_id)
+                self._end_transaction(marker, entry.base_offset)
+            return
+        self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
+                              header.record_count, entry.base_offset, header.max_timestamp)
+        if header.is_transactional:
+            self.producers.begin_transaction(header.producer_id, entry.base_offset)
+
+    def replica_advanced(self) -> None:
+        """A read replica's log moved on (its follower calls this): wake read_uncommitted readers
+        at once, and learn the new batches' transactions before read_committed ones may see them."""
+        self.wake_watchers()
+        if self._learning is None:
+            self._learning = asyncio.ensure_future(self._learn_replica())
+
+    async def _learn_replica(self) -> None:
+        try:
+            while self._learned_to < self.log.high_watermark:
+                with storage_errors():
+                    await self._learn_until(self.log.high_watermark)
+                self.wake_watchers()
+        except CoreError as exc:     # tried again at the next advance
+            logger.warning("%s-%d: replica could not learn transactions: %s", self.topic, self.index, exc)
+        finally:
+            self._learning = None
 
     async def note_held(self, note: ProducerNote) -> None:
         """Keep what a held batch did to its producer's sequence (core/producer_notes.py)."""
@@ -392,7 +428,7 @@ class Partition:
         except ValueError:
             pass
 
-    def _wake_watchers(self, _appended: object = None) -> None:
+    def wake_watchers(self, _appended: object = None) -> None:
         watchers, self._watchers = self._watchers, []
         for waiter in watchers:
             if not waiter.done():
@@ -476,6 +512,8 @@ class Partition:
             return await self.log.trim(retention_policy(self.config), now_ms)
 
     async def close(self) -> None:
+        if self._learning is not None:
+            self._learning.cancel()
         await self.log.close()
 
 

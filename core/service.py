@@ -16,6 +16,7 @@ from core.broker_configs import BrokerConfigs
 from core.clock import Clock, SystemClock
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.bundles import Bundle, partition_bundle
+from core.cluster.members import READ_ONLY
 from core.connections import ClientConnections
 from core.cursor import Cursor
 from core.delayed.service import DelayedService
@@ -23,6 +24,7 @@ from core.errors import NotOwner, UnknownTopic
 from core.meters import NamespaceMeter, NamespaceMeters
 from core.names import TopicName
 from core.partition import Partition, retention_policy, storage_errors
+from core.replicas import ReadReplicas
 from core.policies import NamespacePolicies
 from core.registry import Registry, TopicInfo
 from core.backlog_quota import enforce_backlog_quota
@@ -76,6 +78,8 @@ class Core:
         self.tenancy = Tenancy(self)            # tenants and namespaces at runtime, their policies
         self.meters = NamespaceMeters(metadata)  # each namespace's rates, rate limits and policies
         self.meters.on_policies(self._apply_policies)
+        # A read-only broker serves reads of partitions it does not own (core/replicas.py).
+        self.replicas = ReadReplicas(self) if cluster is not None and cluster.local.role == READ_ONLY else None
 
     async def start(self) -> None:
         await self.registry.start()
@@ -91,6 +95,8 @@ class Core:
 
     async def delete_topic(self, name: TopicName) -> None:
         info = await self.registry.delete_topic(name)
+        if self.replicas is not None:
+            await self.replicas.forget_topic(name)
         for index in range(info.partitions):
             partition = self._partitions.pop((name, index), None)
             self._last_used.pop((name, index), None)
@@ -184,6 +190,13 @@ class Core:
         if len(self._partitions) > MAX_OPEN_PARTITIONS:
             await self._close_oldest(len(self._partitions) - MAX_OPEN_PARTITIONS)
         return partition
+
+    async def readable(self, name: TopicName, index: int) -> Partition:
+        """The partition to read from: this broker's own, or on a read-only broker a read replica
+        following the owner's log (core/replicas.py)."""
+        if self.replicas is None:
+            return await self.partition(name, index)
+        return await self.replicas.partition(name, index)
 
     async def _open(self, name: TopicName, index: int) -> Partition:
         info = await self.registry.get_topic(name)
@@ -312,6 +325,8 @@ class Core:
             await self.clock.sleep(self._retention_check_s)
             await self.enforce_retention()
             await self.close_idle(IDLE_CLOSE_S)
+            if self.replicas is not None:
+                await self.replicas.close_idle(IDLE_CLOSE_S)
 
     async def enforce_retention(self) -> None:
         now_ms = self.clock.now_ms()
@@ -350,6 +365,8 @@ class Core:
         for meter in self.meters.all():   # trace events still pending go to their topic first
             if meter.tracer is not None:
                 await meter.tracer.close()
+        if self.replicas is not None:
+            await self.replicas.close()
         partitions, self._partitions = list(self._partitions.values()), OrderedDict()
         self._last_used.clear()
         for partition in partitions:

@@ -17,12 +17,13 @@ import signal
 import socket
 import sys
 import uuid
+from dataclasses import replace
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TextIO
 
 from core.auth import Permission, UserStore
 from core.cluster.broker_cluster import BrokerCluster
-from core.cluster.members import BrokerInfo
+from core.cluster.members import SERVING, BrokerInfo
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from core.service import Core
 from core.shares.coordinator import ShareSettings
@@ -218,7 +219,9 @@ class Gateway:
 
         config.data_dir.mkdir(parents=True, exist_ok=True)
         if config.storage.mode == REPLICATED:
-            self._storage = await ReplicatedStorage.open(config.storage)
+            # A read-only broker writes nothing: not even re-replicated copies (the auditor's work).
+            storage = config.storage if config.role == SERVING else replace(config.storage, auditor=False)
+            self._storage = await ReplicatedStorage.open(storage)
             if self._storage.auditor is not None:
                 self.metrics.track_auditor(self._storage.auditor.stats)
         else:
@@ -280,7 +283,7 @@ class Gateway:
         host = advertised_host(config.kafka, config.host)
         kafka_port = self._unserved_sockets["kafka"].getsockname()[1]
         amqp_port = self._unserved_sockets["amqp"].getsockname()[1]
-        return BrokerInfo(self._broker_id, host, kafka_port, f"{host}:{amqp_port}", config.rack,
+        return BrokerInfo(self._broker_id, host, kafka_port, f"{host}:{amqp_port}", config.rack, config.role,
                           instance=uuid.uuid4().hex)
 
     def _check_stop(self) -> None:

@@ -44,6 +44,10 @@ def serve(
                                  show_default="allocated at the first start")
     ] = None,
     rack: Annotated[str | None, typer.Option(help="This broker's rack (Kafka's broker.rack).")] = None,
+    role: Annotated[
+        str | None, typer.Option(help="In a cluster: serving, or read-only (serves Kafka fetches of any partition "
+                                      "from the shared storage, owns and writes nothing).", show_default="serving")
+    ] = None,
     retention_check_interval_ms: Annotated[
         int | None, typer.Option(help="How often retention and namespaces' backlog quotas are enforced.",
                                  show_default="60000")
@@ -157,6 +161,7 @@ def serve(
         "log_level": log_level,
         "broker_id": broker_id,
         "rack": rack,
+        "role": role,
         "retention_check_interval_ms": retention_check_interval_ms,
         "amqp_consumer_timeout_ms": amqp_consumer_timeout_ms,
         "admin_tls_cert": admin_tls_cert,
@@ -246,6 +251,8 @@ def cluster_up(
     data_dir: Annotated[Path, typer.Option(help="Directory for every process's data.")] = Path("./cluster-data"),
     bookies: Annotated[int, typer.Option(help="Bookie processes.")] = 3,
     brokers: Annotated[int, typer.Option(help="Gateway processes.")] = 1,
+    read_only_brokers: Annotated[int, typer.Option(help="More gateways with --role read-only, in a rack of their "
+                                                        "own (/rack-readers).")] = 0,
     ensemble: Annotated[int, typer.Option("--ensemble", help="E: bookies each ledger is striped over.")] = 3,
     write_quorum: Annotated[int, typer.Option(help="Qw: copies of each entry.")] = 3,
     ack_quorum: Annotated[int, typer.Option(help="Qa: copies fsynced before an acknowledgement.")] = 2,
@@ -259,7 +266,8 @@ def cluster_up(
 
     configure_logging(log_level.lower())
     try:
-        spec = ClusterSpec(data_dir=Path(data_dir).absolute(), bookies=bookies, brokers=brokers, ensemble=ensemble,
+        spec = ClusterSpec(data_dir=Path(data_dir).absolute(), bookies=bookies, brokers=brokers,
+                           read_only_brokers=read_only_brokers, ensemble=ensemble,
                            write_quorum=write_quorum, ack_quorum=ack_quorum, racks=racks, log_level=log_level)
     except ValueError as exc:
         typer.echo(f"gateway: {exc}", err=True)

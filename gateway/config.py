@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.cluster.members import ROLES, SERVING
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from protocols.amqp.vhosts import vhost_namespace
-from storage.config import StorageConfig
+from storage.config import REPLICATED, StorageConfig
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -39,6 +40,7 @@ ENV_VARS: Mapping[str, str] = {
     "delayed_memory_keys": "GATEWAY_DELAYED_MEMORY_KEYS",
     "load_shed_interval_ms": "GATEWAY_LOAD_SHED_INTERVAL_MS",
     "load_shed_threshold_percent": "GATEWAY_LOAD_SHED_THRESHOLD_PERCENT",
+    "role": "GATEWAY_ROLE",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
 INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
@@ -283,6 +285,9 @@ class GatewayConfig:
     # 1 minute, 10 points); 0 ms: never.
     load_shed_interval_ms: int = 60_000
     load_shed_threshold_percent: int = 10
+    # In a cluster: "serving" (owns partitions, groups and queues) or "read-only" (owns nothing and
+    # writes nothing: serves Kafka fetches of any partition from the shared storage, core/replicas.py).
+    role: str = SERVING
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -314,6 +319,10 @@ class GatewayConfig:
         if not _is_int(self.load_shed_threshold_percent) or not 0 <= self.load_shed_threshold_percent <= 100:
             raise ConfigError(f"load_shed_threshold_percent must be an integer in 0..100, "
                               f"got {self.load_shed_threshold_percent!r}")
+        if self.role not in ROLES:
+            raise ConfigError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if self.role != SERVING and self.storage.mode != REPLICATED:
+            raise ConfigError(f"role {self.role} needs a cluster: [storage] mode = \"replicated\"")
         if (self.admin_tls_cert is None) != (self.admin_tls_key is None):
             raise ConfigError("admin_tls_cert and admin_tls_key go together: give both or neither")
         for name in ("admin_tls_cert", "admin_tls_key"):

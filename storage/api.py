@@ -317,10 +317,44 @@ class ManagedLog(Protocol):
     async def close(self) -> None: ...
 
 
+class LogFollower(Protocol):
+    """A managed log as a process that does not write it reads it (a read-only broker): what the
+    writer acknowledged, kept up to date in the background. `on_append` is called when the high
+    watermark moves."""
+
+    name: str
+    on_append: Callable[[], None] | None
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    @property
+    def leader_epoch(self) -> int: ...
+
+    @property
+    def size_bytes(self) -> int: ...
+
+    def epoch_at(self, offset: int) -> int: ...
+
+    def epoch_end(self, epoch: int) -> tuple[int, int]: ...
+
+    async def read(self, offset: int, max_bytes: int) -> list[LogEntry]: ...
+
+    async def wait_for_append(self, offset: int, timeout_s: float) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
 class ManagedLogFactory(Protocol):
     async def open_log(self, name: str, policy: RetentionPolicy) -> ManagedLog:
         """Open (creating if needed) the log `name`, recovering and fencing its last ledger so a
         previous owner can no longer write to it."""
+
+    async def follow_log(self, name: str) -> "LogFollower":
+        """Read the log `name` that another process writes, never fencing or writing it."""
 
     async def delete_log(self, name: str) -> None: ...
 

@@ -224,7 +224,8 @@ class BrokerCluster:
             return   # suspended meanwhile: serving resumes at the next step in CONNECTED
         self.suspended = False
         await self._read_brokers()
-        await self._elect(session)
+        if self.local.role == SERVING:      # a read-only broker never leads (nor owns anything)
+            await self._elect(session)
         if self.is_leader:
             await self._assign()
         await self._read_assignment()

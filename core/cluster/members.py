@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-SERVING = "serving"
+SERVING = "serving"        # owns bundles: writes and serves their partitions, groups, queues
+READ_ONLY = "read-only"    # owns nothing: serves Fetch from the shared storage (core/replicas.py)
+ROLES = (SERVING, READ_ONLY)
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,8 @@ class ClusterSpec:
     data_dir: Path
     bookies: int = 3
     brokers: int = 1
+    read_only_brokers: int = 0                           # more brokers with --role read-only, after the others
+    read_only_rack: str = "/rack-readers"                # their rack (clients set client.rack to it)
     ensemble: int = 3
     write_quorum: int = 3
     ack_quorum: int = 2
@@ -66,6 +68,8 @@ class ClusterSpec:
             raise ValueError(f"--bookies {self.bookies} is fewer than --ensemble {self.ensemble}")
         if self.brokers < 1:
             raise ValueError("--brokers must be at least 1")
+        if self.read_only_brokers < 0:
+            raise ValueError("--read-only-brokers must not be negative")
         if self.racks < 1:
             raise ValueError("--racks must be at least 1")
 
@@ -165,7 +169,7 @@ class LocalCluster:
             for index in range(self.spec.bookies):
                 self.bookies.append(self._bookie(index))
                 self.bookies[-1].start()
-            for index in range(self.spec.brokers):
+            for index in range(self.spec.brokers + self.spec.read_only_brokers):
                 self.brokers.append(self._broker(index))
                 self.brokers[-1].start()
         except BaseException:
@@ -178,7 +182,7 @@ class LocalCluster:
             "zookeeper": self.zookeeper.address,
             "bookies": [{"id": b.ready["id"], "address": b.ready["address"], "pid": b.pid} for b in self.bookies],
             "brokers": [{"id": index, "kafka": b.ready["kafka"], "amqp": b.ready["amqp"], "admin": b.ready["admin"],
-                         "pid": b.pid} for index, b in enumerate(self.brokers)],
+                         "pid": b.pid, "role": self._role(index)} for index, b in enumerate(self.brokers)],
         }
 
     def _write_config(self) -> None:
@@ -208,12 +212,16 @@ class LocalCluster:
                 "--id", f"bookie-{index}", "--rack", f"/rack-{index % self.spec.racks}",
                 *(("--advertised-address", advertised) if advertised else ()), "--log-level", self.spec.log_level]
 
+    def _role(self, index: int) -> str:
+        return "serving" if index < self.spec.brokers else "read-only"
+
     def _broker(self, index: int, ports: tuple[int, int, int] = (0, 0, 0)) -> Process:
         kafka, amqp, admin = (str(port) for port in ports)
+        rack = f"/rack-{index % self.spec.racks}" if index < self.spec.brokers else self.spec.read_only_rack
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
                    "--data-dir", str(self.dir / f"broker-{index}"), "--host", self.spec.host,
                    "--kafka-port", kafka, "--amqp-port", amqp, "--admin-port", admin, "--broker-id", str(index),
-                   "--rack", f"/rack-{index % self.spec.racks}", "--log-level", self.spec.log_level,
+                   "--rack", rack, "--role", self._role(index), "--log-level", self.spec.log_level,
                    *self.spec.broker_args]
         return Process(f"broker-{index}", command, self.dir / f"broker-{index}.log", "GATEWAY READY ")
 

@@ -340,6 +340,18 @@ class LedgerHandle:
 
     # --- reading ------------------------------------------------------------------------------
 
+    async def wait_lac(self, timeout_s: float) -> int:
+        """A reader's long poll (not the writer's): the LAC once a bookie of the current ensemble
+        has a higher one, or as it is after the timeout; reads here go up to it from then on."""
+        for bookie_id in self._metadata.ensembles[-1][1]:
+            try:
+                lac = await self._client.bookie(bookie_id).wait_lac(self.ledger_id, self._lac, timeout_s)
+            except StorageError:
+                continue     # down, or holds nothing of this ledger yet: ask the next one
+            self._lac = max(self._lac, lac)
+            return self._lac
+        raise StorageError(f"ledger {self.ledger_id}: no bookie of its ensemble answered for its LAC")
+
     async def read(self, first_entry_id: int, last_entry_id: int, max_bytes: int = 1 << 62) -> list[memoryview]:
         """Entries first..last (bounded by the LAC), stopping once max_bytes is reached."""
         last_entry_id = min(last_entry_id, self._lac)

@@ -7,6 +7,7 @@ import uuid
 from storage.api import MetadataStore, NoNode, RetentionPolicy
 from storage.ledger.client import LedgerClient
 from storage.managed_log.ledger_list import LedgerList
+from storage.managed_log.follower import LogFollower
 from storage.managed_log.log import ManagedLogImpl
 from storage.managed_log.tail_cache import TailCache
 
@@ -22,6 +23,10 @@ class ManagedLogFactoryImpl:
     async def open_log(self, name: str, policy: RetentionPolicy) -> ManagedLogImpl:
         return await ManagedLogImpl.open(name, self._ledgers, self._metadata, policy, self.tail_cache,
                                          writer=self.writer)
+
+    async def follow_log(self, name: str) -> LogFollower:
+        """Read a log another process writes, without fencing it (storage/managed_log/follower.py)."""
+        return await LogFollower.open(name, self._ledgers, self._metadata)
 
     async def needs_recovery(self, name: str) -> bool:
         node = await self._metadata.get(f"/logs/{name}")

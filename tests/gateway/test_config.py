@@ -357,6 +357,17 @@ def test_broker_id_and_rack_from_each_source(tmp_path):
     assert resolve_config(config_file=toml, env={}, flags={"broker_id": 5, "rack": "/dc2"}).rack == "/dc2"
 
 
+def test_the_role_is_serving_unless_a_cluster_broker_is_made_read_only(tmp_path):
+    assert resolve_config(env={}).role == "serving"
+    toml = write_toml(tmp_path, '[storage]\nmode = "replicated"\nmetadata = "zk://127.0.0.1:2181/g"\nsecret = "s"\n')
+    assert resolve_config(config_file=toml, env={"GATEWAY_ROLE": "read-only"}).role == "read-only"
+    assert resolve_config(config_file=toml, env={}, flags={"role": "read-only"}).role == "read-only"
+    with pytest.raises(ConfigError, match="role must be one of serving, read-only"):
+        resolve_config(config_file=toml, env={"GATEWAY_ROLE": "follower"})
+    with pytest.raises(ConfigError, match="role read-only needs a cluster"):
+        resolve_config(env={"GATEWAY_ROLE": "read-only"})
+
+
 @pytest.mark.parametrize("source", [{"env": {"GATEWAY_BROKER_ID": "one"}}, {"flags": {"broker_id": -1}}])
 def test_a_bad_broker_id_is_refused(source):
     with pytest.raises(ConfigError, match="(?i)broker_id"):

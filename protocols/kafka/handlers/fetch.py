@@ -16,15 +16,24 @@ last_fetched_epoch (v12+, sent by followers) whose epoch ended before the fetch 
 epoch's end as diverging_epoch and no records.
 Fetch sessions (KIP-227): answered as "no session" (session id 0), so clients keep sending full
 fetch requests, which the protocol allows.
+Follower fetching (KIP-392, v11+): in a cluster, the owner of a partition answers a consumer
+whose rack_id names a rack other than its own, and holding a read-only broker, with that broker as
+preferred_read_replica (one per partition, spread by hash) and no records, at once; the consumer
+then fetches there (core/replicas.py). A read-only broker serves fetches of any partition from the
+shared storage, up to what the owner acknowledged (read_committed: up to the last stable offset of
+the transactions it learned from the log); a fetch offset past its high watermark waits for it to
+catch up (it trails the owner by about explicit_lac_ms) instead of being out of range.
 With ACLs enforced (SASL on), as in Kafka 2.8: a consumer needs READ on each topic, checked before
 the topic's existence (TOPIC_AUTHORIZATION_FAILED); a follower fetch (replica_id >= 0) needs
 CLUSTER_ACTION on the cluster, else every partition is TOPIC_AUTHORIZATION_FAILED.
-Gaps: incremental fetch sessions; preferred read replicas.
+Gaps: incremental fetch sessions.
 """
 
 import asyncio
 import time
+import zlib
 
+from core.cluster.members import READ_ONLY
 from core.errors import CoreError, OffsetOutOfRange
 from protocols.kafka.authorization import Operation, ResourceType, authorized_names, check_cluster, enforced
 from protocols.kafka.broker import RequestContext
@@ -43,6 +52,9 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     wanted = []
     readable = await _readable_topics(request, ctx)
     client = ctx.session.client
+    committed = _read_committed(request)
+    replicas = _read_replicas(request, ctx)
+    redirects: dict[tuple[str, int], int] = {}     # (topic, partition) -> the read-only broker to fetch from
     for topic in request.topics:
         denied = readable is not None and topic.topic not in readable
         if client is not None and not denied:   # for the admin API's view of assign()-mode consumers
@@ -52,17 +64,18 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
                 wanted.append((topic.topic, asked, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             try:
-                partition = await ctx.core.partition(topic_name(topic.topic, ctx.tenant, ctx.namespace),
-                                                     asked.partition)
+                partition = await ctx.core.readable(topic_name(topic.topic, ctx.tenant, ctx.namespace),
+                                                    asked.partition)
             except CoreError as exc:
                 partition = exc
+            if replicas and not isinstance(partition, CoreError):
+                redirects[(topic.topic, asked.partition)] = _preferred_replica(replicas, topic.topic, asked.partition)
             wanted.append((topic.topic, asked, partition))
     while True:
-        answers, total = await _read_all(request, wanted, ctx.version >= 3)
+        answers, total = await _read_all(request, wanted, ctx.version >= 3, redirects)
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or remaining <= 0:
+        if total >= request.min_bytes or remaining <= 0 or redirects:   # a consumer sent elsewhere: at once
             break
-        committed = _read_committed(request)
         waiting = [p for _, asked, p in wanted
                    if not isinstance(p, (Exception, ErrorCode))
                    and (p.last_stable_offset if committed else p.high_watermark) <= asked.fetch_offset]
@@ -91,6 +104,19 @@ async def _next_append(partitions: list, timeout_s: float) -> bool:
             partition.unwatch(waiter)
 
 
+def _read_replicas(request: Msg, ctx: RequestContext) -> list[int]:
+    """The read-only brokers in the consumer's rack, when it names one this broker is not in."""
+    cluster = ctx.core.cluster
+    rack = request.rack_id if ctx.version >= 11 else None
+    if cluster is None or not rack or rack == cluster.local.rack or cluster.local.role == READ_ONLY:
+        return []
+    return [broker.id for broker in cluster.brokers() if broker.role == READ_ONLY and broker.rack == rack]
+
+
+def _preferred_replica(replicas: list[int], topic: str, index: int) -> int:
+    return replicas[zlib.crc32(f"{topic}-{index}".encode()) % len(replicas)]
+
+
 def _expire(waiter: asyncio.Future) -> None:
     if not waiter.done():
         waiter.set_result(False)
@@ -110,7 +136,8 @@ def _read_committed(request: Msg) -> bool:
     return request.isolation_level == READ_COMMITTED   # absent before v4: decoded as its default, 0
 
 
-async def _read_all(request: Msg, wanted: list, soft_limits: bool) -> tuple[list, int]:
+async def _read_all(request: Msg, wanted: list, soft_limits: bool,
+                    redirects: dict[tuple[str, int], int]) -> tuple[list, int]:
     committed = _read_committed(request)
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -133,6 +160,10 @@ async def _read_all(request: Msg, wanted: list, soft_limits: bool) -> tuple[list
         high_watermark, stable, start = partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
         answer.update(high_watermark=high_watermark, last_stable_offset=stable, log_start_offset=start,
                       aborted_transactions=[] if committed else None)
+        replica = redirects.get((name, asked.partition))
+        if replica is not None:
+            answer["preferred_read_replica"] = replica
+            continue
         if asked.last_fetched_epoch >= 0:
             epoch, end_offset = partition.log.epoch_end(asked.last_fetched_epoch)
             if epoch != asked.last_fetched_epoch or end_offset < asked.fetch_offset:
@@ -140,6 +171,8 @@ async def _read_all(request: Msg, wanted: list, soft_limits: bool) -> tuple[list
                 continue
         if asked.fetch_offset == (stable if committed else high_watermark) and asked.fetch_offset >= start:
             continue   # caught up: nothing to read (every fetch of a waiting consumer)
+        if partition.read_only and asked.fetch_offset > high_watermark:
+            continue   # a replica behind the owner: nothing yet (the wait below covers it)
         limit = min(asked.partition_max_bytes, budget - total)
         min_one = total == 0 and soft_limits
         if limit <= 0 and not min_one:

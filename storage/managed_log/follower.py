@@ -1,0 +1,163 @@
+"""A managed log as a broker that does not own it reads it (a read-only broker).
+
+A follower never recovers, fences or writes. It reads the log's ledger list from the metadata
+store and watches it, so a roll, a retention trim or a new owner is seen at once; closed ledgers
+are read as they are, and the writer's open ledger up to its LastAddConfirmed, which a background
+task follows with long polls on the ledger's bookies (an idle writer sends its LAC on its own: the
+explicit LAC of storage/ledger/handle.py). The high watermark is where the last confirmed entry
+ends, so a follower serves only what the writer acknowledged, at most about `explicit_lac_ms` plus
+a round trip after the writer did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from array import array
+from collections import OrderedDict
+
+from storage.api import LogClosed, MetadataStore, StorageError
+from storage.ledger.client import LedgerClient, LedgerHandle
+from storage.ledger.metadata import LedgerState
+from storage.managed_log.ledger_list import LedgerList
+from storage.managed_log.reading import LogReads
+
+log = logging.getLogger("gateway.storage.managed_log")
+
+LONG_POLL_S = 5.0
+RETRY_S = 0.5        # after a failed refresh or long poll (bookies or metadata store unreachable)
+
+
+class LogFollower(LogReads):
+    def __init__(self, name: str, ledgers: LedgerClient, metadata: MetadataStore) -> None:
+        self.name = name
+        self._ledgers = ledgers
+        self._metadata = metadata
+        self._path = f"/logs/{name}"
+        self._list = LedgerList()
+        self._hwm = 0
+        self._closed: BaseException | None = None
+        self._writer = None
+        self._bases = array("q")
+        self._readers: dict[int, LedgerHandle] = {}
+        self._hints = OrderedDict()
+        self._cache = self._tail = None
+        self._open: LedgerHandle | None = None     # the writer's open ledger, opened without recovery
+        self._listing_changed = asyncio.Event()
+        self._append_waiters: list[asyncio.Future] = []
+        self.on_append = None                      # called with no argument when the high watermark moves
+        self._task: asyncio.Task | None = None
+        self._cancel_watch = lambda: None
+
+    @classmethod
+    async def open(cls, name: str, ledgers: LedgerClient, metadata: MetadataStore) -> "LogFollower":
+        follower = cls(name, ledgers, metadata)
+        follower._cancel_watch = metadata.watch(follower._path, lambda _: follower._listing_changed.set())
+        try:
+            await follower._refresh()
+        except BaseException:
+            follower._cancel_watch()
+            raise
+        follower._task = asyncio.create_task(follower._follow(), name=f"follow-{name}")
+        return follower
+
+    @property
+    def size_bytes(self) -> int:
+        """The closed ledgers' bytes (the open ledger's size is known to its writer only)."""
+        return sum(r.size_bytes for r in self._list.ledgers if not r.is_open)
+
+    async def _refresh(self) -> None:
+        """Read the ledger list again; forget handles of ledgers gone or closed since."""
+        self._listing_changed.clear()
+        node = await self._metadata.get(self._path)
+        listing = LedgerList() if node is None else LedgerList.from_json(node.value)
+        ranges = {r.ledger_id: r for r in listing.ledgers}
+        for ledger_id, handle in list(self._readers.items()):
+            current = ranges.get(ledger_id)
+            if current is None or (not current.is_open and handle.metadata.state is not LedgerState.CLOSED):
+                del self._readers[ledger_id]
+        self._list = listing
+        last = listing.ledgers[-1] if listing.ledgers else None
+        if last is not None and last.is_open:
+            self._open = await self._reader(last.ledger_id)     # without recovery: up to its LAC
+            await self._advance()
+        else:
+            self._open = None
+            self._set_high_watermark(last.end_offset if last is not None else listing.log_start_offset)
+
+    async def _advance(self) -> None:
+        """The high watermark from the open ledger's LAC: where its last confirmed entry ends."""
+        handle = self._open
+        lac = handle.last_add_confirmed
+        end = self._list.ledgers[-1].first_offset if lac < 0 else (await self._entry(handle, lac)).next_offset
+        if handle is self._open:
+            self._set_high_watermark(end)
+
+    def _set_high_watermark(self, offset: int) -> None:
+        offset = max(offset, self._list.log_start_offset)
+        if offset <= self._hwm:
+            return
+        self._hwm = offset
+        waiters, self._append_waiters = self._append_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(True)
+        if self.on_append is not None:
+            self.on_append()
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                if self._listing_changed.is_set():
+                    await self._refresh()
+                elif self._open is None:
+                    await self._listing_changed.wait()
+                else:
+                    await self._poll_lac(self._open)
+            except asyncio.CancelledError:
+                raise
+            except StorageError as exc:
+                log.debug("following log %s: %s", self.name, exc)
+                await asyncio.sleep(RETRY_S)
+            except Exception:
+                log.exception("following log %s failed", self.name)
+                await asyncio.sleep(RETRY_S)
+
+    async def _poll_lac(self, handle: LedgerHandle) -> None:
+        """Until the open ledger's LAC moves (then the high watermark does) or the list changes."""
+        before = handle.last_add_confirmed
+        poll = asyncio.ensure_future(handle.wait_lac(LONG_POLL_S))
+        changed = asyncio.ensure_future(self._listing_changed.wait())
+        try:
+            await asyncio.wait((poll, changed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            if not poll.done():
+                poll.cancel()
+        if poll.done() and not poll.cancelled():
+            poll.result()                    # raises what the poll raised
+            if handle.last_add_confirmed > before:
+                await self._advance()
+
+    async def wait_for_append(self, offset: int, timeout_s: float) -> bool:
+        if self._hwm > offset:
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        self._append_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        return self._hwm > offset
+
+    async def close(self) -> None:
+        if self._closed is not None:
+            return
+        self._closed = LogClosed(f"log {self.name} is closed")
+        self._cancel_watch()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for waiter in self._append_waiters:
+            if not waiter.done():
+                waiter.set_result(False)
