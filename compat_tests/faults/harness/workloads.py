@@ -86,9 +86,12 @@ class _Threads:
 class KafkaWorkload(_Threads):
     def __init__(self, bootstrap: Sequence[str], history: History, topic: str | None = None, *,
                  partitions: int = 3, producers: int = 2, consumers: int = 1, rate: float = 200.0,
-                 max_in_flight: int = 500, message_timeout_ms: int = 60_000) -> None:
+                 max_in_flight: int = 500, message_timeout_ms: int = 60_000,
+                 consumer_config: dict | None = None) -> None:
+        """`consumer_config`: more librdkafka settings for the consumers (e.g. client.rack)."""
         super().__init__()
         self.bootstrap = ",".join(bootstrap)
+        self.consumer_config = consumer_config or {}
         self.history = history
         self.topic = topic or f"faults-{uuid.uuid4().hex[:8]}"
         self.partitions = partitions
@@ -159,7 +162,7 @@ class KafkaWorkload(_Threads):
     def _consumer(self) -> Consumer:
         return Consumer({
             "bootstrap.servers": self.bootstrap, "group.id": f"faults-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False, "auto.offset.reset": "earliest", **_CLIENT_CONFIG,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest", **_CLIENT_CONFIG, **self.consumer_config,
         })
 
     def _consume(self, name: str) -> None:
