@@ -63,16 +63,17 @@ def test_a_full_amqp_queue_nacks_publishes_under_confirms(admin_gateway, api):
     channel = connection.channel()
     channel.queue_declare("inbox")
     channel.confirm_delivery()
-    for _ in range(40):
-        channel.basic_publish("", "inbox", VALUE)       # confirmed: stored
 
-    def nacked() -> bool:
+    def nacked(burst: int = 1) -> bool:
+        """Publish up to `burst` messages; whether one was nacked (the quota's sweep may come at any
+        of them, so the queue is filled by this same call)."""
         try:
-            channel.basic_publish("", "inbox", VALUE)
+            for _ in range(burst):
+                channel.basic_publish("", "inbox", VALUE)
             return False
         except pika.exceptions.NackError:
             return True
-    wait_for(nacked, "a publish to be nacked")
+    wait_for(lambda: nacked(burst=10), "a publish to be nacked")
     while channel.basic_get("inbox", auto_ack=True)[0] is not None:   # the queue is drained
         pass
     wait_for(lambda: not nacked(), "publishes to be confirmed again")

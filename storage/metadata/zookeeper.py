@@ -195,22 +195,29 @@ class ZooKeeperMetadataStore:
             for path in list(self._watches):
                 self._fire(path)
 
-    def _arm(self, path: str) -> None:
+    def _arm(self, path: str, *, exists: bool | None = None) -> None:
         """Set ZooKeeper's watch on `path`. A session's requests are served in order, so what a
-        callback reads after this is covered by the watch. A request that fails (the connection
-        dropped meanwhile) set no watch: the path is armed again, else a change would go unseen."""
+        callback reads through this store after this is covered by the watch. Another session may
+        change the node before the watch reaches the server, though (a node deleted right after its
+        creation fired the watch): when the answer finds the node's existence other than `exists`
+        (what the event that re-arms said), the callbacks run once more. A request that fails (the
+        connection dropped meanwhile) set no watch: the path is armed again, else a change would go
+        unseen."""
         if path in self._armed or self._closed:
             return
         self._armed.add(path)
         watcher = self._watchers.setdefault(path, lambda event, path=path: self._on_kazoo_watch(path, event))
         self._client.exists_async(self._zk(path), watch=watcher).rawlink(
-            lambda result: None if result.successful() else self._post(self._arm_failed, path))
+            lambda result: self._post(self._armed_as, path, exists, result))
 
-    def _arm_failed(self, path: str) -> None:
-        self._armed.discard(path)
-        if self._watches.get(path) and not self._closed:
-            # Now if connected; else at reconnection (_on_state), which may also have come first.
-            self._loop.call_later(ARM_RETRY_S, self._arm_if_connected, path)
+    def _armed_as(self, path: str, expected: bool | None, result: Any) -> None:
+        if not result.successful():
+            self._armed.discard(path)
+            if self._watches.get(path) and not self._closed:
+                # Now if connected; else at reconnection (_on_state), which may also have come first.
+                self._loop.call_later(ARM_RETRY_S, self._arm_if_connected, path)
+        elif expected is not None and (result.get() is not None) != expected:
+            self._fire(path)
 
     def _arm_if_connected(self, path: str) -> None:
         if self._state is SessionState.CONNECTED and self._watches.get(path):
@@ -221,7 +228,7 @@ class ZooKeeperMetadataStore:
             return  # NONE: the connection dropped; _on_state re-arms and fires at reconnection
         self._armed.discard(path)
         if self._watches.get(path):
-            self._arm(path)
+            self._arm(path, exists=event_type != EventType.DELETED)
             self._fire(path)
         else:
             self._watchers.pop(path, None)
