@@ -44,7 +44,7 @@ class ModeResult:
 def run_mode(cluster: LocalCluster, mode: str, consumers: int, rate: int, seconds: float) -> ModeResult:
     owner, reader = (psutil.Process(broker.pid) for broker in cluster.brokers)
     bootstrap = cluster.brokers[0].ready["kafka"]
-    topic = f"fanout-{mode}-{uuid.uuid4().hex[:6]}"
+    topic = f"fanout-{mode.replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
     extra = {"client.rack": READERS_RACK} if mode == "read-only broker" else {}

@@ -26,7 +26,7 @@ class ManagedLogFactoryImpl:
 
     async def follow_log(self, name: str) -> LogFollower:
         """Read a log another process writes, without fencing it (storage/managed_log/follower.py)."""
-        return await LogFollower.open(name, self._ledgers, self._metadata)
+        return await LogFollower.open(name, self._ledgers, self._metadata, self.tail_cache)
 
     async def needs_recovery(self, name: str) -> bool:
         node = await self._metadata.get(f"/logs/{name}")

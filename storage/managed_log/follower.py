@@ -6,7 +6,9 @@ are read as they are, and the writer's open ledger up to its LastAddConfirmed, w
 task follows with long polls on the ledger's bookies (an idle writer sends its LAC on its own: the
 explicit LAC of storage/ledger/handle.py). The high watermark is where the last confirmed entry
 ends, so a follower serves only what the writer acknowledged, at most about `explicit_lac_ms` plus
-a round trip after the writer did.
+a round trip after the writer did. The entries a LAC move confirms are read once, in one ranged
+read, into the process's tail cache, so tailing readers (any number of them) are served from
+memory, as they are by the writer.
 """
 
 from __future__ import annotations
@@ -20,16 +22,19 @@ from storage.api import LogClosed, MetadataStore, StorageError
 from storage.ledger.client import LedgerClient, LedgerHandle
 from storage.ledger.metadata import LedgerState
 from storage.managed_log.ledger_list import LedgerList
-from storage.managed_log.reading import LogReads
+from storage.managed_log.reading import LogReads, decode_entry
+from storage.managed_log.tail_cache import TailCache
 
 log = logging.getLogger("gateway.storage.managed_log")
 
 LONG_POLL_S = 5.0
+CATCH_UP_ENTRIES = 256   # a LAC further ahead than this is not read into the cache (only its last entry)
 RETRY_S = 0.5        # after a failed refresh or long poll (bookies or metadata store unreachable)
 
 
 class LogFollower(LogReads):
-    def __init__(self, name: str, ledgers: LedgerClient, metadata: MetadataStore) -> None:
+    def __init__(self, name: str, ledgers: LedgerClient, metadata: MetadataStore,
+                 tail_cache: TailCache | None = None) -> None:
         self.name = name
         self._ledgers = ledgers
         self._metadata = metadata
@@ -41,8 +46,10 @@ class LogFollower(LogReads):
         self._bases = array("q")
         self._readers: dict[int, LedgerHandle] = {}
         self._hints = OrderedDict()
-        self._cache = self._tail = None
+        self._cache = tail_cache
+        self._tail = tail_cache.new_tail() if tail_cache is not None else None
         self._open: LedgerHandle | None = None     # the writer's open ledger, opened without recovery
+        self._read_to = (-1, -1)                   # (ledger, entry): the last entry read on a LAC move
         self._listing_changed = asyncio.Event()
         self._append_waiters: list[asyncio.Future] = []
         self.on_append = None                      # called with no argument when the high watermark moves
@@ -50,8 +57,9 @@ class LogFollower(LogReads):
         self._cancel_watch = lambda: None
 
     @classmethod
-    async def open(cls, name: str, ledgers: LedgerClient, metadata: MetadataStore) -> "LogFollower":
-        follower = cls(name, ledgers, metadata)
+    async def open(cls, name: str, ledgers: LedgerClient, metadata: MetadataStore,
+                   tail_cache: TailCache | None = None) -> "LogFollower":
+        follower = cls(name, ledgers, metadata, tail_cache)
         follower._cancel_watch = metadata.watch(follower._path, lambda _: follower._listing_changed.set())
         try:
             await follower._refresh()
@@ -86,12 +94,28 @@ class LogFollower(LogReads):
             self._set_high_watermark(last.end_offset if last is not None else listing.log_start_offset)
 
     async def _advance(self) -> None:
-        """The high watermark from the open ledger's LAC: where its last confirmed entry ends."""
+        """The high watermark from the open ledger's LAC: where its last confirmed entry ends. The
+        entries confirmed since the last move are read, and cached, on the way."""
         handle = self._open
         lac = handle.last_add_confirmed
-        end = self._list.ledgers[-1].first_offset if lac < 0 else (await self._entry(handle, lac)).next_offset
-        if handle is self._open:
-            self._set_high_watermark(end)
+        if lac < 0:
+            self._set_high_watermark(self._list.ledgers[-1].first_offset)
+            return
+        ledger_id, last_read = self._read_to
+        first = last_read + 1 if ledger_id == handle.ledger_id else lac
+        if lac - first >= CATCH_UP_ENTRIES:
+            first = lac
+        entries = [decode_entry(raw) for raw in await handle.read(first, lac)]
+        if handle is not self._open or not entries:
+            return
+        self._read_to = (handle.ledger_id, first + len(entries) - 1)
+        if self._tail is not None:
+            for entry in entries:
+                if len(self._tail) and self._tail.ledger_id == handle.ledger_id \
+                        and self._tail.read(handle.ledger_id, entry.base_offset - 1, 1) is None:
+                    self._cache.forget(self._tail)      # not right after what is cached: start again
+                self._cache.add(self._tail, handle.ledger_id, entry)
+        self._set_high_watermark(entries[-1].next_offset)
 
     def _set_high_watermark(self, offset: int) -> None:
         offset = max(offset, self._list.log_start_offset)
@@ -155,6 +179,8 @@ class LogFollower(LogReads):
             return
         self._closed = LogClosed(f"log {self.name} is closed")
         self._cancel_watch()
+        if self._tail is not None:
+            self._cache.forget(self._tail)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

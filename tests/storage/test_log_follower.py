@@ -51,6 +51,8 @@ async def test_a_follower_reads_what_the_writer_acknowledged_up_to_its_last_entr
     waiting = asyncio.ensure_future(follower.wait_for_append(3, 10.0))
     await log.append(b"r3", 1, 3)                                  # the writer was not fenced
     assert await waiting and follower.high_watermark == 4
+    assert reader_logs.tail_cache.used >= len(b"r3")               # read once on the LAC move, cached
+    assert [bytes(e.payload) for e in await follower.read(3, 1 << 20)] == [b"r3"]
     assert follower.leader_epoch == log.leader_epoch
     await follower.close()
     await log.close()
