@@ -12,13 +12,13 @@ close when idle.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
 
 from core.errors import UnknownTopic
 from core.names import TopicName
+from core.open_once import OpenOnce
 from core.partition import Partition, storage_errors
 from core.transactions.aborted_index import AbortedIndexStore
 
@@ -33,27 +33,13 @@ class ReadReplicas:
         self._core = core
         self._replicas: dict[tuple[TopicName, int], Partition] = {}
         self._last_used: dict[tuple[TopicName, int], float] = {}
-        self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
+        self._opening = OpenOnce()
 
     async def partition(self, name: TopicName, index: int) -> Partition:
         key = (name, index)
         replica = self._replicas.get(key)
         if replica is None:
-            opening = self._opening.get(key)
-            if opening is not None:
-                return await asyncio.shield(opening)
-            future = asyncio.get_running_loop().create_future()
-            self._opening[key] = future
-            try:
-                replica = await self._open(name, index)
-            except BaseException as exc:
-                future.set_exception(exc)
-                future.exception()      # retrieved: other waiters re-raise it
-                raise
-            finally:
-                del self._opening[key]
-            future.set_result(replica)
-            self._replicas[key] = replica
+            replica = self._replicas[key] = await self._opening(key, lambda: self._open(name, index))
         self._last_used[key] = time.monotonic()
         return replica
 

@@ -23,6 +23,7 @@ from core.delayed.service import DelayedService
 from core.errors import NotOwner, UnknownTopic
 from core.meters import NamespaceMeter, NamespaceMeters
 from core.names import TopicName
+from core.open_once import OpenOnce
 from core.partition import Partition, retention_policy, storage_errors
 from core.replicas import ReadReplicas
 from core.policies import NamespacePolicies
@@ -64,7 +65,7 @@ class Core:
         self.broker_configs = BrokerConfigs(metadata)   # broker-level topic defaults, changeable at run time
         self._partitions: OrderedDict[tuple[TopicName, int], Partition] = OrderedDict()
         self._last_used: dict[tuple[TopicName, int], float] = {}
-        self._opening: dict[tuple[TopicName, int], asyncio.Future] = {}
+        self._opening = OpenOnce()
         # Leader epochs of the partitions opened since their bundle was taken, kept when they close
         # idle (reopening keeps the epoch: the same writer), dropped when the bundle goes.
         self._epochs: dict[tuple[TopicName, int], int] = {}
@@ -166,24 +167,7 @@ class Core:
             self._partitions.move_to_end(key)
             self._last_used[key] = time.monotonic()
             return partition
-        opening = self._opening.get(key)
-        if opening is not None:
-            return await asyncio.shield(opening)
-        self._check_owner(name, index)
-        future = asyncio.get_running_loop().create_future()
-        self._opening[key] = future
-        try:
-            partition = await self._open(name, index)
-            if self.cluster is not None and not self._owns(name, index):   # lost while opening
-                await partition.close()
-                raise self.not_owner(name, index)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: other waiters re-raise it
-            raise
-        finally:
-            del self._opening[key]
-        future.set_result(partition)
+        partition = await self._opening(key, lambda: self._open_owned(name, index))
         self._partitions[key] = partition
         self._epochs[key] = partition.leader_epoch
         self._last_used[key] = time.monotonic()
@@ -197,6 +181,14 @@ class Core:
         if self.replicas is None:
             return await self.partition(name, index)
         return await self.replicas.partition(name, index)
+
+    async def _open_owned(self, name: TopicName, index: int) -> Partition:
+        self._check_owner(name, index)
+        partition = await self._open(name, index)
+        if self.cluster is not None and not self._owns(name, index):   # lost while opening
+            await partition.close()
+            raise self.not_owner(name, index)
+        return partition
 
     async def _open(self, name: TopicName, index: int) -> Partition:
         info = await self.registry.get_topic(name)

@@ -6,6 +6,16 @@ namespace notes, per append and per read (never per record):
     produced   offsets first..last stored, when, and by which client connection
     read       offsets first..last read for a consumer (a Kafka fetch, an AMQP queue's dispatch)
 
+and each AMQP queue (a shared subscription) what it does with its messages, per message or per
+contiguous run of offsets, naming the queue:
+
+    delivered       to which consumer (tag, connection, client) and whether redelivered
+    acked           acknowledged by the consumer (or its channel)
+    requeued        given back (rejected with requeue, or its consumer or channel went)
+    rejected        rejected without requeue (then dead-lettered or dropped, below)
+    dead-lettered   on its way to the queue's dead-letter exchange, with the reason
+    dropped         dead with nowhere to go (no dead-letter exchange), with the reason
+
 The client is the connection whose task did the append or read: protocol adapters set
 CURRENT_CLIENT once per connection (a context variable, so it costs nothing per message). The
 events are records of the namespace's own topic TRACE_TOPIC (key "<topic>/<partition>", value
@@ -49,20 +59,35 @@ class Tracer:
         self.dropped = 0
 
     def produced(self, topic: str, partition: int, first: int, last: int) -> None:
-        self._note("produced", topic, partition, first, last)
+        self._note("produced", topic, partition, first, last, CURRENT_CLIENT.get())
 
     def read(self, topic: str, partition: int, first: int, last: int) -> None:
-        self._note("read", topic, partition, first, last)
+        self._note("read", topic, partition, first, last, CURRENT_CLIENT.get())
 
-    def _note(self, kind: str, topic: str, partition: int, first: int, last: int) -> None:
+    def queued(self, where: tuple[str, int], kind: str, offsets: list[int], *, queue: str,
+               consumer: Any = None, attributed: bool = True, **details: Any) -> None:
+        """A queue's event about its messages at `offsets` of partition `where` (one per run). The
+        client is the consumer's, else (`attributed`) the connection whose task this is (a
+        basic.get, an ack, a reject); dead messages are nobody's doing."""
+        topic, partition = where
+        client = getattr(consumer, "client", None)
+        if client is None and attributed:
+            client = CURRENT_CLIENT.get()
+        extra = {"queue": queue, **details}
+        if hasattr(consumer, "tag"):
+            extra["consumer_tag"] = consumer.tag
+        for first, last in _runs(offsets):
+            self._note(kind, topic, partition, first, last, client, extra)
+
+    def _note(self, kind: str, topic: str, partition: int, first: int, last: int, client: Any,
+              extra: dict[str, Any] | None = None) -> None:
         name = topic.rsplit("/", 1)[-1]
         if name == TRACE_TOPIC:
             return   # the trace's own writes and reads are not traced
         if len(self._pending) >= MAX_PENDING:
             self.dropped += 1
             return
-        client = CURRENT_CLIENT.get()
-        event = {"event": kind, "first": first, "last": last}
+        event = {"event": kind, "first": first, "last": last, **(extra or {})}
         if client is not None:
             event.update(protocol=client.protocol, client_id=client.client_id, address=client.address,
                          user=client.user, connection=client.id)
@@ -98,6 +123,17 @@ class Tracer:
     async def close(self) -> None:
         if self._flusher is not None:
             await self._flusher
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Sorted offsets as (first, last) runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for offset in sorted(offsets):
+        if runs and runs[-1][1] + 1 == offset:
+            runs[-1] = (runs[-1][0], offset)
+        else:
+            runs.append((offset, offset))
+    return runs
 
 
 async def trace_message(core, topic: TopicName, partition: int, offset: int, *,

@@ -81,3 +81,68 @@ def test_trace_of_a_kafka_and_an_amqp_message(admin_gateway, api):
     consumer.close()
     producer.close()
     api.delete("/users/writer").raise_for_status()
+
+
+def test_trace_of_an_amqp_message_through_its_queue(admin_gateway, api):
+    """Delivered to which consumer, requeued by a nack, redelivered, acknowledged; and a message
+    rejected without requeue dead-lettered, with its reason."""
+    import pika
+
+    tenant = f"trace-{uuid.uuid4().hex[:6]}"
+    api.put(f"/tenants/{tenant}").raise_for_status()
+    api.put(f"/tenants/{tenant}/namespaces/ns").raise_for_status()
+    api.put(f"/tenants/{tenant}/namespaces/ns/policies", json={"trace": True}).raise_for_status()
+    api.put("/users/writer", json={"password": "w", "tenant": tenant, "namespace": "ns"}).raise_for_status()
+    base = f"/tenants/{tenant}/namespaces/ns/topics"
+    connection = pika.BlockingConnection(pika.ConnectionParameters(
+        *admin_gateway.amqp, virtual_host=f"{tenant}/ns", credentials=pika.PlainCredentials("writer", "w"),
+        client_properties={"connection_name": "worker"}))
+    channel = connection.channel()
+    channel.queue_declare("dead")
+    channel.queue_declare("jobs", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
+    channel.confirm_delivery()
+    topic = next(q["topic"] for q in api.get(f"/tenants/{tenant}/namespaces/ns/queues").json() if q["name"] == "jobs")
+
+    def events_of(offset: int) -> list[dict]:
+        """The message's trace events (it may be gone already: an acknowledged queue message goes
+        at once; its trace stays)."""
+        answer = api.get(f"{base}/{topic}/partitions/0/offsets/{offset}")
+        return answer.json()["events"] if answer.status_code == 200 else []
+
+    def traced_publish() -> bool:          # the policy reaches the queue through a watch
+        channel.basic_publish("", "jobs", b"job")
+        for method, _, _ in channel.consume("jobs", inactivity_timeout=5):
+            channel.basic_ack(method.delivery_tag)
+            break
+        channel.cancel()
+        return bool(events_of(int(api.get(f"{base}/{topic}").json()["partitions"][0]["end_offset"]) - 1))
+    wait_for(traced_publish, "a traced publish")
+    offset = api.get(f"{base}/{topic}").json()["partitions"][0]["end_offset"]
+    channel.basic_publish("", "jobs", b"retry me")
+    tags = []
+    for method, _, _ in channel.consume("jobs", consumer_tag="retrier", inactivity_timeout=10):
+        tags.append(method.delivery_tag)
+        if len(tags) == 1:
+            channel.basic_nack(method.delivery_tag, requeue=True)
+        else:
+            channel.basic_ack(method.delivery_tag)
+            break
+    channel.cancel()
+
+    def kinds() -> list[str]:
+        return [e["event"] for e in events_of(offset) if e.get("queue") == "jobs"]
+    wait_for(lambda: kinds() == ["delivered", "requeued", "delivered", "acked"], "the queue's events")
+    delivered = [e for e in events_of(offset) if e["event"] == "delivered"]
+    assert [(e["consumer_tag"], e["client_id"], e["redelivered"]) for e in delivered] == [
+        ("retrier", "worker", False), ("retrier", "worker", True)]
+
+    channel.basic_publish("", "jobs", b"poison")
+    method, _, _ = next(channel.consume("jobs", inactivity_timeout=10))
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    channel.cancel()
+    dead = wait_for(lambda: next((e for e in events_of(offset + 1) if e["event"] == "dead-lettered"), None),
+                    "the dead-letter event")
+    assert (dead["queue"], dead["reason"]) == ("jobs", "rejected") and "client_id" not in dead
+    assert "rejected" in [e["event"] for e in events_of(offset + 1)]
+    connection.close()
+    api.delete("/users/writer").raise_for_status()

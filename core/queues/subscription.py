@@ -145,6 +145,7 @@ class SharedSubscription:
         self.dead_letter = dead_letter            # DeadLetterer.send; None: dead ones are dropped
         self._dying: dict[str, list[QueuedMessage]] = {}
         self._fresh_from: int | None = None    # offsets from here were just read: deliverable even if expired
+        self._partition_of: Partition | None = None   # as last opened: its meter holds the trace writer
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -206,6 +207,9 @@ class SharedSubscription:
         offsets = self._held.pop(owner, None)
         if not offsets:
             return
+        tracer = self._tracer()
+        if tracer is not None:
+            tracer.queued(self._trace_where, "requeued", sorted(offsets), queue=self._name)
         for offset in offsets:
             self._give_back(self._unacked.pop(offset)[0])
         self.dispatch()
@@ -221,9 +225,28 @@ class SharedSubscription:
         else:
             self._backlog.put_back(message)
 
+    # --- trace (core/trace.py) ------------------------------------------------------------------
+
+    def _tracer(self):
+        """The namespace's trace writer while its policy says trace (one attribute test when off)."""
+        partition = self._partition_of
+        return None if partition is None else partition.meter.tracer
+
+    @property
+    def _trace_where(self) -> tuple[str, int]:
+        return self._partition_of.topic, self._partition_of.index
+
+    def _held_by_clients(self, offsets: list[int]) -> list[int]:
+        """Those of `offsets` a client holds (not the queue itself, dead-lettering or requeueing later)."""
+        unacked = self._unacked
+        return [o for o in offsets if o in unacked and unacked[o][1] not in (_DEAD_LETTERING, _REQUEUEING_LATER)]
+
     # --- acknowledgements -----------------------------------------------------------------------
 
     def ack(self, offsets: list[int]) -> None:
+        tracer = self._tracer()
+        if tracer is not None:
+            tracer.queued(self._trace_where, "acked", self._held_by_clients(offsets), queue=self._name)
         groups = self._groups
         for offset in offsets:
             if self._forget(offset):
@@ -234,6 +257,10 @@ class SharedSubscription:
         self.dispatch()
 
     def reject(self, offsets: list[int], *, requeue: bool) -> None:
+        tracer = self._tracer()
+        if tracer is not None:
+            tracer.queued(self._trace_where, "requeued" if requeue else "rejected",
+                          self._held_by_clients(offsets), queue=self._name)
         later: list[QueuedMessage] = []
         for offset in offsets:
             entry = self._unacked.get(offset)
@@ -352,6 +379,10 @@ class SharedSubscription:
         return offset in self._unacked or self.cursor.is_acked(offset)
 
     def _hand_out(self, message: QueuedMessage, owner: Hashable, auto_ack: bool) -> None:
+        tracer = self._tracer()
+        if tracer is not None:
+            tracer.queued(self._trace_where, "delivered", [message.offset], queue=self._name,
+                          consumer=owner, redelivered=message.deliveries > 0, auto_ack=auto_ack)
         if auto_ack:
             self.cursor.ack(message.offset)
             self._cursor_changed()
@@ -416,6 +447,11 @@ class SharedSubscription:
     def dead(self, messages: list[QueuedMessage], reason: str) -> None:
         """`messages`, already out of the queue's hands, died: dead-lettered (acknowledged once their
         copies are durable) or, with nowhere to send them, dropped (acknowledged now)."""
+        tracer = self._tracer()
+        if tracer is not None:
+            tracer.queued(self._trace_where, "dead-lettered" if self.dead_letter is not None else "dropped",
+                          [message.offset for message in messages], queue=self._name, reason=reason,
+                          attributed=False)
         if self.dead_letter is None:
             for message in messages:
                 self.cursor.ack(message.offset)
@@ -559,7 +595,7 @@ class SharedSubscription:
 
     async def _read_more(self) -> None:
         async with self._read_lock:
-            partition = await self._partition()
+            partition = self._partition_of = await self._partition()
             self.note_high_watermark(partition.high_watermark)
             if self._body_missing():
                 await self._backlog.load_missing(partition, self._new_message)

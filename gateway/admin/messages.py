@@ -66,15 +66,19 @@ def router(context, authenticate) -> APIRouter:
     @api.get("/tenants/{tenant}/namespaces/{namespace}/topics/{topic}/partitions/{partition}/offsets/{offset}")
     async def trace(tenant: str, namespace: str, topic: str, partition: int, offset: int,
                     caller: Authenticated) -> dict[str, Any]:
-        """One message and its trace: produced when and by whom, read by whom, acknowledged by which
-        subscriptions (the events exist only while the namespace's `trace` policy is on)."""
+        """One message and its trace: produced when and by whom, read by whom, what its queues did
+        with it, acknowledged by which subscriptions (the events exist only while the namespace's
+        `trace` policy is on). A message gone by retention (an AMQP queue's consumed messages go at
+        once) is answered with "message": null while its trace has events; 404 otherwise."""
         caller.check_tenant(tenant)
         name = TopicName.of(topic, tenant, namespace)
         found = await find_messages(context.core, name, MessageQuery(partition=partition, offset=offset, limit=1))
-        if not found.messages or found.messages[0].record.offset != offset:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no message at {topic}-{partition}@{offset}")
-        return {"message": message_doc(partition, found.messages[0].record),
-                **await trace_message(context.core, name, partition, offset)}
+        traced = await trace_message(context.core, name, partition, offset)
+        if found.messages and found.messages[0].record.offset == offset:
+            return {"message": message_doc(partition, found.messages[0].record), **traced}
+        if traced["events"]:
+            return {"message": None, **traced}
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no message at {topic}-{partition}@{offset}")
 
     return api
 

@@ -163,17 +163,6 @@ class LogFollower(LogReads):
             if handle.last_add_confirmed > before:
                 await self._advance()
 
-    async def wait_for_append(self, offset: int, timeout_s: float) -> bool:
-        if self._hwm > offset:
-            return True
-        waiter = asyncio.get_running_loop().create_future()
-        self._append_waiters.append(waiter)
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
-        except asyncio.TimeoutError:
-            pass
-        return self._hwm > offset
-
     async def close(self) -> None:
         if self._closed is not None:
             return

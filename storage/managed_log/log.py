@@ -356,17 +356,6 @@ class ManagedLogImpl(LogReads):
         if self._tail is not None:
             self._cache.forget(self._tail)
 
-    async def wait_for_append(self, offset: int, timeout_s: float) -> bool:
-        if self._hwm > offset:
-            return True
-        waiter = asyncio.get_running_loop().create_future()
-        self._append_waiters.append(waiter)
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
-        except asyncio.TimeoutError:
-            return self._hwm > offset
-        return self._hwm > offset
-
     # --- retention ----------------------------------------------------------------------------
 
     async def trim(self, policy: RetentionPolicy, now_ms: int) -> int:

@@ -9,6 +9,7 @@ durable entries are served from the tail cache without touching a bookie.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 from array import array
 from collections import OrderedDict
@@ -40,6 +41,7 @@ class LogReads:
     _hints: OrderedDict[int, tuple[int, int]]
     _cache: TailCache | None
     _tail: LogTail | None
+    _append_waiters: list[asyncio.Future]   # resolved by the subclass when the high watermark moves
 
     @property
     def log_start_offset(self) -> int:
@@ -58,6 +60,18 @@ class LogReads:
 
     def epoch_end(self, epoch: int) -> tuple[int, int]:
         return self._list.epoch_end(epoch, self._hwm)
+
+    async def wait_for_append(self, offset: int, timeout_s: float) -> bool:
+        """Whether there is data at `offset`, waiting up to `timeout_s` for it."""
+        if self._hwm > offset:
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        self._append_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        return self._hwm > offset
 
 
 
