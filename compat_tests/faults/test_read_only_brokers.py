@@ -37,8 +37,13 @@ def cluster(tmp_path_factory):
                        extra_storage={"zookeeper_session_timeout_ms": 3000})
     local = LocalCluster(spec)
     local.start()
-    yield local
-    local.stop()
+    try:
+        # Both brokers registered and seen by the owner (it finds new brokers by polling).
+        admin = AdminClient({"bootstrap.servers": local.brokers[OWNER].ready["kafka"]})
+        until(lambda: len(admin.list_topics(timeout=10).brokers) == 2, "the owner never saw the read-only broker")
+        yield local
+    finally:
+        local.stop()
 
 
 def address(cluster, index: int) -> tuple[str, int]:

@@ -29,6 +29,7 @@ log = logging.getLogger("gateway.storage.managed_log")
 
 LONG_POLL_S = 5.0
 CATCH_UP_ENTRIES = 256   # a LAC further ahead than this is not read into the cache (only its last entry)
+READ_BYTES = 4 << 20     # per ranged read of newly confirmed entries
 RETRY_S = 0.5        # after a failed refresh or long poll (bookies or metadata store unreachable)
 
 
@@ -105,17 +106,19 @@ class LogFollower(LogReads):
         first = last_read + 1 if ledger_id == handle.ledger_id else lac
         if lac - first >= CATCH_UP_ENTRIES:
             first = lac
-        entries = [decode_entry(raw) for raw in await handle.read(first, lac)]
-        if handle is not self._open or not entries:
-            return
-        self._read_to = (handle.ledger_id, first + len(entries) - 1)
-        if self._tail is not None:
-            for entry in entries:
-                if len(self._tail) and self._tail.ledger_id == handle.ledger_id \
-                        and self._tail.read(handle.ledger_id, entry.base_offset - 1, 1) is None:
-                    self._cache.forget(self._tail)      # not right after what is cached: start again
-                self._cache.add(self._tail, handle.ledger_id, entry)
-        self._set_high_watermark(entries[-1].next_offset)
+        while first <= lac:
+            entries = [decode_entry(raw) for raw in await handle.read(first, lac, READ_BYTES)]
+            if handle is not self._open or not entries:
+                return
+            first += len(entries)
+            self._read_to = (handle.ledger_id, first - 1)
+            if self._tail is not None:
+                for entry in entries:
+                    if len(self._tail) and self._tail.ledger_id == handle.ledger_id \
+                            and self._tail.read(handle.ledger_id, entry.base_offset - 1, 1) is None:
+                        self._cache.forget(self._tail)      # not right after what is cached: start again
+                    self._cache.add(self._tail, handle.ledger_id, entry)
+            self._set_high_watermark(entries[-1].next_offset)
 
     def _set_high_watermark(self, offset: int) -> None:
         offset = max(offset, self._list.log_start_offset)
