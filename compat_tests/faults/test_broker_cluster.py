@@ -30,7 +30,8 @@ from compat_tests.faults.harness.history import INVOKE, OK
 from compat_tests.faults.harness.scenarios import settle
 from compat_tests.kafka.epoch_readers import READERS, AiokafkaReader, produce
 from core.cluster.bundles import partition_bundle
-from gateway.cluster.launcher import ClusterSpec, LocalCluster
+from compat_tests.faults.harness.proxy import TcpProxy
+from gateway.cluster.launcher import ZK_ROOT, ClusterSpec, LocalCluster
 from storage.metadata.zookeeper import ZooKeeperMetadataStore
 
 SESSION_TIMEOUT_MS = 3000
@@ -447,6 +448,47 @@ def test_an_owner_paused_past_its_session_is_fenced_when_it_wakes(healthy, workl
     times = failover_times(workloads.kafka_history, "sigstop-owner")
     print("failover after SIGSTOP of", victim.name, "owning", owned, "->", describe(times),
           "; the zombie's produce got error", code)
+
+
+def test_an_owner_cut_off_from_zookeeper_but_not_from_clients_stops_serving_and_comes_back(
+        healthy, workloads_for) -> None:
+    """The owner of the busiest partitions reaches ZooKeeper through a proxy that then drops
+    everything: its session is suspended (it stops serving at once: its clients get
+    NOT_LEADER_OR_FOLLOWER while their connections stay up), then expires, and the other brokers
+    take its bundles, fencing its ledgers. Healed, it joins in a new session and is given bundles
+    again. The checker's bar as for a kill -9."""
+    wait_until_balanced(healthy)
+    victim = healthy.brokers[0]
+    host, _, port = healthy.zookeeper.address.rpartition(":")
+    with TcpProxy((host, int(port))) as proxy:
+        try:
+            victim.env = {"GATEWAY_STORAGE_METADATA": f"zk://{proxy.address[0]}:{proxy.address[1]}{ZK_ROOT}"}
+            healthy.restart(victim)
+            wait_until_balanced(healthy)
+            workloads = workloads_for([kafka_address(b) for b in healthy.brokers], None, partitions=6)
+            topic = workloads.kafka.topic
+            admin = KafkaAdminClient(bootstrap_servers=[kafka_address(b) for b in healthy.brokers])
+            try:        # the victim owns partition 0 at least
+                admin.alter_partition_reassignments({TopicPartition(topic, 0): [0]})
+            finally:
+                admin.close()
+            owned = [p for p, b in wait_for_holders(healthy, topic, 6, lambda h: h[0] == 0).items() if b == 0]
+            workloads.wait_for_progress(200)
+            proxy.drop()
+            workloads.fault("zookeeper-partition", broker=victim.name, partitions=owned)
+            wait_for_holders(healthy, topic, 6, lambda h: all(b not in (None, 0) for b in h.values()))
+            workloads.wait_for_progress(200)
+            assert victim.alive(), "cut off from ZooKeeper, the broker must keep running"
+            proxy.heal()
+            workloads.fault("zookeeper-healed", broker=victim.name)
+            wait_until_balanced(healthy)         # back in a new session, with its share of bundles
+            workloads.wait_for_progress(100)
+            finish(workloads, "zookeeper-partition")
+            print("failover after cutting", victim.name, "off from ZooKeeper, owning", owned, "->",
+                  describe(failover_times(workloads.kafka_history, "zookeeper-partition")))
+        finally:
+            victim.env = None
+            healthy.restart(victim)
 
 
 def amqp_addresses(cluster) -> list[tuple[str, int]]:

@@ -82,6 +82,7 @@ class Process:
     ready_prefix: str
     proc: subprocess.Popen | None = None
     ready: dict = field(default_factory=dict)
+    env: dict[str, str] | None = None        # more environment variables for this process
 
     @property
     def pid(self) -> int:
@@ -91,7 +92,8 @@ class Process:
         lines: queue.Queue[str | None] = queue.Queue()
         with self.log_path.open("a") as stderr:
             self.proc = spawn(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
-                              text=True, start_new_session=True)
+                              text=True, start_new_session=True,
+                              env=None if self.env is None else {**os.environ, **self.env})
         threading.Thread(target=_pump, args=(self.proc, lines), daemon=True, name=f"{self.name}-stdout").start()
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:
