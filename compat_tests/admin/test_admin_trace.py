@@ -109,13 +109,21 @@ def test_trace_of_an_amqp_message_through_its_queue(admin_gateway, api):
         answer = api.get(f"{base}/{topic}/partitions/0/offsets/{offset}")
         return answer.json()["events"] if answer.status_code == 200 else []
 
-    def traced_publish() -> bool:          # the policy reaches the queue through a watch
+    def traced_publish() -> bool:
+        # The policy reaches the queue through a watch (a message sent before may go untraced), and
+        # events are written a moment after they happen.
         channel.basic_publish("", "jobs", b"job")
         for method, _, _ in channel.consume("jobs", inactivity_timeout=5):
             channel.basic_ack(method.delivery_tag)
             break
         channel.cancel()
-        return bool(events_of(int(api.get(f"{base}/{topic}").json()["partitions"][0]["end_offset"]) - 1))
+        offset = api.get(f"{base}/{topic}").json()["partitions"][0]["end_offset"] - 1
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            if any(e["event"] == "acked" for e in events_of(offset)):
+                return True
+            time.sleep(0.1)
+        return False
     wait_for(traced_publish, "a traced publish")
     offset = api.get(f"{base}/{topic}").json()["partitions"][0]["end_offset"]
     channel.basic_publish("", "jobs", b"retry me")
