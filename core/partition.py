@@ -319,6 +319,7 @@ class Partition:
         if size > max_scan_bytes and end > start:
             start = max(start, end - (end - start) * max_scan_bytes // size)
         self._scan_start, self._learned_to, self._marked = start, start, set()
+        self.producers.complete = start == 0      # nothing ever removed, all of it scanned
         with storage_errors():
             if self._aborted_store is not None:
                 for entry in await self._aborted_store.load(self.log_start_offset):

@@ -6,13 +6,20 @@ A batch from producer P (epoch E, sequences first..last) is checked before it is
     original offset is returned and nothing is stored again;
   - otherwise first must follow P's last sequence (or be 0 on a new epoch): else
     OUT_OF_ORDER_SEQUENCE_NUMBER;
-  - a producer this partition has no state for must start at sequence 0: else UNKNOWN_PRODUCER_ID.
-    Kafka (since KIP-360) takes any sequence there, trusting replication to have kept what came
-    before. Here an owner change can lose batches that were queued but never stored and never
+  - a producer this partition has no state for must start at sequence 0. Kafka (since KIP-360)
+    takes any sequence there, trusting replication to have kept what came before. Here an owner
+    change or a storage failure can lose batches that were queued but never stored and never
     acknowledged; taking their successor would make librdkafka count them delivered (it acks the
-    messages before an accepted batch implicitly). Clients answer UNKNOWN_PRODUCER_ID by resetting
-    the producer's sequences (librdkafka, the Java client when the log start is past its last ack)
-    or by failing the producer: never by losing a record.
+    messages before an accepted batch implicitly). So a later sequence is refused, and how depends
+    on what the partition knows (`complete`):
+      - its state was learned from the whole log (nothing ever removed from it): the producer
+        stored nothing here, so its earlier batches were never acknowledged and are still the
+        client's to retry: OUT_OF_ORDER_SEQUENCE_NUMBER, which clients retry while earlier batches
+        are outstanding (librdkafka treats UNKNOWN_PRODUCER_ID there as fatal);
+      - otherwise its batches may have gone by retention (or lie before the scanned tail):
+        UNKNOWN_PRODUCER_ID, which clients answer by resetting the producer's sequences
+        (librdkafka when nothing is outstanding, the Java client when the log start is past its
+        last ack) or by failing the producer: never by losing a record.
 The state advances when the batch is queued (so pipelined batches check against each other) and is
 rebuilt from the log when the partition opens, so retries across a restart stay exactly-once.
 
@@ -63,14 +70,16 @@ class ProducerStates:
     def __init__(self) -> None:
         self._producers: dict[int, ProducerEntry] = {}
         self._open_txns: dict[int, int] = {}   # producer id -> first offset of its open transaction
+        self.complete = False    # learned from the whole log, from offset 0 (see the module docstring)
 
     def check(self, producer_id: int, epoch: int, first_seq: int, record_count: int) -> int | None:
         """Validate a batch; the base offset of the stored original if it is a duplicate, else None."""
         entry = self._producers.get(producer_id)
         if entry is None:
             if first_seq != 0:
-                raise UnknownProducerId(f"producer {producer_id}: sequence {first_seq} from a producer "
-                                        "with no earlier batch here")
+                refused = OutOfOrderSequence if self.complete else UnknownProducerId
+                raise refused(f"producer {producer_id}: sequence {first_seq} from a producer with no earlier "
+                              "batch here")
             return None
         if epoch < entry.epoch:
             raise InvalidProducerEpoch(f"producer {producer_id} epoch {epoch} is older than {entry.epoch}")

@@ -234,13 +234,24 @@ async def test_a_retry_after_an_ambiguous_failure_is_not_stored_twice(core) -> N
 
 async def test_a_producer_unknown_here_must_start_at_sequence_zero(core) -> None:
     """A batch continuing a sequence this partition never saw the start of would skip what came
-    before it (lost in an owner change before it was stored): UNKNOWN_PRODUCER_ID, nothing stored."""
+    before it (lost in an owner change or a storage failure before it was stored). With the whole
+    log known, those batches were never stored, hence never acknowledged and still the client's to
+    retry: OUT_OF_ORDER_SEQUENCE_NUMBER. Once records went by retention and the partition learned
+    its producers from what is left: UNKNOWN_PRODUCER_ID, so that the client resets. Nothing stored."""
     await core.create_topic(TOPIC, 1)
     partition = await core.partition(TOPIC, 0)
-    with pytest.raises(UnknownProducerId):
+    with pytest.raises(OutOfOrderSequence):
         await partition.append(batch_of([b"seventeenth"], producer_id=8, producer_epoch=0, base_sequence=17))
     assert partition.high_watermark == 0
     assert await partition.append(batch_of([b"first"], producer_id=8, producer_epoch=0, base_sequence=0)) == 0
+    assert await partition.append(batch_of([b"second"], producer_id=8, producer_epoch=0, base_sequence=1)) == 1
+    await partition.delete_records_before(1)
+    await core.close_idle(0)                         # opened again: learned from offset 1 on
+    reopened = await core.partition(TOPIC, 0)
+    assert reopened is not partition
+    with pytest.raises(UnknownProducerId):
+        await reopened.append(batch_of([b"fifth"], producer_id=9, producer_epoch=0, base_sequence=5))
+    assert reopened.high_watermark == 2
 
 
 def test_a_failed_append_leaves_the_producer_where_its_stored_batches_end() -> None:
