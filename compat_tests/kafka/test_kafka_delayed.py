@@ -232,6 +232,7 @@ def test_a_topic_that_did_not_opt_in_ignores_the_header(gateway_process) -> None
 
 # The soak (`make soak-delayed`) runs this with a million: DELAYED_KILL_PENDING=1000000.
 PENDING = int(os.environ.get("DELAYED_KILL_PENDING", "20000"))
+MIN_RELEASES_PER_S = 1000
 
 
 @pytest.mark.timeout(300 + PENDING // 500)
@@ -263,11 +264,14 @@ def test_sigkill_with_many_pending_releases_each_once_never_early(gateway_launch
     assert [message.offset() for message in records] == list(range(PENDING))
     before = sum(1 for message in records if message.timestamp()[1] < killed_at)
     assert 0 < before < PENDING, "the crash must fall between the first and the last release"
+    # Late by at most the restart plus the time to release what fell due meanwhile (at least
+    # MIN_RELEASES_PER_S; known gap: releases read back from the bookie's entry logs run at 1-2k/s
+    # here) plus a loaded machine's slack; lateness itself is measured by `make bench-delayed`.
+    backlog = sum(1 for due in dues.values() if due <= restarted_at) - before
+    slack = 5000 + max(0, backlog) * 1000 // MIN_RELEASES_PER_S
     for message in records:
         released_at = message.timestamp()[1]
         due = dues[message.value()]
         assert released_at >= due
-        # late by at most the restart (plus a loaded machine's slack: the suite shares two cores) when
-        # due around it; lateness itself is measured by `make bench-delayed`, not here
-        bound = (restarted_at - killed_at) + 10_000 if killed_at - 2000 <= due <= restarted_at else 10_000
-        assert released_at - due <= bound, (message.value(), released_at - due)
+        bound = (restarted_at - killed_at) + slack if killed_at - 2000 <= due <= restarted_at else slack
+        assert released_at - due <= bound, (message.value(), released_at - due, backlog)
