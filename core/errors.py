@@ -83,7 +83,15 @@ class NotEnoughReplicas(StorageUnavailable):
 
 
 class OutOfOrderSequence(CoreError):
-    """An idempotent producer's batch does not follow its previous one."""
+    """An idempotent producer's batch does not follow its previous one: it repeats sequences older
+    than the batches kept for duplicate detection."""
+
+
+class SequenceGap(OutOfOrderSequence):
+    """An idempotent producer's batch is ahead of the sequence this partition expects: a batch
+    before it has not arrived (it was refused, failed or is still on its way). Nothing is stored;
+    the client retries it after the batches before it (core/producer_state.py)."""
+    retriable = True
 
 
 class UnknownProducerId(CoreError):

@@ -4,8 +4,14 @@ A batch from producer P (epoch E, sequences first..last) is checked before it is
   - E lower than P's epoch here: INVALID_PRODUCER_EPOCH (a zombie);
   - the same sequences as one of P's last five stored batches: a retry of a stored batch — the
     original offset is returned and nothing is stored again;
-  - otherwise first must follow P's last sequence (or be 0 on a new epoch): else
-    OUT_OF_ORDER_SEQUENCE_NUMBER;
+  - otherwise first must follow P's last sequence (or be 0 on a new epoch). A batch ahead of that
+    means one before it has not arrived: it was refused or failed (an owner change, a storage
+    failure) or is still on its way. It is refused as retriable, "not stored" (SequenceGap, Kafka's
+    NOT_ENOUGH_REPLICAS), so that the client sends the missing batches first. Kafka answers
+    OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka, for any batch but the first in flight,
+    bumps its epoch and renumbers every partition's unacknowledged batches, storing again those
+    a failed request did store (confluentinc/librdkafka#4953). A batch behind it that is none of
+    the last five is OUT_OF_ORDER_SEQUENCE_NUMBER;
   - a producer this partition has no state for must start at sequence 0. Kafka (since KIP-360)
     takes any sequence there, trusting replication to have kept what came before. Here an owner
     change or a storage failure can lose batches that were queued but never stored and never
@@ -14,8 +20,7 @@ A batch from producer P (epoch E, sequences first..last) is checked before it is
     on what the partition knows (`complete`):
       - its state was learned from the whole log (nothing ever removed from it): the producer
         stored nothing here, so its earlier batches were never acknowledged and are still the
-        client's to retry: OUT_OF_ORDER_SEQUENCE_NUMBER, which clients retry while earlier batches
-        are outstanding (librdkafka treats UNKNOWN_PRODUCER_ID there as fatal);
+        client's to retry: a gap, as above;
       - otherwise its batches may have gone by retention (or lie before the scanned tail):
         UNKNOWN_PRODUCER_ID, which clients answer by resetting the producer's sequences
         (librdkafka when nothing is outstanding, the Java client when the log start is past its
@@ -34,7 +39,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from core.errors import InvalidProducerEpoch, OutOfOrderSequence, UnknownProducerId
+from core.errors import CoreError, InvalidProducerEpoch, OutOfOrderSequence, SequenceGap, UnknownProducerId
 
 MAX_BATCHES = 5          # Kafka keeps the last five batches per producer and partition
 _SEQ_WRAP = 1 << 31
@@ -77,7 +82,7 @@ class ProducerStates:
         entry = self._producers.get(producer_id)
         if entry is None:
             if first_seq != 0:
-                refused = OutOfOrderSequence if self.complete else UnknownProducerId
+                refused = SequenceGap if self.complete else UnknownProducerId
                 raise refused(f"producer {producer_id}: sequence {first_seq} from a producer with no earlier "
                               "batch here")
             return None
@@ -88,11 +93,13 @@ class ProducerStates:
             for batch in entry.batches:
                 if batch.first_seq == first_seq and batch.last_seq == last_seq:
                     return batch.base_offset
-            if entry.batches and first_seq != (entry.batches[-1].last_seq + 1) % _SEQ_WRAP:
-                raise OutOfOrderSequence(f"producer {producer_id}: sequence {first_seq} after "
-                                         f"{entry.batches[-1].last_seq}")
+            if entry.batches:
+                expected = (entry.batches[-1].last_seq + 1) % _SEQ_WRAP
+                if first_seq != expected:
+                    raise _out_of_order(producer_id, first_seq, expected)
         elif first_seq != 0:
-            raise OutOfOrderSequence(f"producer {producer_id}: new epoch {epoch} must start at sequence 0")
+            raise SequenceGap(f"producer {producer_id}: sequence {first_seq} before sequence 0 of its new "
+                              f"epoch {epoch}")
         return None
 
     def record(self, producer_id: int, epoch: int, first_seq: int, record_count: int, base_offset: int,
@@ -167,3 +174,10 @@ class ProducerStates:
 
     def __len__(self) -> int:
         return len(self._producers)
+
+
+def _out_of_order(producer_id: int, first_seq: int, expected: int) -> CoreError:
+    """Ahead of the expected sequence (within half the sequence space, which wraps): a gap."""
+    ahead = (first_seq - expected) % _SEQ_WRAP < _SEQ_WRAP // 2
+    return (SequenceGap if ahead else OutOfOrderSequence)(
+        f"producer {producer_id}: sequence {first_seq} where {expected} is expected")

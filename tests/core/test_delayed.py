@@ -436,7 +436,7 @@ def test_malformed_delay_headers_are_invalid_records(headers) -> None:
 async def test_an_idempotent_producer_goes_on_after_a_restart_following_held_batches(storage, stored_at_once) -> None:
     """A batch whose records were held leaves fewer sequences in the log than it used: the note kept
     for it lets the reopened partition take the producer's next batch, and answer a retry of the
-    held one as a duplicate, instead of OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    held one as a duplicate, instead of refusing them as out of sequence."""
     clock = FakeClock(START_MS)
     core = await storage(clock)
     await core.create_topic(TOPIC, 1, {"delayed.delivery.enable": "true"})

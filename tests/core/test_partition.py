@@ -9,6 +9,7 @@ from core.errors import (
     InvalidRecord,
     OffsetOutOfRange,
     OutOfOrderSequence,
+    SequenceGap,
     RecordTooLarge,
     StorageUnavailable,
     UnknownProducerId,
@@ -236,11 +237,11 @@ async def test_a_producer_unknown_here_must_start_at_sequence_zero(core) -> None
     """A batch continuing a sequence this partition never saw the start of would skip what came
     before it (lost in an owner change or a storage failure before it was stored). With the whole
     log known, those batches were never stored, hence never acknowledged and still the client's to
-    retry: OUT_OF_ORDER_SEQUENCE_NUMBER. Once records went by retention and the partition learned
+    retry: a sequence gap, retriable. Once records went by retention and the partition learned
     its producers from what is left: UNKNOWN_PRODUCER_ID, so that the client resets. Nothing stored."""
     await core.create_topic(TOPIC, 1)
     partition = await core.partition(TOPIC, 0)
-    with pytest.raises(OutOfOrderSequence):
+    with pytest.raises(SequenceGap):
         await partition.append(batch_of([b"seventeenth"], producer_id=8, producer_epoch=0, base_sequence=17))
     assert partition.high_watermark == 0
     assert await partition.append(batch_of([b"first"], producer_id=8, producer_epoch=0, base_sequence=0)) == 0
@@ -259,11 +260,34 @@ def test_a_failed_append_leaves_the_producer_where_its_stored_batches_end() -> N
     states.record(5, 0, 0, 2, base_offset=0)        # sequences 0-1 stored at offsets 0-1
     states.record(5, 0, 2, 1, base_offset=2)        # sequence 2 queued at offset 2 ...
     states.forget_from(2)                            # ... and its append failed
-    with pytest.raises(OutOfOrderSequence):
+    with pytest.raises(SequenceGap):
         states.check(5, 0, 3, 1)                     # skips the failed sequence 2
     assert states.check(5, 0, 2, 1) is None          # its retry is taken
     states.forget_from(0)                            # every batch failed: it must start again at 0
-    with pytest.raises(OutOfOrderSequence):
+    with pytest.raises(SequenceGap):
         states.check(5, 0, 2, 1)
     assert states.check(5, 0, 0, 2) is None
     assert [s.last_sequence for s in states.summaries()] == [-1]
+
+
+def test_a_gap_is_retriable_and_an_old_sequence_is_out_of_order() -> None:
+    """Ahead of the expected sequence: a batch before it has not arrived, so the client is told to
+    retry (librdkafka bumps its epoch on OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind a failed
+    one, renumbering possibly stored batches). Behind it and none of the last five: out of order."""
+    states = ProducerStates()
+    for seq in range(0, 14, 2):
+        states.record(5, 0, seq, 2, base_offset=seq)    # the last five: sequences 4..13
+    with pytest.raises(SequenceGap) as gap:
+        states.check(5, 0, 15, 1)
+    assert gap.value.retriable
+    with pytest.raises(OutOfOrderSequence) as old:
+        states.check(5, 0, 2, 2)
+    assert not isinstance(old.value, SequenceGap)
+    assert states.check(5, 0, 12, 2) == 12              # a retry of a kept batch: its offset
+    with pytest.raises(SequenceGap):
+        states.check(5, 1, 3, 1)                        # a new epoch starts at 0
+    wrapping = ProducerStates()
+    wrapping.record(6, 0, (1 << 31) - 2, 2, base_offset=0)   # sequences wrap after 2**31 - 1
+    assert wrapping.check(6, 0, 0, 1) is None
+    with pytest.raises(SequenceGap):
+        wrapping.check(6, 0, 1, 1)

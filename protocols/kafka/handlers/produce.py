@@ -19,8 +19,11 @@ are the core's system topics (core/system_topics.py).
 Delayed delivery: on a topic with delayed.delivery.enable=true, records with a deliver-at-ms or
 deliver-after-ms header are held until due (core/delayed/produce.py); a malformed value is
 INVALID_RECORD. The base offset answered is that of the records stored at once (-1 if all were held).
-Idempotence: a producer this partition has no state for must start at sequence 0, else
-UNKNOWN_PRODUCER_ID with the log start offset (core/producer_state.py says why this differs from Kafka).
+Idempotence: a batch ahead of its producer's next sequence (one before it has not arrived) is
+NOT_ENOUGH_REPLICAS, retriable and not stored, where Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER;
+a producer this partition has no state for must start at sequence 0, else (when records may have
+gone by retention) UNKNOWN_PRODUCER_ID with the log start offset. core/producer_state.py says why
+both differ from Kafka.
 Gaps: message format v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
 """
 
