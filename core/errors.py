@@ -82,6 +82,11 @@ class NotEnoughReplicas(StorageUnavailable):
     """Fewer bookies accept writes than the ack quorum needs: nothing is acknowledged until they return."""
 
 
+class MirrorTopic(CoreError):
+    """A mirror topic takes records only from its replicator, the source's batches at their own
+    offsets (clients read it; removing its mirror.source config makes it an ordinary topic)."""
+
+
 class OutOfOrderSequence(CoreError):
     """An idempotent producer's batch does not follow its previous one: it repeats sequences older
     than the batches kept for duplicate detection."""

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from core.clock import Clock
-from core.errors import (BacklogQuotaExceeded, CoreError, CorruptRecord, FencedLeaderEpoch, InvalidRecord,
+from core.errors import (BacklogQuotaExceeded, CoreError, CorruptRecord, FencedLeaderEpoch, InvalidRecord, MirrorTopic,
                          NotEnoughReplicas, NotOwner, OffsetOutOfRange, RecordTooLarge, StorageUnavailable,
                          UnknownLeaderEpoch)
 from core.meters import NamespaceMeter
@@ -166,27 +166,10 @@ class Partition:
 
         All batches are validated before any is queued, so a bad batch stores nothing.
         """
-        if self._relearning is not None:
-            raise StorageUnavailable(f"{self.topic}-{self.index} is recovering from a storage failure")
-        if self.refusal is not None:
-            raise BacklogQuotaExceeded(self.refusal)
-        try:
-            batches = record_batch.split_batches(records)
-        except record_batch.CorruptBatch as exc:
-            raise CorruptRecord(str(exc)) from None
-        except record_batch.InvalidBatch as exc:
-            raise InvalidRecord(str(exc)) from None
-        headers = []
-        for batch in batches:
-            if len(batch) > self.config.max_message_bytes:
-                raise RecordTooLarge(f"batch of {len(batch)} bytes is over max.message.bytes "
-                                     f"{self.config.max_message_bytes}")
-            header = record_batch.read_header(batch)
-            if header.is_control:
-                raise InvalidRecord("clients may not write control batches")
-            if header.is_transactional and header.producer_id < 0:
-                raise InvalidRecord("a transactional batch needs a producer id")
-            headers.append(header)
+        if self.config.mirror_source:
+            raise MirrorTopic(f"{self.topic} is a mirror of {self.config.mirror_source}: only its replicator "
+                              "writes it")
+        batches, headers = self._validated(records, from_client=True)
         count = sum(header.record_count for header in headers)
         self.meter.published(len(records), count)
         self.messages_in += count
@@ -228,6 +211,67 @@ class Partition:
         if self.meter.tracer is not None and self.log.next_offset > first_queued:
             self.meter.tracer.produced(self.topic, self.index, first_queued, self.log.next_offset - 1)
         return self._first_offset(pending, first_queued)
+
+    def _validated(self, records: bytes | memoryview, *, from_client: bool) -> tuple[list, list]:
+        """The batches of a Produce "records" field and their headers, all checked before any is
+        stored. Control batches come only from a mirror's replicator (`from_client` False)."""
+        if self._relearning is not None:
+            raise StorageUnavailable(f"{self.topic}-{self.index} is recovering from a storage failure")
+        if self.refusal is not None:
+            raise BacklogQuotaExceeded(self.refusal)
+        try:
+            batches = record_batch.split_batches(records)
+        except record_batch.CorruptBatch as exc:
+            raise CorruptRecord(str(exc)) from None
+        except record_batch.InvalidBatch as exc:
+            raise InvalidRecord(str(exc)) from None
+        headers = []
+        for batch in batches:
+            if len(batch) > self.config.max_message_bytes:
+                raise RecordTooLarge(f"batch of {len(batch)} bytes is over max.message.bytes "
+                                     f"{self.config.max_message_bytes}")
+            header = record_batch.read_header(batch)
+            if header.is_control and from_client:
+                raise InvalidRecord("clients may not write control batches")
+            if header.is_transactional and header.producer_id < 0:
+                raise InvalidRecord("a transactional batch needs a producer id")
+            headers.append(header)
+        return batches, headers
+
+    async def append_mirrored(self, records: bytes | memoryview) -> int:
+        """A mirror topic's replicator (protocols/kafka/mirror): the source partition's batches, each
+        stored at its own base offset, so the mirror's offsets are the source's. A batch below the
+        end is one stored before (a retry after a lost answer) and is skipped; a batch past the end
+        of a mirror that never held a record begins it there (the source's head was gone); past the
+        end otherwise is a gap, refused. Producer and transaction state is learned as the batches
+        are stored, so read_committed readers and a promoted mirror carry on. Returns the first
+        batch's base offset once every batch is durable."""
+        if not self.config.mirror_source:
+            raise MirrorTopic(f"{self.topic} is not a mirror topic")
+        batches, headers = self._validated(records, from_client=False)
+        first = None
+        for batch, header in zip(batches, headers):
+            first = header.base_offset if first is None else first
+            end = self.log.next_offset
+            if header.base_offset + header.record_count <= end:
+                continue
+            if header.base_offset != end:
+                if end != self.log_start_offset or self.log.high_watermark != end:
+                    raise OffsetOutOfRange(f"{self.topic}-{self.index}: a mirrored batch at {header.base_offset} "
+                                           f"leaves a gap after {end}")
+                with storage_errors():
+                    await self.log.start_at(header.base_offset)
+            stored = record_batch.with_offset_and_epoch(batch, header.base_offset, self.log.leader_epoch)
+            with storage_errors():
+                await self.log.append(stored, header.record_count, header.max_timestamp)
+            self.messages_in += header.record_count
+            self.bytes_in += len(batch)
+            aborted = self._learn_batch(stored, header.base_offset)
+            if aborted is not None and self._aborted_store is not None:
+                with storage_errors():
+                    await self._aborted_store.save(aborted)
+            self.wake_watchers()
+        return -1 if first is None else first
 
     async def write_marker(self, marker: Marker) -> int:
         """Append the marker ending `marker.producer_id`'s transaction; returns its offset once durable.
@@ -339,27 +383,29 @@ class Partition:
             if not entries:
                 break
             for entry in entries:
-                self._learn(entry)
+                self._learn_batch(entry.payload, entry.base_offset)
             offset = self._learned_to = entries[-1].next_offset
 
-    def _learn(self, entry) -> None:
-        header = record_batch.read_header(entry.payload)
+    def _learn_batch(self, payload: bytes | memoryview, base_offset: int) -> AbortedTxn | None:
+        """What a stored batch tells of its producer and transaction; the transaction it aborted, if any."""
+        header = record_batch.read_header(payload)
         if header.producer_id < 0:
-            return
+            return None
         if header.is_control:
-            marker = read_marker(entry.payload)
-            if marker is not None:
-                if header.producer_id not in self._marked:
-                    # A transaction that began before the scanned tail is taken to begin where the
-                    # scan does: the producer wrote nothing else in between.
-                    self.producers.begin_transaction(header.producer_id, self._scan_start)
-                    self._marked.add(header.producer_id)
-                self._end_transaction(marker, entry.base_offset)
-            return
+            marker = read_marker(payload)
+            if marker is None:
+                return None
+            if header.producer_id not in self._marked:
+                # A transaction that began before the scanned tail is taken to begin where the
+                # scan does: the producer wrote nothing else in between.
+                self.producers.begin_transaction(header.producer_id, self._scan_start)
+                self._marked.add(header.producer_id)
+            return self._end_transaction(marker, base_offset)
         self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
-                              header.record_count, entry.base_offset, header.max_timestamp)
+                              header.record_count, base_offset, header.max_timestamp)
         if header.is_transactional:
-            self.producers.begin_transaction(header.producer_id, entry.base_offset)
+            self.producers.begin_transaction(header.producer_id, base_offset)
+        return None
 
     def replica_advanced(self) -> None:
         """A read replica's log moved on (its follower calls this): wake read_uncommitted readers

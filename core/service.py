@@ -210,6 +210,12 @@ class Core:
         it serves the partition and opened it since it took it over."""
         return self._epochs.get((name, index), -1)
 
+    def serves(self, name: TopicName, index: int) -> bool:
+        """Whether this broker owns (or, alone, is) the partition's writer: a read-only broker never is."""
+        if self.replicas is not None:
+            return False
+        return self.cluster is None or (not self.cluster.suspended and self._owns(name, index))
+
     def _owns(self, name: TopicName, index: int) -> bool:
         return self.cluster.owns(partition_bundle(name.tenant, name.namespace, name.topic, index))
 

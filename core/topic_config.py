@@ -72,6 +72,10 @@ _KEYS = (
     ConfigKey("delayed.delivery.enable", "false", _boolean, "log.delayed.delivery.enable",
               doc="true: a record with a deliver-at-ms or deliver-after-ms header is held until due, then "
                   "appended at the end of its partition (core/delayed/produce.py)"),
+    ConfigKey("mirror.source", "", str, "mirror.source",
+              doc="set: a mirror of the topic of that name on the source cluster, which its replicator "
+                  "copies here at the source's offsets; read-only for clients until this is removed "
+                  "(protocols/kafka/mirror)"),
     ConfigKey("max.message.bytes", "1048588", _long(0), "message.max.bytes"),
     ConfigKey("segment.bytes", "134217728", _long(1 << 20), "log.segment.bytes",
               doc="a partition's ledger is rolled past this size"),
@@ -134,6 +138,7 @@ class EffectiveConfig:
     deletes: bool = True     # cleanup.policy includes "delete": retention by time and size applies
     retention_consumed: bool = False     # also delete what every subscription consumed
     delayed_delivery: bool = False       # records may ask to be delayed by a header
+    mirror_source: str = ""              # set: a mirror topic, written only by its replicator
 
     @classmethod
     def of(cls, explicit: Mapping[str, str], broker_defaults: Mapping[str, str] | None = None) -> "EffectiveConfig":
@@ -148,4 +153,5 @@ class EffectiveConfig:
                    get("message.timestamp.type") == "LogAppendTime",
                    deletes="delete" in (policy.strip() for policy in get("cleanup.policy").split(",")),
                    retention_consumed=get("retention.consumed") == "true",
-                   delayed_delivery=get("delayed.delivery.enable").lower() == "true")
+                   delayed_delivery=get("delayed.delivery.enable").lower() == "true",
+                   mirror_source=get("mirror.source"))

@@ -35,6 +35,8 @@ from protocols.amqp import server as amqp_server
 from protocols.amqp.server import AmqpSettings
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
+from protocols.kafka.mirror.client import RemoteCluster
+from protocols.kafka.mirror.replicator import Replicator
 from protocols.kafka.machine.connection import Limits
 from storage.config import REPLICATED
 from storage.embedded import EmbeddedStorage
@@ -179,6 +181,7 @@ class Gateway:
         self._broker_id = 0
         self._unserved_sockets: dict[str, socket.socket] = {}  # bound, not yet owned by a server
         self._servers: list[_Server] = []
+        self._replicators: list[Replicator] = []
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -276,6 +279,12 @@ class Gateway:
             await server.start()
         if self._cluster is not None:   # listening first: the registration tells clients to come
             await self._cluster.start()
+        for link in config.replication:
+            tenant, namespace = link.namespace.split("/")
+            replicator = Replicator(self._core, link.name, RemoteCluster(link.bootstrap), tenant, namespace, link.topics)
+            replicator.start()
+            self._replicators.append(replicator)
+        self.metrics.track_replication(self._replicators)
         self._check_stop()
 
     def _local_broker(self) -> BrokerInfo:
@@ -333,6 +342,8 @@ class Gateway:
                 log.error("closing the %s connections failed", server.name, exc_info=outcome)
 
         clean = True
+        for replicator in self._replicators:
+            clean &= await _close_step(f"replication {replicator.name}", replicator.close)
         if self._cluster is not None:   # hand the bundles over now rather than after the session expires
             clean &= await _close_step("cluster membership", self._cluster.close)
         if self._core is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.cluster.members import ROLES, SERVING
+from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from protocols.amqp.vhosts import vhost_namespace
 from storage.config import REPLICATED, StorageConfig
@@ -49,6 +50,7 @@ STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
 USERS_KEY = "users"
+REPLICATION_KEY = "replication"
 PERMISSIONS_KEY = "permissions"
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -254,6 +256,40 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    """One `[[replication]]` entry: a namespace's topics copied to a remote cluster as mirror topics
+    at the same offsets (protocols/kafka/mirror)."""
+
+    name: str                          # the link: the mirrors' mirror.source and the metrics' label
+    remote: str                        # the remote cluster's Kafka bootstrap, "host:port[,host:port...]"
+    namespace: str = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}"   # the local tenant/namespace copied
+    topics: str = ".*"                 # a regular expression the topic names must match
+
+    def __post_init__(self) -> None:
+        for key in ("name", "remote", "namespace", "topics"):
+            if not isinstance(getattr(self, key), str) or not getattr(self, key):
+                raise ConfigError(f"replication: {key} must be a non-empty string")
+        if self.namespace.count("/") != 1:
+            raise ConfigError(f"replication: {self.name}: namespace must be \"<tenant>/<namespace>\", "
+                              f"got {self.namespace!r}")
+        try:
+            self.bootstrap
+            re.compile(self.topics)
+        except (ValueError, re.error) as exc:
+            raise ConfigError(f"replication: {self.name}: {exc}") from None
+
+    @property
+    def bootstrap(self) -> list[tuple[str, int]]:
+        out = []
+        for address in self.remote.split(","):
+            host, _, port = address.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"remote {address!r} is not host:port")
+            out.append((host, int(port)))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayConfig:
     data_dir: Path = Path("data")
     host: str = "127.0.0.1"
@@ -264,6 +300,7 @@ class GatewayConfig:
     storage: StorageConfig = field(default_factory=StorageConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     users: tuple[UserConfig, ...] = ()
+    replication: tuple[ReplicationConfig, ...] = ()
     # In a cluster (replicated storage): this broker's id (Kafka's broker.id; None: one is allocated
     # at the first start and kept in the data directory) and its rack (Kafka's broker.rack).
     broker_id: int | None = None
@@ -347,9 +384,10 @@ def resolve_config(
     storage_table: Mapping[str, Any] = {}
     kafka_settings: dict[str, Any] = {}
     users: tuple[UserConfig, ...] = ()
+    replication: tuple[ReplicationConfig, ...] = ()
     metrics = MetricsConfig()
     if config_file is not None:
-        file_settings, storage_table, kafka_table, users, metrics = _read_toml(config_file)
+        file_settings, storage_table, kafka_table, users, metrics, replication = _read_toml(config_file)
         settings.update(file_settings)
         kafka_settings.update(kafka_table)
     settings.update(_settings_from_env(env))
@@ -374,13 +412,13 @@ def resolve_config(
 
     config = GatewayConfig(**settings, storage=_storage_config(storage_table, config_file),
                            kafka=KafkaConfig(**kafka_settings, given=frozenset(kafka_settings)),
-                           users=users, metrics=metrics)
+                           users=users, metrics=metrics, replication=replication)
     # The READY line and the storage layer want one unambiguous directory, whatever the cwd later is.
     return dataclasses.replace(config, data_dir=Path(os.path.abspath(config.data_dir)))
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str, Any], tuple[UserConfig, ...],
-                                    MetricsConfig]:
+                                    MetricsConfig, tuple[ReplicationConfig, ...]]:
     try:
         with path.open("rb") as file:
             document = tomllib.load(file)
@@ -396,6 +434,7 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str,
     if not isinstance(kafka_table, dict):
         raise ConfigError(f"{path}: [{KAFKA_TABLE}] must be a table")
     users = _read_users(document.pop(USERS_KEY, []), path)
+    replication = _read_replication(document.pop(REPLICATION_KEY, []), path)
     metrics_table = document.pop(METRICS_TABLE, {})
     unknown_metrics = set(metrics_table) - {"per_topic", "max_series"} if isinstance(metrics_table, dict) else None
     if unknown_metrics is None or unknown_metrics:
@@ -408,13 +447,33 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str,
     if unknown:
         raise ConfigError(
             f"{path}: unknown key(s) {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}], [{KAFKA_TABLE}], [{METRICS_TABLE}], [[{USERS_KEY}]]"
+            f"known: {', '.join(ENV_VARS)}, [{STORAGE_TABLE}], [{KAFKA_TABLE}], [{METRICS_TABLE}], [[{USERS_KEY}]], "
+            f"[[{REPLICATION_KEY}]]"
         )
     for name, value in document.items():
         expected = int if name in INT_SETTINGS else str
         if isinstance(value, bool) or not isinstance(value, expected):
             raise ConfigError(f"{path}: {name} must be a {expected.__name__}, got {value!r}")
-    return document, storage_table, _check_kafka_table(kafka_table, path), users, metrics
+    return document, storage_table, _check_kafka_table(kafka_table, path), users, metrics, replication
+
+
+def _read_replication(entries: Any, path: Path) -> tuple[ReplicationConfig, ...]:
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise ConfigError(f"{path}: replication must be an array of tables ([[replication]])")
+    links = []
+    for entry in entries:
+        unknown = set(entry) - {"name", "remote", "namespace", "topics"}
+        if unknown:
+            raise ConfigError(f"{path}: [[replication]]: unknown key(s) {', '.join(sorted(unknown))}")
+        if "name" not in entry or "remote" not in entry:
+            raise ConfigError(f"{path}: [[replication]] needs a name and a remote")
+        try:
+            links.append(ReplicationConfig(**entry))
+        except (ConfigError, TypeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    if len({link.name for link in links}) != len(links):
+        raise ConfigError(f"{path}: [[replication]] names must differ")
+    return tuple(links)
 
 
 def _read_users(entries: Any, path: Path) -> tuple[UserConfig, ...]:

@@ -44,6 +44,10 @@ class GatewayMetrics:
     def track_auditor(self, stats: AuditorStats) -> None:
         self.registry.register(_AuditorCollector(stats))
 
+    def track_replication(self, replicators: Sequence) -> None:
+        if replicators:
+            self.registry.register(_ReplicationCollector(replicators))
+
     def track_namespaces(self, core, *, per_topic: bool, max_series: int) -> None:
         self.registry.register(NamespaceCollector(core, per_topic=per_topic, max_series=max_series))
 
@@ -100,6 +104,34 @@ class _AuditorCollector(Collector):
         for reason, count in stats.failures.items():
             failed.add_metric([reason], count)
         yield failed
+
+    def describe(self) -> Iterable[Metric]:
+        return self.collect()
+
+
+class _ReplicationCollector(Collector):
+    """Geo-replication links (protocols/kafka/mirror): lag per partition this broker copies."""
+
+    def __init__(self, replicators: Sequence) -> None:
+        self._replicators = tuple(replicators)
+
+    def collect(self) -> Iterator[Metric]:
+        lag = GaugeMetricFamily("gateway_replication_lag_records",
+                                "Records of a local partition not yet on the remote mirror", labels=["link", "topic", "partition"])
+        records = CounterMetricFamily("gateway_replication_copied_records", "Records copied to the remote",
+                                      labels=["link"])
+        copied = CounterMetricFamily("gateway_replication_copied_bytes", "Batch bytes copied to the remote",
+                                     labels=["link"])
+        failures = CounterMetricFamily("gateway_replication_failures",
+                                       "Copies that failed and are retried (remote unreachable, refused)", labels=["link"])
+        for replicator in self._replicators:
+            stats = replicator.stats
+            for (topic, partition), behind in sorted(stats.lag.items()):
+                lag.add_metric([replicator.name, topic, str(partition)], behind)
+            records.add_metric([replicator.name], stats.copied_records)
+            copied.add_metric([replicator.name], stats.copied_bytes)
+            failures.add_metric([replicator.name], stats.failures)
+        yield from (lag, records, copied, failures)
 
     def describe(self) -> Iterable[Metric]:
         return self.collect()

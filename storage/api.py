@@ -314,6 +314,10 @@ class ManagedLog(Protocol):
         """Move the log start offset to `offset` (Kafka DeleteRecords); whole ledgers below it are
         deleted. Returns the new log start offset."""
 
+    async def start_at(self, offset: int) -> None:
+        """Begin a log that never held an entry at `offset` instead (a copy of a log whose head is
+        gone). PositionOutOfRange if it holds or held entries, or `offset` is below its end."""
+
     async def close(self) -> None: ...
 
 

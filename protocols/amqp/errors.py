@@ -52,6 +52,7 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     # Kafka's alone (producers, groups, ACLs, transactions): never raised by what AMQP methods call
     core.OutOfOrderSequence: ReplyCode.INTERNAL_ERROR,
     core.SequenceGap: ReplyCode.INTERNAL_ERROR,
+    core.MirrorTopic: ReplyCode.ACCESS_REFUSED,
     core.InvalidProducerEpoch: ReplyCode.INTERNAL_ERROR,
     core.UnknownProducerId: ReplyCode.INTERNAL_ERROR,
     core.GroupError: ReplyCode.INTERNAL_ERROR,

@@ -31,6 +31,7 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     # possibly stored batches of its other partitions (confluentinc/librdkafka#4953).
     core.SequenceGap: ErrorCode.NOT_ENOUGH_REPLICAS,
     core.InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
+    core.MirrorTopic: ErrorCode.INVALID_REQUEST,    # as Kafka's cluster links answer for mirror topics
     core.UnknownProducerId: ErrorCode.UNKNOWN_PRODUCER_ID,
     core.GroupError: ErrorCode.UNKNOWN_SERVER_ERROR,
     core.InvalidGroupId: ErrorCode.INVALID_GROUP_ID,

@@ -394,6 +394,13 @@ class ManagedLogImpl(LogReads):
             drop = sum(1 for r in self._list.ledgers if not r.is_open and r.end_offset <= offset)
             return await self._drop_head(drop, offset)
 
+    async def start_at(self, offset: int) -> None:
+        async with self._list_lock:
+            if self._list.ledgers or self._writer is not None or self._next != self._hwm or offset < self._next:
+                raise PositionOutOfRange(f"log {self.name} cannot begin at {offset}: it is not empty at {self._next}")
+            await self._swap(replace(self._list, log_start_offset=offset))
+            self._next = self._hwm = offset
+
     async def _drop_head(self, count: int, start: int | None) -> int:
         """Drop the first `count` ledgers and move the log start (the caller holds _list_lock)."""
         dropped = self._list.ledgers[:count]

@@ -24,6 +24,9 @@ NOT_ENOUGH_REPLICAS, retriable and not stored, where Kafka answers OUT_OF_ORDER_
 a producer this partition has no state for must start at sequence 0, else (when records may have
 gone by retention) UNKNOWN_PRODUCER_ID with the log start offset. core/producer_state.py says why
 both differ from Kafka.
+Mirror topics (mirror.source set, protocols/kafka/mirror): a replicator (client id
+"gateway-replicator", with ACLs also CLUSTER_ACTION) stores each batch at its own base offset (core
+Partition.append_mirrored) and only into mirrors; any other producer gets INVALID_REQUEST there.
 Gaps: message format v0/v1 batches (magic < 2) are refused with INVALID_RECORD.
 """
 
@@ -33,12 +36,13 @@ from core.delayed import produce as delayed
 from core.errors import CoreError, InvalidRecord, UnknownProducerId
 from core.records import batch as record_batch
 from core.system_topics import SYSTEM_TOPICS
-from protocols.kafka.authorization import Operation, ResourceType, check, enforced
+from protocols.kafka.authorization import Operation, ResourceType, check, check_cluster, enforced
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.consumer_offsets import INTERNAL_TOPICS
 from protocols.kafka.errors import kafka_code
+from protocols.kafka.mirror.client import REPLICATOR_CLIENT_ID
 from protocols.kafka.schema.produce import PRODUCE as API
 from protocols.kafka.topic_names import topic_name
 from protocols.kafka.transactions import txn_key
@@ -49,6 +53,7 @@ async def handle(request: Msg, ctx: RequestContext):
     responses = []
     writable: dict[str, bool] | None = {} if enforced(ctx) else None   # None: no ACLs to consult
     refused = await _transactional_refusal(request, ctx)
+    mirroring: list[bool] = []     # decided once per request, when a mirror topic comes up
     for topic in request.topic_data:
         partitions = []
         responses.append({"name": topic.name, "partition_responses": partitions})
@@ -75,7 +80,9 @@ async def handle(request: Msg, ctx: RequestContext):
                 if request.transactional_id is not None:
                     # Checked with no await before the append: the transaction cannot end in between.
                     _check_transactional(ctx, request.transactional_id, topic.name, data)
-                if partition.config.delayed_delivery:     # the only per-partition cost for other topics
+                if ctx.header.client_id == REPLICATOR_CLIENT_ID and await _is_replicator(ctx, mirroring):
+                    pending = partition.append_mirrored(data.records or b"")
+                elif partition.config.delayed_delivery:     # the only per-partition cost for other topics
                     pending = delayed.start_append(ctx.core, name, partition, data.records or b"")
                 else:
                     pending = partition.start_append(data.records or b"")
@@ -98,6 +105,14 @@ async def _transactional_refusal(request: Msg, ctx: RequestContext) -> ErrorCode
     if not await check(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     return None
+
+
+async def _is_replicator(ctx: RequestContext, decided: list[bool]) -> bool:
+    """A replicator names itself by its client id and, with ACLs enforced, needs CLUSTER_ACTION, as
+    Kafka's replica fetchers do; without it, it is a client like any other."""
+    if not decided:
+        decided.append(await check_cluster(ctx, Operation.CLUSTER_ACTION))
+    return decided[0]
 
 
 def _transactional(records) -> bool:

@@ -1,0 +1,162 @@
+"""Geo-replication between two gateways on this machine: the source copies its namespace's topics
+to the remote as mirror topics (protocols/kafka/mirror). Driven by confluent-kafka on both sides:
+every record, transaction marker and offset is the same on the mirror (read_committed readers see
+the same records at the same offsets), the copy resumes exactly after a kill -9 of the source, the
+mirror refuses producers, and a remote that is down never holds back the source's producers."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.conftest import wait_for
+
+LINK = "dc1"
+PARTITIONS = 3
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def bootstrap(gateway) -> str:
+    return "%s:%d" % gateway.kafka
+
+
+def start_source(gateway_launcher, tmp_path: Path, remote_port: int):
+    config = tmp_path / "source.toml"
+    config.write_text(f'[[replication]]\nname = "{LINK}"\nremote = "127.0.0.1:{remote_port}"\n'
+                      f'namespace = "public/default"\ntopics = "orders.*"\n')
+    return gateway_launcher.start("--config", str(config), data_dir=tmp_path / "source")
+
+
+def start_remote(gateway_launcher, tmp_path: Path, port: int):
+    """The remote on a fixed Kafka port, so that it comes back where the source's link points."""
+    return gateway_launcher.start(command=[sys.executable, "-m", "gateway", "serve", "--data-dir",
+                                           str(tmp_path / "remote"), "--kafka-port", str(port),
+                                           "--amqp-port", "0", "--admin-port", "0"])
+
+
+def create_orders(gateway) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap(gateway)})
+    admin.create_topics([NewTopic("orders", PARTITIONS, 1)])["orders"].result(30)
+
+
+def caught_up(remote, source) -> bool:
+    there = ends(remote, "orders")
+    return bool(there) and there == ends(source, "orders")
+
+
+def produce(gateway, topic: str, values: range, **config) -> list:
+    producer = Producer({"bootstrap.servers": bootstrap(gateway), "enable.idempotence": True, "linger.ms": 5,
+                         "message.timeout.ms": 60_000, **config})
+    reports: list = []
+    for n in values:
+        producer.produce(topic, key=b"k%d" % (n % 7), value=b"v%d" % n, on_delivery=lambda e, m: reports.append(e))
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return reports
+
+
+def transaction(gateway, topic: str, values: list[bytes], commit: bool) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap(gateway), "transactional.id": f"tx-{commit}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(topic, value=value, partition=0)
+    (producer.commit_transaction if commit else producer.abort_transaction)(30)
+
+
+def ends(gateway, topic: str) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap(gateway), "group.id": "ends"})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)]
+    except KafkaException:
+        return []
+    finally:
+        consumer.close()
+
+
+def committed_records(gateway, topic: str) -> dict[int, list[tuple[int, bytes]]]:
+    """Every partition's records as a read_committed reader sees them: (offset, value)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap(gateway), "group.id": f"read-{time.monotonic()}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    expected = ends(gateway, topic)
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    positions = [0] * PARTITIONS
+    deadline = time.monotonic() + 60
+    try:
+        while any(positions[p] < expected[p] - 1 for p in range(PARTITIONS)) and time.monotonic() < deadline:
+            for message in consumer.consume(500, timeout=1):
+                if message.error() is None:
+                    seen[message.partition()].append((message.offset(), message.value()))
+                    positions[message.partition()] = message.offset()
+            # markers and aborted records end a partition below its high watermark
+            positions = [max(positions[p], consumer.position([TopicPartition(topic, p)])[0].offset - 1)
+                         for p in range(PARTITIONS)]
+    finally:
+        consumer.close()
+    return seen
+
+
+def lag_metric(gateway) -> dict[str, float]:
+    host, port = gateway.admin
+    text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read().decode()
+    return {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^gateway_replication_lag_records\{link="dc1",partition="(\d+)",topic="orders"\} (\S+)$', text, re.M)}
+
+
+def test_a_namespace_is_mirrored_offset_for_offset_and_the_copy_resumes_after_a_kill9(gateway_launcher,
+                                                                                       tmp_path) -> None:
+    remote_port = free_port()
+    remote = start_remote(gateway_launcher, tmp_path, remote_port)
+    source = start_source(gateway_launcher, tmp_path, remote_port)
+    create_orders(source)
+    assert not any(produce(source, "orders", range(0, 1500)))
+    transaction(source, "orders", [b"committed-1", b"committed-2"], commit=True)
+    transaction(source, "orders", [b"aborted-1", b"aborted-2"], commit=False)
+    wait_for(lambda: caught_up(remote, source), "the mirror caught up", 60, 0.5)
+
+    source.send_signal(signal.SIGKILL)
+    source.wait()
+    source = start_source(gateway_launcher, tmp_path, remote_port)
+    assert not any(produce(source, "orders", range(1500, 3000)))
+    wait_for(lambda: caught_up(remote, source), "the mirror caught up after the restart", 60, 0.5)
+    wait_for(lambda: set(lag_metric(source).values()) == {0.0}, "lag reported 0 on every partition", 30)
+
+    here, there = committed_records(source, "orders"), committed_records(remote, "orders")
+    assert there == here
+    values = [value for records in there.values() for _, value in records]
+    assert len(values) == len(set(values)) == 3002           # every record once, none of the aborted
+    assert b"committed-1" in values and b"aborted-1" not in values
+
+    refused = produce(remote, "orders", range(1), retries=0, **{"enable.idempotence": False})
+    assert [str(error.name()) for error in refused] == ["INVALID_REQUEST"]
+
+
+def test_a_remote_that_is_down_never_holds_back_local_producers(gateway_launcher, tmp_path) -> None:
+    remote_port = free_port()
+    remote = start_remote(gateway_launcher, tmp_path, remote_port)
+    source = start_source(gateway_launcher, tmp_path, remote_port)
+    create_orders(source)
+    assert not any(produce(source, "orders", range(0, 300)))
+    wait_for(lambda: sum(ends(remote, "orders") or [0]) == 300, "the first records copied", 60, 0.5)
+    remote.stop(signal.SIGKILL)
+    started = time.monotonic()
+    assert not any(produce(source, "orders", range(300, 2300)))
+    produced_in = time.monotonic() - started
+    wait_for(lambda: sum(lag_metric(source).values()) == 2000, "the lag of what the remote missed", 30, 0.5)
+    remote = start_remote(gateway_launcher, tmp_path, remote_port)
+    wait_for(lambda: caught_up(remote, source), "the mirror caught up", 90, 0.5)
+    assert produced_in < 30, f"producing while the remote was down took {produced_in:.1f} s"

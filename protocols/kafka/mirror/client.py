@@ -1,0 +1,228 @@
+"""The few Kafka requests a mirror's replicator sends to the remote cluster, over asyncio streams and
+encoded with the gateway's own codec (every message is declared once, in protocols/kafka/schema).
+
+A connection pipelines requests: each waits for the response carrying its correlation id, so the
+partitions copied to one remote broker share its connection without waiting on each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+
+from protocols.kafka.codec import types as t
+from protocols.kafka.codec.compile import Msg, request_codec, response_codec
+from protocols.kafka.codec.declare import Api
+from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.schema.create_topics import CREATE_TOPICS
+from protocols.kafka.schema.list_offsets import LIST_OFFSETS
+from protocols.kafka.schema.metadata import METADATA
+from protocols.kafka.schema.produce import PRODUCE
+
+REPLICATOR_CLIENT_ID = "gateway-replicator"   # how a mirror topic's owner knows its replicator
+MAX_RESPONSE_BYTES = 64 << 20
+LATEST = -1                                    # ListOffsets: the high watermark
+_SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+
+
+class RemoteError(Exception):
+    """The remote cluster answered with an error code, or could not be reached."""
+
+    def __init__(self, message: str, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def check(code: int, what: str) -> None:
+    if code != ErrorCode.NONE:
+        try:
+            known: ErrorCode | None = ErrorCode(code)
+        except ValueError:
+            known = None
+        raise RemoteError(f"{what}: {known.name if known is not None else code}", known)
+
+
+class RemoteConnection:
+    """One connection to one remote broker."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = 30.0) -> None:
+        self.address = (host, port)
+        self._timeout_s = timeout_s
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._waiting: dict[int, tuple[asyncio.Future, Api, int]] = {}
+        self._ids = itertools.count(1)
+        self._reading: asyncio.Task | None = None
+        self._connecting = asyncio.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._writer is not None and self._reading is not None and self._reading.done()
+
+    async def call(self, api: Api, version: int, body: dict) -> Msg:
+        await self._connect()
+        correlation = next(self._ids) & 0x7FFFFFFF
+        client_id = REPLICATOR_CLIENT_ID.encode()
+        payload = bytearray(struct.pack(">hhih", api.key, version, correlation, len(client_id)) + client_id)
+        if api.is_flexible(version):
+            payload += b"\x00"   # request header v2: no tagged fields
+        request_codec(api, version).write(payload, body)
+        answer = asyncio.get_running_loop().create_future()
+        self._waiting[correlation] = (answer, api, version)
+        self._writer.write(_SIZE.pack(len(payload)) + payload)
+        try:
+            await self._writer.drain()
+            return await asyncio.wait_for(answer, self._timeout_s)
+        except (OSError, asyncio.TimeoutError) as exc:
+            self.close()
+            raise RemoteError(f"{api.name} to {self.address[0]}:{self.address[1]}: {exc or 'timed out'}") from None
+        finally:
+            self._waiting.pop(correlation, None)
+
+    async def _connect(self) -> None:
+        async with self._connecting:
+            if self._writer is not None and not self.closed:
+                return
+            try:
+                self._reader, self._writer = await asyncio.wait_for(
+                    asyncio.open_connection(*self.address), self._timeout_s)
+            except (OSError, asyncio.TimeoutError) as exc:
+                raise RemoteError(f"cannot reach {self.address[0]}:{self.address[1]}: {exc or 'timed out'}") from None
+            self._reading = asyncio.ensure_future(self._read_responses())
+
+    async def _read_responses(self) -> None:
+        error: BaseException = RemoteError(f"connection to {self.address[0]}:{self.address[1]} closed")
+        try:
+            while True:
+                size = _SIZE.unpack(await self._reader.readexactly(_SIZE.size))[0]
+                if not 4 <= size <= MAX_RESPONSE_BYTES:
+                    raise RemoteError(f"response of {size} bytes from {self.address[0]}:{self.address[1]}")
+                frame = await self._reader.readexactly(size)
+                correlation = _CORRELATION.unpack_from(frame)[0]
+                waiting = self._waiting.pop(correlation, None)
+                if waiting is None:
+                    continue   # its caller gave up
+                answer, api, version = waiting
+                reader = t.Reader(memoryview(frame)[_CORRELATION.size:])
+                if api.is_flexible(version):
+                    for _ in range(reader.uvarint()):   # response header v1: tagged fields
+                        reader.uvarint()
+                        reader.take(reader.uvarint())
+                if not answer.done():
+                    answer.set_result(response_codec(api, version).read(reader))
+        except (OSError, asyncio.IncompleteReadError, RemoteError) as exc:
+            if isinstance(exc, RemoteError):
+                error = exc
+        except Exception as exc:   # a response the codec cannot read
+            error = RemoteError(f"unreadable response from {self.address[0]}:{self.address[1]}: {exc}")
+        finally:
+            for answer, _, _ in self._waiting.values():
+                if not answer.done():
+                    answer.set_exception(error)
+            self._waiting.clear()
+            if self._writer is not None:
+                self._writer.close()
+
+    def close(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+        if self._writer is not None:
+            self._writer.close()
+
+
+class RemoteCluster:
+    """The remote cluster as the replicator needs it: who leads each partition, topic creation,
+    a partition's end, and Produce. Metadata is cached and refreshed after any error."""
+
+    def __init__(self, bootstrap: list[tuple[str, int]], timeout_s: float = 30.0) -> None:
+        self._bootstrap = bootstrap
+        self._timeout_s = timeout_s
+        self._connections: dict[tuple[str, int], RemoteConnection] = {}
+        self._brokers: dict[int, tuple[str, int]] = {}
+        self._leaders: dict[tuple[str, int], int] = {}
+
+    def _connection(self, address: tuple[str, int]) -> RemoteConnection:
+        connection = self._connections.get(address)
+        if connection is None or connection.closed:
+            connection = self._connections[address] = RemoteConnection(*address, timeout_s=self._timeout_s)
+        return connection
+
+    async def _any(self, api: Api, version: int, body: dict) -> Msg:
+        """Ask the bootstrap brokers in turn, then any known one."""
+        error: RemoteError = RemoteError("no remote broker configured")
+        for address in list(dict.fromkeys(self._bootstrap + list(self._brokers.values()))):
+            try:
+                return await self._connection(address).call(api, version, body)
+            except RemoteError as exc:
+                error = exc
+        raise error
+
+    async def refresh(self, topics: list[str]) -> Msg:
+        response = await self._any(METADATA, 4, {"topics": [{"name": name} for name in topics],
+                                                 "allow_auto_topic_creation": False})
+        self._brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+        for topic in response.topics:
+            for partition in topic.partitions:
+                self._leaders[(topic.name, partition.partition_index)] = partition.leader_id
+        return response
+
+    async def partitions(self, topic: str) -> int | None:
+        """The remote topic's partition count; None when it does not exist."""
+        response = await self.refresh([topic])
+        for answer in response.topics:
+            if answer.name == topic:
+                if answer.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    return None
+                check(answer.error_code, f"metadata of {topic}")
+                return len(answer.partitions)
+        return None
+
+    async def create_topic(self, topic: str, partitions: int, configs: dict[str, str]) -> None:
+        response = await self._any(CREATE_TOPICS, 3, {"topics": [{
+            "name": topic, "num_partitions": partitions, "replication_factor": -1, "assignments": [],
+            "configs": [{"name": k, "value": v} for k, v in configs.items()]}], "timeout_ms": 30000,
+            "validate_only": False})
+        code = response.topics[0].error_code
+        if code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            check(code, f"creating {topic}")
+
+    async def _leader(self, topic: str, partition: int) -> RemoteConnection:
+        leader = self._leaders.get((topic, partition))
+        if leader is None or leader not in self._brokers:
+            await self.refresh([topic])
+            leader = self._leaders.get((topic, partition))
+            if leader is None or leader not in self._brokers:
+                raise RemoteError(f"no leader for {topic}-{partition}")
+        return self._connection(self._brokers[leader])
+
+    async def end_offset(self, topic: str, partition: int) -> int:
+        try:
+            response = await (await self._leader(topic, partition)).call(LIST_OFFSETS, 2, {
+                "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+                    {"partition_index": partition, "timestamp": LATEST}]}]})
+            answer = response.topics[0].partitions[0]
+            check(answer.error_code, f"end offset of {topic}-{partition}")
+            return answer.offset
+        except RemoteError:
+            self._leaders.pop((topic, partition), None)
+            raise
+
+    async def produce(self, topic: str, partition: int, records: bytes) -> int:
+        """Store `records` (whole batches) with acks=all; the first batch's base offset."""
+        try:
+            response = await (await self._leader(topic, partition)).call(PRODUCE, 7, {
+                "transactional_id": None, "acks": -1, "timeout_ms": int(self._timeout_s * 1000),
+                "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
+            answer = response.responses[0].partition_responses[0]
+            check(answer.error_code, f"copying to {topic}-{partition}")
+            return answer.base_offset
+        except RemoteError:
+            self._leaders.pop((topic, partition), None)
+            raise
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()

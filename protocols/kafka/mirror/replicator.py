@@ -1,0 +1,145 @@
+"""Geo-replication: a namespace's topics copied to a remote cluster as mirror topics, offset for offset.
+
+For each local partition this broker serves, a copier asks the remote partition's end (its high
+watermark: copying resumes there, so there is no cursor of its own that could disagree with the
+remote after a crash), reads the local log from that offset and sends the batches as they are
+stored, base offsets included, to the remote partition's owner, which appends each at its own
+offset (core Partition.append_mirrored) and skips one it already has. Then it waits for new records.
+Transaction markers are copied like any batch, so read_committed readers of a mirror see what they
+would see here.
+
+A copier only reads the local log: a remote that is slow, paused or down never holds back local
+producers. Its copiers retry with backoff, and the lag (records here not yet there) is reported
+per partition. Topics that are themselves mirrors are never copied on (no loops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass, field
+
+from core.errors import CoreError
+from core.names import TopicName
+from core.records import batch as record_batch
+from core.system_topics import SYSTEM_TOPICS
+from protocols.kafka.mirror.client import RemoteCluster, RemoteError
+
+log = logging.getLogger("gateway.replication")
+
+SCAN_S = 5.0                 # how often the namespace's topics and this broker's partitions are listed
+WAIT_S = 5.0                 # a copier waiting for new records looks again after this long anyway
+MAX_COPY_BYTES = 1 << 20     # read and sent per request
+BACKOFF_S = (0.2, 5.0)       # first and longest pause after a failure
+
+
+@dataclass
+class LinkStats:
+    """What a link has done, for /metrics."""
+
+    lag: dict[tuple[str, int], int] = field(default_factory=dict)   # records not yet on the remote
+    copied_records: int = 0
+    copied_bytes: int = 0
+    failures: int = 0
+
+
+class Replicator:
+    """One `[[replication]]` link: the local namespace's topics matching `topics` to `remote`."""
+
+    def __init__(self, core, name: str, remote: RemoteCluster, tenant: str, namespace: str,
+                 topics: str = ".*") -> None:
+        self.name = name
+        self.stats = LinkStats()
+        self._core = core
+        self._remote = remote
+        self._tenant, self._namespace = tenant, namespace
+        self._topics = re.compile(topics)
+        self._copiers: dict[tuple[str, int], asyncio.Task] = {}
+        self._running: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._running = asyncio.ensure_future(self._run())
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._running, *self._copiers.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._copiers.clear()
+        self._remote.close()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._scan()
+            except CoreError as exc:
+                log.warning("replication %s: listing %s/%s failed: %s", self.name, self._tenant, self._namespace, exc)
+            await asyncio.sleep(SCAN_S)
+
+    async def _scan(self) -> None:
+        wanted: dict[tuple[str, int], tuple[TopicName, int]] = {}   # -> the topic's name and partition count
+        registry = self._core.registry
+        for topic in await registry.list_topics(self._tenant, self._namespace):
+            if topic in SYSTEM_TOPICS or not self._topics.fullmatch(topic):
+                continue
+            name = TopicName(self._tenant, self._namespace, topic)
+            info = await registry.get_topic(name)
+            if info.configs.get("mirror.source"):
+                continue
+            for index in range(info.partitions):
+                if self._core.serves(name, index):
+                    wanted[(topic, index)] = (name, info.partitions)
+        for key in [k for k in self._copiers if k not in wanted]:
+            self._copiers.pop(key).cancel()
+            self.stats.lag.pop(key, None)
+        for key, (name, partitions) in wanted.items():
+            if key not in self._copiers or self._copiers[key].done():
+                self._copiers[key] = asyncio.ensure_future(self._copy(name, key[1], partitions))
+
+    async def _copy(self, name: TopicName, index: int, partitions: int) -> None:
+        backoff = BACKOFF_S[0]
+        failed_with = None
+        while True:
+            try:
+                await self._ensure_mirror(name.topic, partitions)
+                position = await self._remote.end_offset(name.topic, index)
+                while True:
+                    position = await self._copy_from(name, index, position)
+                    backoff, failed_with = BACKOFF_S[0], None
+            except (RemoteError, CoreError) as exc:
+                self.stats.failures += 1
+                if str(exc) != failed_with:   # logged once per distinct failure, not per retry
+                    log.warning("replication %s: %s-%d: %s; retrying", self.name, name.topic, index, exc)
+                    failed_with = str(exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_S[1])
+
+    async def _copy_from(self, name: TopicName, index: int, position: int) -> int:
+        """Send what the local partition holds from `position` (waiting for it if nothing yet); returns
+        the next position."""
+        partition = await self._core.partition(name, index)
+        end = partition.high_watermark
+        self.stats.lag[(name.topic, index)] = max(0, end - position)
+        if position >= end:
+            await partition.wait_for_data(position, WAIT_S)
+            return position
+        # Below the log start the records went by retention before they were copied: the mirror
+        # begins at the log start when it holds nothing yet, else the remote refuses the gap.
+        result = await partition.read(max(position, partition.log_start_offset), MAX_COPY_BYTES)
+        if not result.records:
+            return position
+        headers = [record_batch.read_header(b) for b in record_batch.split_batches(result.records)]
+        await self._remote.produce(name.topic, index, result.records)
+        self.stats.copied_records += sum(h.record_count for h in headers)
+        self.stats.copied_bytes += len(result.records)
+        last = headers[-1]
+        return last.base_offset + last.record_count
+
+    async def _ensure_mirror(self, topic: str, partitions: int) -> None:
+        remote_partitions = await self._remote.partitions(topic)
+        if remote_partitions is None:
+            await self._remote.create_topic(topic, partitions, {"mirror.source": self.name})
+        elif remote_partitions < partitions:
+            raise RemoteError(f"the remote {topic} has {remote_partitions} partitions, fewer than the {partitions} here")
+
