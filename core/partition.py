@@ -250,27 +250,36 @@ class Partition:
             raise MirrorTopic(f"{self.topic} is not a mirror topic")
         batches, headers = self._validated(records, from_client=False)
         first = None
+        pending: list[Awaitable[int]] = []
+        aborted: list[AbortedTxn] = []
+        first_queued = self.log.next_offset
         for batch, header in zip(batches, headers):
             first = header.base_offset if first is None else first
             end = self.log.next_offset
             if header.base_offset + header.record_count <= end:
                 continue
             if header.base_offset != end:
-                if end != self.log_start_offset or self.log.high_watermark != end:
+                if pending or end != self.log_start_offset or self.log.high_watermark != end:
                     raise OffsetOutOfRange(f"{self.topic}-{self.index}: a mirrored batch at {header.base_offset} "
                                            f"leaves a gap after {end}")
                 with storage_errors():
                     await self.log.start_at(header.base_offset)
+                first_queued = header.base_offset
             stored = record_batch.with_offset_and_epoch(batch, header.base_offset, self.log.leader_epoch)
             with storage_errors():
-                await self.log.append(stored, header.record_count, header.max_timestamp)
+                pending.append(self.log.append(stored, header.record_count, header.max_timestamp))
             self.messages_in += header.record_count
             self.bytes_in += len(batch)
-            aborted = self._learn_batch(stored, header.base_offset)
-            if aborted is not None and self._aborted_store is not None:
-                with storage_errors():
-                    await self._aborted_store.save(aborted)
+            ended = self._learn_batch(stored, header.base_offset)
+            if ended is not None:
+                aborted.append(ended)
+        if pending:
+            await self._first_offset(pending, first_queued)   # queued together: one group commit, not one each
             self.wake_watchers()
+        for transaction in aborted:
+            if self._aborted_store is not None:
+                with storage_errors():
+                    await self._aborted_store.save(transaction)
         return -1 if first is None else first
 
     async def write_marker(self, marker: Marker) -> int:

@@ -411,3 +411,17 @@ def test_load_shedding_settings_default_to_pulsars_and_come_from_every_source(tm
         resolve_config(env={"GATEWAY_LOAD_SHED_THRESHOLD_PERCENT": "101"})
     with pytest.raises(ConfigError, match=r"load_shed_interval_ms must be an integer in 0\.\.86400000"):
         resolve_config(env={"GATEWAY_LOAD_SHED_INTERVAL_MS": "-1"})
+
+
+def test_replication_links_come_from_the_config_file(tmp_path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text('[[replication]]\nname = "dc2"\nremote = "10.0.0.1:9092, 10.0.0.2:9092"\n'
+                    'namespace = "acme/payments"\ntopics = "orders-.*"\n')
+    (link,) = resolve_config(config_file=path, env={}).replication
+    assert (link.name, link.namespace, link.topics) == ("dc2", "acme/payments", "orders-.*")
+    assert link.bootstrap == [("10.0.0.1", 9092), ("10.0.0.2", 9092)]
+    for broken, complaint in (('remote = "nowhere"', "host:port"), ('namespace = "flat"', "namespace"),
+                              ('topics = "("', "topics|regular|unterminated|missing"), ('bogus = 1', "unknown")):
+        path.write_text(f'[[replication]]\nname = "dc2"\nremote = "h:1"\n{broken}\n'.replace('remote = "h:1"\nremote', 'remote'))
+        with pytest.raises(ConfigError, match=complaint):
+            resolve_config(config_file=path, env={})

@@ -28,7 +28,7 @@ from protocols.kafka.mirror.client import RemoteCluster, RemoteError
 
 log = logging.getLogger("gateway.replication")
 
-SCAN_S = 5.0                 # how often the namespace's topics and this broker's partitions are listed
+SCAN_S = 2.0                 # how often the namespace's topics and this broker's partitions are listed
 WAIT_S = 5.0                 # a copier waiting for new records looks again after this long anyway
 MAX_COPY_BYTES = 1 << 20     # read and sent per request
 BACKOFF_S = (0.2, 5.0)       # first and longest pause after a failure
