@@ -22,6 +22,7 @@ from storage.api import LogClosed, MetadataStore, StorageError
 from storage.ledger.client import LedgerClient, LedgerHandle
 from storage.ledger.metadata import LedgerState
 from storage.managed_log.ledger_list import LedgerList
+from storage.managed_log.positions import EntryPositions
 from storage.managed_log.reading import LogReads, decode_entry
 from storage.managed_log.tail_cache import TailCache
 
@@ -47,6 +48,7 @@ class LogFollower(LogReads):
         self._bases = array("q")
         self._readers: dict[int, LedgerHandle] = {}
         self._hints = OrderedDict()
+        self._positions = EntryPositions()
         self._cache = tail_cache
         self._tail = tail_cache.new_tail() if tail_cache is not None else None
         self._open: LedgerHandle | None = None     # the writer's open ledger, opened without recovery
@@ -85,6 +87,8 @@ class LogFollower(LogReads):
             current = ranges.get(ledger_id)
             if current is None or (not current.is_open and handle.metadata.state is not LedgerState.CLOSED):
                 del self._readers[ledger_id]
+            if current is None:
+                self._positions.forget(ledger_id)
         self._list = listing
         last = listing.ledgers[-1] if listing.ledgers else None
         if last is not None and last.is_open:

@@ -26,6 +26,7 @@ from storage.api import (BadVersion, LedgerFenced, LogClosed, LogEntry, Metadata
                          PositionOutOfRange, RetentionPolicy, StorageError)
 from storage.ledger.client import LedgerClient, LedgerHandle
 from storage.managed_log.ledger_list import ENTRY_HEADER, LedgerList, LedgerRange
+from storage.managed_log.positions import EntryPositions
 from storage.managed_log.reading import LogReads
 from storage.managed_log.tail_cache import TailCache
 
@@ -73,6 +74,7 @@ class ManagedLogImpl(LogReads):
         self._closed: BaseException | None = None
         self._readers: dict[int, LedgerHandle] = {}
         self._hints: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self._positions = EntryPositions()
         self._append_waiters: list[asyncio.Future] = []
         self._repair_waiters: list[asyncio.Future] = []
         # the newest durable entries, so tailing readers skip the bookie (None: no cache)
@@ -415,6 +417,7 @@ class ManagedLogImpl(LogReads):
             if self._tail is not None and self._tail.ledger_id == r.ledger_id:
                 self._cache.forget(self._tail)
             self._readers.pop(r.ledger_id, None)
+            self._positions.forget(r.ledger_id)
             await self._ledgers.delete(r.ledger_id)
         return new_start
 

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from storage.api import LogClosed, LogEntry, PositionOutOfRange
 from storage.ledger.client import LedgerClient, LedgerHandle
 from storage.managed_log.ledger_list import ENTRY_HEADER, LedgerList, LedgerRange
+from storage.managed_log.positions import EntryPositions, search_entries
 from storage.managed_log.tail_cache import LogTail, TailCache
 
 _HINTS = 256  # remembered (offset -> entry) positions, so sequential readers never search
@@ -39,6 +40,7 @@ class LogReads:
     _bases: array                         # base offset of each entry of the open ledger (writer only)
     _readers: dict[int, LedgerHandle]     # ledgers opened for reading
     _hints: OrderedDict[int, tuple[int, int]]
+    _positions: EntryPositions            # where entries of ledgers read (not written) here begin
     _cache: TailCache | None
     _tail: LogTail | None
     _append_waiters: list[asyncio.Future]   # resolved by the subclass when the high watermark moves
@@ -104,9 +106,11 @@ class LogReads:
             entry_id = bisect.bisect_right(self._bases, offset) - 1
         else:
             handle = await self._reader(ledger_range.ledger_id)
-            entry_id = await self._find_entry(handle, offset)
+            entry_id = await self._find_entry(handle, offset, ledger_range)
         raws = await handle.read(entry_id, handle.last_add_confirmed, max_bytes)
         entries = [entry for entry in map(decode_entry, raws) if entry.base_offset < hwm]
+        if entries and handle is not self._writer:
+            self._positions.learn(ledger_range.ledger_id, entry_id, entries[0].base_offset)
         if entries and entries[-1].next_offset < hwm:
             self._remember(entries[-1].next_offset, ledger_range.ledger_id, entry_id + len(entries))
         return entries
@@ -128,15 +132,23 @@ class LogReads:
         if len(self._hints) > _HINTS:
             self._hints.popitem(last=False)
 
-    async def _find_entry(self, handle: LedgerHandle, offset: int) -> int:
+    async def _find_entry(self, handle: LedgerHandle, offset: int, ledger_range: LedgerRange) -> int:
+        """The entry of a ledger this process does not write that holds `offset`: remembered for a
+        sequential reader, else searched between the nearest entries known (positions.py)."""
         hint = self._hints.get(offset)
         if hint is not None and hint[0] == handle.ledger_id:
             return hint[1]
+        ledger_id, count = handle.ledger_id, handle.last_add_confirmed + 1
+        below, above = self._positions.around(ledger_id, offset)
+        lo, lo_base = below if below is not None else (0, ledger_range.first_offset)
+        hi, hi_base = above if above is not None else (count, ledger_range.end_offset if ledger_range.end_offset >= 0
+                                                        else self._hwm)
 
-        async def covers_or_after(entry_id: int) -> bool:
+        async def base_and_next(entry_id: int) -> tuple[int, int]:
             entry = await self._entry(handle, entry_id)
-            return entry.next_offset > offset
-        return await bisect_entries(handle.last_add_confirmed + 1, covers_or_after)
+            self._positions.learn(ledger_id, entry_id, entry.base_offset)
+            return entry.base_offset, entry.next_offset
+        return await search_entries(offset, lo, lo_base, hi, hi_base, base_and_next)
 
     async def _entry(self, handle: LedgerHandle, entry_id: int) -> LogEntry:
         return decode_entry((await handle.read(entry_id, entry_id, 1))[0])
@@ -163,7 +175,7 @@ class LogReads:
             entry_id = await bisect_entries(handle.last_add_confirmed + 1, reaches)
             if ledger_range.first_offset <= start:
                 first_live = (bisect.bisect_right(bases, start) - 1 if is_current
-                              else await self._find_entry(handle, start))
+                              else await self._find_entry(handle, start, ledger_range))
                 entry_id = max(entry_id, first_live)
             while entry_id <= handle.last_add_confirmed:
                 entries = [decode_entry(raw) for raw in await handle.read(entry_id, handle.last_add_confirmed, 1 << 20)]
