@@ -10,7 +10,8 @@ would see here.
 
 A copier only reads the local log: a remote that is slow, paused or down never holds back local
 producers. Its copiers retry with backoff, and the lag (records here not yet there) is reported
-per partition. Topics that are themselves mirrors are never copied on (no loops).
+per partition. Topics that are themselves mirrors are never copied on (no loops), nor internal
+topics (names beginning with "__", MirrorMaker's default exclusion too).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from dataclasses import dataclass, field
 from core.errors import CoreError
 from core.names import TopicName
 from core.records import batch as record_batch
-from core.system_topics import SYSTEM_TOPICS
 from protocols.kafka.mirror.client import RemoteCluster, RemoteError
 
 log = logging.getLogger("gateway.replication")
@@ -32,6 +32,7 @@ SCAN_S = 2.0                 # how often the namespace's topics and this broker'
 WAIT_S = 5.0                 # a copier waiting for new records looks again after this long anyway
 MAX_COPY_BYTES = 1 << 20     # read and sent per request
 BACKOFF_S = (0.2, 5.0)       # first and longest pause after a failure
+INTERNAL_PREFIX = "__"       # __consumer_offsets, the delayed-delivery store's: never copied (nor by MirrorMaker)
 
 
 @dataclass
@@ -81,7 +82,7 @@ class Replicator:
         wanted: dict[tuple[str, int], tuple[TopicName, int]] = {}   # -> the topic's name and partition count
         registry = self._core.registry
         for topic in await registry.list_topics(self._tenant, self._namespace):
-            if topic in SYSTEM_TOPICS or not self._topics.fullmatch(topic):
+            if topic.startswith(INTERNAL_PREFIX) or not self._topics.fullmatch(topic):
                 continue
             name = TopicName(self._tenant, self._namespace, topic)
             info = await registry.get_topic(name)
