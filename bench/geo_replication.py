@@ -25,7 +25,8 @@ from pathlib import Path
 import psutil
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from bench.kafka import _STAMP, MESSAGE_BYTES, Latency, consumer_config, cpu_seconds, create_topics_admin, producer_config
+from bench.kafka import (_STAMP, MESSAGE_BYTES, Latency, consumer_config, cpu_seconds, create_topics_admin,
+                         producer_config, send_stamped)
 from bench.reference import RunningBroker, start_gateway
 
 TOPIC = "geo-bench"
@@ -101,13 +102,7 @@ def run(rate: int, seconds: float, partitions: int, linked: bool) -> dict:
             process = psutil.Process(source.pid)
             total = int(rate * seconds)
             cpu0 = cpu_seconds(process)
-            begin = time.perf_counter()
-            for i in range(total):
-                pause = begin + i / rate - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)
-                producer.produce(TOPIC, b"T" + _STAMP.pack(time.perf_counter_ns()) + filler, partition=i % partitions)
-                producer.poll(0)
+            send_stamped(producer, TOPIC, partitions, total, rate)
             producer.flush(60)
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and (len(here.delays_ns) < total or

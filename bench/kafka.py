@@ -242,14 +242,7 @@ def measure_latency(bootstrap: str, topic: str, partitions: int, rate: int, seco
         errors.append(f"latency {topic}: the consumer saw nothing within 30 s")
     total = int(rate * seconds)
     cpu0 = cpu_seconds(process)
-    start = time.perf_counter()
-    for i in range(total):
-        due = start + i / rate
-        pause = due - time.perf_counter()
-        if pause > 0:
-            time.sleep(pause)
-        producer.produce(topic, b"T" + _STAMP.pack(time.perf_counter_ns()) + filler, partition=i % partitions)
-        producer.poll(0)
+    send_stamped(producer, topic, partitions, total, rate)
     producer.flush(30)
     end = time.monotonic() + 30
     while len(delays_ns) < total and time.monotonic() < end:
@@ -261,6 +254,19 @@ def measure_latency(bootstrap: str, topic: str, partitions: int, rate: int, seco
     if len(delays_ns) < total:
         errors.append(f"latency {topic}: {len(delays_ns)} of {total} messages arrived")
     return Latency.of(total, delays_ns, cpu)
+
+
+def send_stamped(producer: Producer, topic: str, partitions: int, total: int, rate: int) -> None:
+    """`total` messages at `rate`/s over the partitions in turn, each "T" + its send time (ns) +
+    filler, MESSAGE_BYTES in all."""
+    filler = b"x" * (MESSAGE_BYTES - 9)
+    start = time.perf_counter()
+    for i in range(total):
+        pause = start + i / rate - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        producer.produce(topic, b"T" + _STAMP.pack(time.perf_counter_ns()) + filler, partition=i % partitions)
+        producer.poll(0)
 
 
 # --- brokers -----------------------------------------------------------------------------------

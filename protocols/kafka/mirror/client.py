@@ -198,29 +198,33 @@ class RemoteCluster:
         return self._connection(self._brokers[leader])
 
     async def end_offset(self, topic: str, partition: int) -> int:
-        try:
-            response = await (await self._leader(topic, partition)).call(LIST_OFFSETS, 2, {
-                "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
-                    {"partition_index": partition, "timestamp": LATEST}]}]})
-            answer = response.topics[0].partitions[0]
-            check(answer.error_code, f"end offset of {topic}-{partition}")
-            return answer.offset
-        except RemoteError:
-            self._leaders.pop((topic, partition), None)
-            raise
+        response = await self._call_leader(topic, partition, LIST_OFFSETS, 2, {
+            "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+                {"partition_index": partition, "timestamp": LATEST}]}]})
+        answer = response.topics[0].partitions[0]
+        self._check(answer.error_code, f"end offset of {topic}-{partition}", topic, partition)
+        return answer.offset
 
     async def produce(self, topic: str, partition: int, records: bytes) -> int:
         """Store `records` (whole batches) with acks=all; the first batch's base offset."""
+        response = await self._call_leader(topic, partition, PRODUCE, 7, {
+            "transactional_id": None, "acks": -1, "timeout_ms": int(self._timeout_s * 1000),
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
+        answer = response.responses[0].partition_responses[0]
+        self._check(answer.error_code, f"copying to {topic}-{partition}", topic, partition)
+        return answer.base_offset
+
+    async def _call_leader(self, topic: str, partition: int, api: Api, version: int, body: dict) -> Msg:
         try:
-            response = await (await self._leader(topic, partition)).call(PRODUCE, 7, {
-                "transactional_id": None, "acks": -1, "timeout_ms": int(self._timeout_s * 1000),
-                "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
-            answer = response.responses[0].partition_responses[0]
-            check(answer.error_code, f"copying to {topic}-{partition}")
-            return answer.base_offset
+            return await (await self._leader(topic, partition)).call(api, version, body)
         except RemoteError:
-            self._leaders.pop((topic, partition), None)
+            self._leaders.pop((topic, partition), None)   # asked again next time: it may have moved
             raise
+
+    def _check(self, code: int, what: str, topic: str, partition: int) -> None:
+        if code != ErrorCode.NONE:
+            self._leaders.pop((topic, partition), None)
+            check(code, what)
 
     def close(self) -> None:
         for connection in self._connections.values():
