@@ -274,6 +274,7 @@ class Partition:
             if ended is not None:
                 aborted.append(ended)
         if pending:
+            self.meter.published(sum(len(b) for b in batches), sum(h.record_count for h in headers))
             await self._first_offset(pending, first_queued)   # queued together: one group commit, not one each
             self.wake_watchers()
         for transaction in aborted:

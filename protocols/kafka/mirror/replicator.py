@@ -21,7 +21,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from core.errors import CoreError
+from core.errors import CoreError, UnknownTopic
 from core.names import TopicName
 from core.records import batch as record_batch
 from protocols.kafka.mirror.client import RemoteCluster, RemoteError
@@ -85,7 +85,10 @@ class Replicator:
             if topic.startswith(INTERNAL_PREFIX) or not self._topics.fullmatch(topic):
                 continue
             name = TopicName(self._tenant, self._namespace, topic)
-            info = await registry.get_topic(name)
+            try:
+                info = await registry.get_topic(name)
+            except UnknownTopic:     # deleted since it was listed
+                continue
             if info.configs.get("mirror.source"):
                 continue
             for index in range(info.partitions):
