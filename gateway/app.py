@@ -281,7 +281,8 @@ class Gateway:
             await self._cluster.start()
         for link in config.replication:
             tenant, namespace = link.namespace.split("/")
-            replicator = Replicator(self._core, link.name, RemoteCluster(link.bootstrap), tenant, namespace, link.topics)
+            replicator = Replicator(self._core, link.name, RemoteCluster(link.bootstrap), tenant, namespace, link.topics,
+                                    groups=kafka_broker.groups)
             replicator.start()
             self._replicators.append(replicator)
         self.metrics.track_replication(self._replicators)

@@ -122,6 +122,8 @@ class _ReplicationCollector(Collector):
                                       labels=["link"])
         copied = CounterMetricFamily("gateway_replication_copied_bytes", "Batch bytes copied to the remote",
                                      labels=["link"])
+        groups = CounterMetricFamily("gateway_replication_group_commits",
+                                     "Consumer groups whose committed offsets were carried to the remote", labels=["link"])
         failures = CounterMetricFamily("gateway_replication_failures",
                                        "Copies that failed and are retried (remote unreachable, refused)", labels=["link"])
         for replicator in self._replicators:
@@ -130,8 +132,9 @@ class _ReplicationCollector(Collector):
                 lag.add_metric([replicator.name, topic, str(partition)], behind)
             records.add_metric([replicator.name], stats.copied_records)
             copied.add_metric([replicator.name], stats.copied_bytes)
+            groups.add_metric([replicator.name], stats.group_commits)
             failures.add_metric([replicator.name], stats.failures)
-        yield from (lag, records, copied, failures)
+        yield from (lag, records, copied, groups, failures)
 
     def describe(self) -> Iterable[Metric]:
         return self.collect()

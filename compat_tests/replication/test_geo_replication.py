@@ -1,8 +1,9 @@
 """Geo-replication between two gateways on this machine: the source copies its namespace's topics
 to the remote as mirror topics (protocols/kafka/mirror). Driven by confluent-kafka on both sides:
 every record, transaction marker and offset is the same on the mirror (read_committed readers see
-the same records at the same offsets), the copy resumes exactly after a kill -9 of the source, the
-mirror refuses producers, and a remote that is down never holds back the source's producers."""
+the same records at the same offsets), consumer groups' committed offsets follow, the copy
+resumes exactly after a kill -9 of the source, the mirror refuses producers, and a remote that is
+down never holds back the source's producers."""
 
 from __future__ import annotations
 
@@ -110,6 +111,15 @@ def committed_records(gateway, topic: str) -> dict[int, list[tuple[int, bytes]]]
     return seen
 
 
+def committed(gateway, group: str) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap(gateway), "group.id": group})
+    try:
+        return [tp.offset for tp in consumer.committed([TopicPartition("orders", p) for p in range(PARTITIONS)],
+                                                       timeout=10)]
+    finally:
+        consumer.close()
+
+
 def metrics(gateway) -> str:
     host, port = gateway.admin
     return urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read().decode()
@@ -136,6 +146,22 @@ def test_a_namespace_is_mirrored_offset_for_offset_and_the_copy_resumes_after_a_
     transaction(source, "orders", [b"committed-1", b"committed-2"], commit=True)
     transaction(source, "orders", [b"aborted-1", b"aborted-2"], commit=False)
     wait_for(lambda: caught_up(remote, source), "the mirror caught up", 60, 0.5)
+    # A consumer group's positions follow, untranslated: the mirror's offsets are the source's.
+    app = Consumer({"bootstrap.servers": bootstrap(source), "group.id": "payments-app"})
+    app.commit(offsets=[TopicPartition("orders", p, 100 + p) for p in range(PARTITIONS)], asynchronous=False)
+    app.close()
+    wait_for(lambda: committed(remote, "payments-app") == [100, 101, 102], "the group's offsets on the mirror", 30, 0.5)
+    # A group with members on the remote keeps its own positions; the others still follow.
+    busy = Consumer({"bootstrap.servers": bootstrap(remote), "group.id": "busy-app", "enable.auto.commit": False})
+    busy.subscribe(["orders"])
+    wait_for(lambda: busy.poll(0.2) is not None or busy.assignment(), "a member of busy-app on the remote", 30)
+    for group, base in (("busy-app", 7), ("payments-app", 200)):
+        app = Consumer({"bootstrap.servers": bootstrap(source), "group.id": group})
+        app.commit(offsets=[TopicPartition("orders", p, base + p) for p in range(PARTITIONS)], asynchronous=False)
+        app.close()
+    wait_for(lambda: committed(remote, "payments-app") == [200, 201, 202], "the group's new offsets", 30, 0.5)
+    assert all(offset < 0 for offset in committed(remote, "busy-app")) and failures(source) == 0
+    busy.close()
 
     source.send_signal(signal.SIGKILL)
     source.wait()

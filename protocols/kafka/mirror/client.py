@@ -16,11 +16,15 @@ from protocols.kafka.codec.compile import Msg, request_codec, response_codec
 from protocols.kafka.codec.declare import Api
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.create_topics import CREATE_TOPICS
+from protocols.kafka.schema.find_coordinator import FIND_COORDINATOR
 from protocols.kafka.schema.list_offsets import LIST_OFFSETS
 from protocols.kafka.schema.metadata import METADATA
+from protocols.kafka.schema.offset_commit import OFFSET_COMMIT
 from protocols.kafka.schema.produce import PRODUCE
 
 REPLICATOR_CLIENT_ID = "gateway-replicator"   # how a mirror topic's owner knows its replicator
+# A group with members on the remote refuses a commit from outside it: its own positions stand.
+GROUP_BUSY = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS})
 MAX_RESPONSE_BYTES = 64 << 20
 LATEST = -1                                    # ListOffsets: the high watermark
 _SIZE = struct.Struct(">i")
@@ -213,6 +217,25 @@ class RemoteCluster:
         answer = response.responses[0].partition_responses[0]
         self._check(answer.error_code, f"copying to {topic}-{partition}", topic, partition)
         return answer.base_offset
+
+    async def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> bool:
+        """Commit `offsets` for `group` as a consumer outside the group would (generation -1). False
+        when the group is in use on the remote (it keeps its own positions); RemoteError otherwise."""
+        found = await self._any(FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
+        check(found.error_code, f"coordinator of group {group}")
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
+                                                   "committed_metadata": ""})
+        response = await self._connection((found.host, found.port)).call(OFFSET_COMMIT, 2, {
+            "group_id": group, "generation_id": -1, "member_id": "", "retention_time_ms": -1,
+            "topics": [{"name": topic, "partitions": rows} for topic, rows in by_topic.items()]})
+        codes = {p.error_code for t in response.topics for p in t.partitions} - {ErrorCode.NONE}
+        if codes and codes <= GROUP_BUSY:
+            return False
+        for code in codes:
+            check(code, f"committing offsets of group {group}")
+        return True
 
     async def _call_leader(self, topic: str, partition: int, api: Api, version: int, body: dict) -> Msg:
         try:

@@ -8,6 +8,12 @@ offset (core Partition.append_mirrored) and skips one it already has. Then it wa
 Transaction markers are copied like any batch, so read_committed readers of a mirror see what they
 would see here.
 
+Consumer groups follow: every GROUP_SYNC_S the committed offsets of the groups this broker
+coordinates, on the topics the link copies, are committed to the remote group of the same name,
+each no further than the mirror holds (a consumer there would otherwise start past its end and
+reset). Offsets need no translation: they are the same on both sides. A group with members on the
+remote keeps its own positions (its coordinator refuses a commit from outside the group).
+
 A copier only reads the local log: a remote that is slow, paused or down never holds back local
 producers. Its copiers retry with backoff, and the lag (records here not yet there) is reported
 per partition. Topics that are themselves mirrors are never copied on (no loops), nor internal
@@ -22,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from core.errors import CoreError, UnknownTopic
+from core.groups.store import GroupKey
 from core.names import TopicName
 from core.records import batch as record_batch
 from protocols.kafka.mirror.client import RemoteCluster, RemoteError
@@ -32,6 +39,7 @@ SCAN_S = 2.0                 # how often the namespace's topics and this broker'
 WAIT_S = 5.0                 # a copier waiting for new records looks again after this long anyway
 MAX_COPY_BYTES = 1 << 20     # read and sent per request
 BACKOFF_S = (0.2, 5.0)       # first and longest pause after a failure
+GROUP_SYNC_S = 5.0           # how often committed offsets are carried over (MirrorMaker 2: 60 s)
 INTERNAL_PREFIX = "__"       # __consumer_offsets, the delayed-delivery store's: never copied (nor by MirrorMaker)
 
 
@@ -43,13 +51,15 @@ class LinkStats:
     copied_records: int = 0
     copied_bytes: int = 0
     failures: int = 0
+    group_commits: int = 0     # groups whose offsets were committed on the remote
 
 
 class Replicator:
     """One `[[replication]]` link: the local namespace's topics matching `topics` to `remote`."""
 
     def __init__(self, core, name: str, remote: RemoteCluster, tenant: str, namespace: str,
-                 topics: str = ".*") -> None:
+                 topics: str = ".*", groups=None) -> None:
+        """`groups`: the Kafka group coordinator, whose committed offsets are carried over (None: not)."""
         self.name = name
         self.stats = LinkStats()
         self._core = core
@@ -58,12 +68,17 @@ class Replicator:
         self._topics = re.compile(topics)
         self._copiers: dict[tuple[str, int], asyncio.Task] = {}
         self._running: asyncio.Task | None = None
+        self._groups = groups
+        self._syncing: asyncio.Task | None = None
+        self._synced: dict[str, dict] = {}     # group -> the offsets last committed there in full
 
     def start(self) -> None:
         self._running = asyncio.ensure_future(self._run())
+        if self._groups is not None:
+            self._syncing = asyncio.ensure_future(self._sync_groups_forever())
 
     async def close(self) -> None:
-        tasks = [t for t in (self._running, *self._copiers.values()) if t is not None]
+        tasks = [t for t in (self._running, self._syncing, *self._copiers.values()) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -82,7 +97,7 @@ class Replicator:
         wanted: dict[tuple[str, int], tuple[TopicName, int]] = {}   # -> the topic's name and partition count
         registry = self._core.registry
         for topic in await registry.list_topics(self._tenant, self._namespace):
-            if topic.startswith(INTERNAL_PREFIX) or not self._topics.fullmatch(topic):
+            if not self._copies(topic):
                 continue
             name = TopicName(self._tenant, self._namespace, topic)
             try:
@@ -139,6 +154,38 @@ class Replicator:
         self.stats.copied_bytes += len(result.records)
         last = headers[-1]
         return last.base_offset + last.record_count
+
+    def _copies(self, topic: str) -> bool:
+        return not topic.startswith(INTERNAL_PREFIX) and self._topics.fullmatch(topic) is not None
+
+    async def _sync_groups_forever(self) -> None:
+        failed_with = None
+        while True:
+            await asyncio.sleep(GROUP_SYNC_S)
+            try:
+                await self._sync_groups()
+                failed_with = None
+            except (RemoteError, CoreError) as exc:
+                self.stats.failures += 1
+                if str(exc) != failed_with:
+                    log.warning("replication %s: carrying group offsets over: %s; retrying", self.name, exc)
+                    failed_with = str(exc)
+
+    async def _sync_groups(self) -> None:
+        for overview in await self._groups.list_groups(self._tenant, self._namespace):
+            if overview.group_type not in ("classic", "consumer"):
+                continue
+            key = GroupKey(self._tenant, self._namespace, overview.group_id)
+            committed = {tp: c.offset for tp, c in (await self._groups.fetch_offsets(key, None)).items()
+                         if c is not None and self._copies(tp[0])}
+            if not committed or self._synced.get(key.group_id) == committed:
+                continue
+            ends = await asyncio.gather(*(self._remote.end_offset(topic, index) for topic, index in committed))
+            offsets = {tp: min(offset, end) for (tp, offset), end in zip(committed.items(), ends)}
+            if await self._remote.commit_offsets(key.group_id, offsets):
+                self.stats.group_commits += 1
+                if offsets == committed:      # else the mirror is behind: carried further next time
+                    self._synced[key.group_id] = committed
 
     async def _ensure_mirror(self, topic: str, partitions: int) -> None:
         remote_partitions = await self._remote.partitions(topic)
