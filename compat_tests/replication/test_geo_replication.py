@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.conftest import wait_for
+from gateway.cluster.launcher import ClusterSpec, LocalCluster
 
 LINK = "dc1"
 PARTITIONS = 3
@@ -203,3 +204,31 @@ def test_a_remote_that_is_down_never_holds_back_local_producers(gateway_launcher
     remote = start_remote(gateway_launcher, tmp_path, remote_port)
     wait_for(lambda: caught_up(remote, source), "the mirror caught up", 90, 0.5)
     assert produced_in < 30, f"producing while the remote was down took {produced_in:.1f} s"
+
+
+class Broker:
+    """A broker of a cluster where the helpers above expect a gateway: its Kafka address."""
+
+    def __init__(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        self.kafka = (host, int(port))
+
+
+def test_a_cluster_of_brokers_copies_each_partition_from_its_owner(gateway_launcher, tmp_path) -> None:
+    """A source of two brokers on ZooKeeper and three bookies: each broker copies the partitions it
+    owns (its bundles), and the mirror gets every record once, at its offset."""
+    remote_port = free_port()
+    remote = start_remote(gateway_launcher, tmp_path, remote_port)
+    cluster = LocalCluster(ClusterSpec(
+        data_dir=tmp_path / "cluster", bookies=3, brokers=2, log_level="warning",
+        extra_config=f'[[replication]]\nname = "{LINK}"\nremote = "127.0.0.1:{remote_port}"\n'))
+    ready = cluster.start()
+    try:
+        source = Broker(ready["brokers"][0]["kafka"])
+        create_orders(source)
+        assert not any(produce(source, "orders", range(0, 1200)))
+        wait_for(lambda: caught_up(remote, source), "the mirror caught up with the cluster", 90, 0.5)
+        here, there = committed_records(source, "orders"), committed_records(remote, "orders")
+        assert there == here and sum(len(records) for records in there.values()) == 1200
+    finally:
+        cluster.stop()
