@@ -457,16 +457,24 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], Mapping[str, Any], dict[str,
     return document, storage_table, _check_kafka_table(kafka_table, path), users, metrics, replication
 
 
-def _read_replication(entries: Any, path: Path) -> tuple[ReplicationConfig, ...]:
+def _tables(entries: Any, path: Path, name: str, known: set[str], required: tuple[str, ...],
+            needs: str) -> list[dict]:
+    """The tables of a `[[name]]` array, each with only `known` keys and every `required` one."""
     if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
-        raise ConfigError(f"{path}: replication must be an array of tables ([[replication]])")
-    links = []
+        raise ConfigError(f"{path}: {name} must be an array of tables ([[{name}]])")
     for entry in entries:
-        unknown = set(entry) - {"name", "remote", "namespace", "topics"}
+        unknown = set(entry) - known
         if unknown:
-            raise ConfigError(f"{path}: [[replication]]: unknown key(s) {', '.join(sorted(unknown))}")
-        if "name" not in entry or "remote" not in entry:
-            raise ConfigError(f"{path}: [[replication]] needs a name and a remote")
+            raise ConfigError(f"{path}: [[{name}]]: unknown key(s) {', '.join(sorted(unknown))}")
+        if any(key not in entry for key in required):
+            raise ConfigError(f"{path}: [[{name}]] needs {needs}")
+    return entries
+
+
+def _read_replication(entries: Any, path: Path) -> tuple[ReplicationConfig, ...]:
+    links = []
+    for entry in _tables(entries, path, "replication", {"name", "remote", "namespace", "topics"},
+                         ("name", "remote"), "a name and a remote"):
         try:
             links.append(ReplicationConfig(**entry))
         except (ConfigError, TypeError) as exc:
@@ -477,15 +485,9 @@ def _read_replication(entries: Any, path: Path) -> tuple[ReplicationConfig, ...]
 
 
 def _read_users(entries: Any, path: Path) -> tuple[UserConfig, ...]:
-    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
-        raise ConfigError(f"{path}: users must be an array of tables ([[users]])")
     users = []
-    for entry in entries:
-        unknown = set(entry) - {"name", "password", "tenant", "namespace", "tags", PERMISSIONS_KEY}
-        if unknown:
-            raise ConfigError(f"{path}: [[users]]: unknown key(s) {', '.join(sorted(unknown))}")
-        if "name" not in entry or "password" not in entry:
-            raise ConfigError(f"{path}: [[users]] needs a name and a password")
+    for entry in _tables(entries, path, "users", {"name", "password", "tenant", "namespace", "tags", PERMISSIONS_KEY},
+                         ("name", "password"), "a name and a password"):
         if PERMISSIONS_KEY in entry:
             entry = {**entry, PERMISSIONS_KEY: _read_permissions(entry[PERMISSIONS_KEY], path)}
         if isinstance(entry.get("tags"), list):
@@ -498,15 +500,9 @@ def _read_users(entries: Any, path: Path) -> tuple[UserConfig, ...]:
 
 
 def _read_permissions(entries: Any, path: Path) -> tuple[PermissionConfig, ...]:
-    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
-        raise ConfigError(f"{path}: users.permissions must be an array of tables ([[users.permissions]])")
     permissions = []
-    for entry in entries:
-        unknown = set(entry) - {"vhost", "configure", "write", "read"}
-        if unknown:
-            raise ConfigError(f"{path}: [[users.permissions]]: unknown key(s) {', '.join(sorted(unknown))}")
-        if "vhost" not in entry:
-            raise ConfigError(f"{path}: [[users.permissions]] needs a vhost")
+    for entry in _tables(entries, path, "users.permissions", {"vhost", "configure", "write", "read"},
+                         ("vhost",), "a vhost"):
         try:
             permissions.append(PermissionConfig(**entry))
         except ConfigError as exc:
