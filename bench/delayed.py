@@ -35,6 +35,7 @@ from core.records.batch import split_batches
 from core.records.builder import Record
 from core.records.decoder import decode_batch
 from core.service import Core
+from gateway.runtime import tune_gc
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
 
@@ -103,7 +104,7 @@ async def lateness(directory: Path, rate: int, seconds: float, memory_keys: int,
         count = int(rate * seconds)
         store = core.delayed.store("public", "default")
         await store.wait_loaded()
-        lead_ms = max(5_000, count * 1000 // 15_000)       # time to hold them all first
+        lead_ms = max(5_000, count * 1000 // 8_000)        # time to hold them all first
         start = int(time.time() * 1000) + lead_ms
         dues = [start + n * 1000 // rate for n in range(count)]
         order = list(range(count))
@@ -152,6 +153,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("memory", "lateness"))
     parser.add_argument("--shuffle", action="store_true", help="hold in random due order")
     args = parser.parse_args()
+    tune_gc()         # as the gateway process runs
     with tempfile.TemporaryDirectory(prefix="bench-delayed-") as tmp:
         if args.only in (None, "memory"):
             asyncio.run(memory(Path(tmp) / "memory", args.pending, args.memory_keys))

@@ -453,6 +453,12 @@ class Partition:
             self.meter.tracer.read(self.topic, self.index, offset, entries[-1].next_offset - 1)
         return ReadResult(records, self.log.high_watermark, self.log.log_start_offset)
 
+    async def read_holding(self, offsets: list[int]) -> list[bytes | memoryview]:
+        """The batches holding `offsets` (sorted), each once and in log order; offsets outside the
+        log are skipped. For readers that jump around a log, such as held messages coming due."""
+        with storage_errors():
+            return [entry.payload for entry in await self.log.read_holding(offsets)]
+
     async def read_committed(self, offset: int, max_bytes: int, *, min_one: bool = True) -> CommittedRead:
         """Whole batches from `offset` below the last stable offset (none when it is not below it),
         within max_bytes as read() counts them."""

@@ -31,6 +31,7 @@ from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_a
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
 from gateway.metrics import GatewayMetrics
+from gateway.runtime import event_loop_factory, tune_gc
 from protocols.amqp import server as amqp_server
 from protocols.amqp.server import AmqpSettings
 from protocols.kafka import server as kafka_server
@@ -92,16 +93,9 @@ class StartupError(Exception):
 
 def run(config: GatewayConfig) -> int:
     """Run the gateway until it is told to stop; returns the process exit code."""
-    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+    tune_gc()
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         return runner.run(Gateway(config).run())
-
-
-def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-    except ImportError:
-        return None  # asyncio's default loop; slower but equivalent
-    return uvloop.new_event_loop
 
 
 def protocol_handlers(core: Core, sockets: dict[str, socket.socket],

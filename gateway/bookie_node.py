@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.runtime import event_loop_factory, tune_gc
 from storage.api import StorageError
 from storage.bookie import cookie
 from storage.bookie.bookie import Bookie
@@ -54,12 +55,8 @@ class BookieSettings:
 
 
 def run(settings: BookieSettings) -> int:
-    try:
-        import uvloop
-        factory = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
+    tune_gc()
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         return runner.run(_serve(settings))
 
 

@@ -174,6 +174,10 @@ class EntryStore(Protocol):
     async def read_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int) -> list[bytes]:
         """Entries first..last in order, stopping early once `max_bytes` is reached (at least one)."""
 
+    async def read_entries(self, ledger_id: int, entry_ids: list[int]) -> list[bytes]:
+        """The entries named, in that order (NoSuchEntry if one is not stored): a reader jumping
+        around a ledger pays one request for many entries."""
+
     async def fence(self, ledger_id: int) -> int:
         """Fence the ledger durably; idempotent, never undone. Returns the last entry id stored (-1)."""
 
@@ -296,6 +300,10 @@ class ManagedLog(Protocol):
         """Whole entries from the one containing `offset`, up to `max_bytes` (at least one entry if
         any exists). Raises PositionOutOfRange outside [log_start_offset, high_watermark]."""
 
+    async def read_holding(self, offsets: list[int]) -> list[LogEntry]:
+        """The entries holding `offsets` (sorted), each once and in log order; offsets outside
+        [log_start_offset, high_watermark) are skipped. One read for many scattered offsets."""
+
     async def find_by_timestamp(self, timestamp_ms: int) -> LogEntry | None:
         """The first entry whose max timestamp is >= timestamp_ms, or None."""
 
@@ -346,6 +354,8 @@ class LogFollower(Protocol):
     def epoch_end(self, epoch: int) -> tuple[int, int]: ...
 
     async def read(self, offset: int, max_bytes: int) -> list[LogEntry]: ...
+
+    async def read_holding(self, offsets: list[int]) -> list[LogEntry]: ...
 
     async def wait_for_append(self, offset: int, timeout_s: float) -> bool: ...
 

@@ -29,10 +29,12 @@ state the frontier is one pair; a message due in the past adds one until the nex
 That lets a restart, or a run read again, skip released messages without remembering them one by
 one. Cancelled messages are remembered one by one (offset -> key) until the frontier passes them.
 
-A checkpoint first writes every bucket's buffer as runs and every key of the heap as one more run,
-then lists the buckets' runs and that one: every pending key is in a listed run, each run keeps
-within one bucket's time (the heap's within the time before the first bucket), and a restart finds
-the buckets as narrow as they were. Reading a run again after a restart skips what the frontier
+A checkpoint first writes every bucket's buffer as runs and the keys that joined the heap since the
+last checkpoint as one more run, then lists the buckets' runs and the heap's runs that may still
+hold a key of the heap (their last key is not below the heap's first): every pending key is in a
+listed run, each run keeps within one bucket's time (the heap's within the time before the first
+bucket), and a restart finds the buckets as narrow as they were. Writing only what joined the heap
+keeps a checkpoint's cost to what changed, however many keys wait in memory. Reading a run again after a restart skips what the frontier
 says is released, what was cancelled, and what is already in memory.
 """
 
@@ -90,7 +92,8 @@ class DelayIndex:
         self._starts: list[int] = []                         # of the buckets, sorted
         self._buckets: dict[int, Bucket] = {}                # by start
         self._dissolving: Bucket | None = None
-        self._snapshot: RunInfo | None = None                # the heap's keys at the last checkpoint
+        self._snapshots: list[RunInfo] = []                  # runs of keys that joined the heap
+        self._heap_added: list[int] = []                     # joined it since the last of those
         self._spills: dict[int, tuple[Bucket | None, list[Key]]] = {}    # being written
         self._ids = itertools.count(1)
         self.frontier: list[tuple[int, int, int]] = []       # (below offset, due, offset), see above
@@ -143,7 +146,9 @@ class DelayIndex:
         horizon = self.horizon
         dissolving = self._dissolving
         if horizon is None or due < horizon or (dissolving is not None and due < dissolving.end):
-            heapq.heappush(self._heap, _pack(due, offset))
+            packed = _pack(due, offset)
+            heapq.heappush(self._heap, packed)
+            self._heap_added.append(packed)
         else:
             self._bucket_for(due).buffer.append(key)
         return True
@@ -336,7 +341,9 @@ class DelayIndex:
             self._dissolving = bucket
             for key in buffer:
                 if self._pending.get(key[1]) == key[0]:
-                    heapq.heappush(self._heap, _pack(*key))
+                    packed = _pack(*key)
+                    heapq.heappush(self._heap, packed)
+                    self._heap_added.append(packed)
         return [(run_id, info) for run_id, info in bucket.runs.items() if info is not None]
 
     def load(self, run_id: int, info: RunInfo, keys: list[Key]) -> None:
@@ -403,19 +410,27 @@ class DelayIndex:
 
     # --- checkpoints --------------------------------------------------------------------------------
 
-    def heap_keys(self) -> tuple[int, list[Key]]:
-        """A spill of every key in the heap (they are due before the first bucket): a checkpoint
-        lists it beside the buckets' runs, and that is every pending key."""
-        keys = sorted(key for key in map(_unpack, self._heap) if self._pending.get(key[1]) == key[0])
+    def heap_keys(self) -> tuple[int, list[Key]] | None:
+        """A spill of the keys that joined the heap (they are due before the first bucket) since
+        the last one and are still pending; None if there are none. A checkpoint lists the spills
+        of the heap still needed beside the buckets' runs, and that is every pending key."""
+        added, self._heap_added = self._heap_added, []
+        pending = self._pending
+        keys = sorted(key for key in map(_unpack, added) if pending.get(key[1]) == key[0])
+        if not keys:
+            return None
         spill_id = next(self._ids)
         self._spills[spill_id] = (None, keys)
         return spill_id, keys
 
     def heap_stored(self, spill_id: int, index_offset: int) -> None:
-        self._snapshot = self.stored(spill_id, index_offset)
+        info = self.stored(spill_id, index_offset)
+        if info is not None:
+            self._snapshots.append(info)
 
     def heap_failed(self, spill_id: int) -> None:
-        self._spills.pop(spill_id)
+        _, keys = self._spills.pop(spill_id)
+        self._heap_added += [_pack(*key) for key in keys]
 
     def min_offset(self) -> int | None:
         """The smallest offset still pending (in memory or in a run), or None."""
@@ -428,4 +443,8 @@ class DelayIndex:
     def listed_runs(self) -> list[RunInfo]:
         """The runs a checkpoint made now must list: the buckets' and the heap's (just written)."""
         runs = [info for bucket in self._buckets.values() for info in bucket.runs.values() if info is not None]
-        return runs + ([self._snapshot] if self._snapshot is not None else [])
+        # A spill of the heap is needed while a key of it may still be in the heap: those that
+        # left it were released, cancelled or written to runs of their buckets.
+        top = self._top()
+        self._snapshots = [info for info in self._snapshots if top is not None and info.last >= top]
+        return runs + self._snapshots

@@ -75,7 +75,7 @@ from core.delayed.index_format import (
 from core.errors import StorageUnavailable, TopicExists, UnknownTopic
 from core.names import TopicName
 from core.partition import Partition, storage_errors
-from core.records.batch import read_header, split_batches
+from core.records.batch import batch_views, read_header, split_batches
 from core.records.builder import Record, build_batch
 from core.records.decoder import DecodedRecord, decode_batch, decode_records_at
 
@@ -96,7 +96,6 @@ MAX_BATCH_BYTES = 256 << 10
 MAX_BACKLOG_BYTES = 64 << 20
 MAX_PASS = 2_000            # messages released per pass (bounds the bodies in memory)
 SCAN_BYTES = 4 << 20
-READ_AHEAD = 64             # clusters of due messages read at once
 MAX_SLEEP_S = 1.0           # wake up now and then: the wall clock may have jumped
 RETRY_MS = 1_000
 CHECKPOINT_INTERVAL_MS = 1_000
@@ -704,36 +703,14 @@ class DelayedStore:
         return plan, counts
 
     async def _read(self, partition: Partition, offsets: list[int]) -> dict[int, DecodedRecord]:
-        """The records at `offsets` (sorted). Offsets close together form a cluster, read batch by
-        batch (one read serves every wanted record of its batch); up to READ_AHEAD clusters are
-        read at once (their reads overlap). Only the wanted records of a batch are decoded."""
+        """The records at `offsets` (sorted), read in one go; only the wanted records of a batch
+        are decoded."""
         wanted = set(offsets)
         found: dict[int, DecodedRecord] = {}
-        clusters: list[list[int]] = []
-        for offset in offsets:
-            if offset < partition.log_start_offset:
-                continue
-            if clusters and offset - clusters[-1][-1] <= MAX_BATCH_RECORDS:
-                clusters[-1].append(offset)
-            else:
-                clusters.append([offset])
-
-        async def read_cluster(cluster: list[int]) -> None:
-            read_to = -1       # every batch below this was read already
-            for offset in cluster:
-                if offset in found or offset < read_to:
-                    continue
-                result = await partition.read(offset, 1)      # the batch holding `offset`
-                for batch in split_batches(result.records) if result.records else ():
-                    header = read_header(batch)
-                    read_to = max(read_to, header.base_offset + header.last_offset_delta + 1)
-                    for record in decode_records_at(batch, wanted, dense=True):    # built by build_batch
-                        found[record.offset] = record
-                if offset >= read_to:     # nothing came back: the log ends before it
-                    return
-
-        for start in range(0, len(clusters), READ_AHEAD):
-            await asyncio.gather(*(read_cluster(cluster) for cluster in clusters[start:start + READ_AHEAD]))
+        for payload in await partition.read_holding(offsets):
+            for batch in batch_views(payload):
+                for record in decode_records_at(batch, wanted, dense=True):    # built by build_batch
+                    found[record.offset] = record
         return found
 
     # --- checkpoints ----------------------------------------------------------------------------
@@ -752,14 +729,16 @@ class DelayedStore:
             # The held messages of open transactions are replayed at start.
             replay_from = min([covers_to, *(offsets[0] for offsets in self._open_txns.values())])
             index_partition = await self._core.partition(self.index_topic, 0)
-            spill_id, keys = self.index.heap_keys()
-            try:
-                offset = (await index_partition.append(build_batch([Record(now_ms, b"run", encode_run(keys))]))
-                          if keys else -1)
-            except BaseException:
-                self.index.heap_failed(spill_id)
-                raise
-            self.index.heap_stored(spill_id, offset)
+            heap = self.index.heap_keys()
+            if heap is not None:
+                spill_id, keys = heap
+                try:
+                    offset = (await index_partition.append(build_batch([Record(now_ms, b"run", encode_run(keys))]))
+                              if keys else -1)
+                except BaseException:
+                    self.index.heap_failed(spill_id)
+                    raise
+                self.index.heap_stored(spill_id, offset)
             checkpoint = Checkpoint(covers_to, replay_from, self.index.listed_runs(), list(self.index.frontier),
                                     [(offset, key[0]) for offset, key in self.index.cancelled.items()],
                                     {t: c for t, c in self.counts.items() if c > 0}, self._next_seq)

@@ -36,9 +36,8 @@ Kafka INVALID_RECORD).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import crc32c
 
@@ -63,6 +62,7 @@ _INT8 = struct.Struct(">b")
 _INT16 = struct.Struct(">h")
 _UINT32 = struct.Struct(">I")
 _COMPRESSION_MASK = 0x07
+_MAX_CODEC = max(Compression)
 _TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
@@ -92,8 +92,7 @@ class InvalidRecord(InvalidBatch):
     reason = BatchErrorReason.INVALID
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):      # a tuple: made for every batch read, so it must be cheap
     base_offset: int
     batch_length: int
     partition_leader_epoch: int
@@ -116,6 +115,10 @@ class BatchHeader:
     @property
     def timestamp_type(self) -> TimestampType:
         return TimestampType(bool(self.attributes & _TIMESTAMP_TYPE_BIT))
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & _TIMESTAMP_TYPE_BIT)
 
     @property
     def is_transactional(self) -> bool:
@@ -143,7 +146,7 @@ def read_header(buf: bytes | bytearray | memoryview) -> BatchHeader:
     """Unpack the 61-byte header at the start of ``buf``; no validation beyond its length."""
     if len(buf) < HEADER_SIZE:
         raise CorruptBatch(f"record batch header needs {HEADER_SIZE} bytes, got {len(buf)}")
-    return BatchHeader(*HEADER.unpack_from(buf))
+    return BatchHeader._make(HEADER.unpack_from(buf))
 
 
 def check_batch(batch: bytes | bytearray | memoryview) -> BatchHeader:
@@ -156,7 +159,7 @@ def check_batch(batch: bytes | bytearray | memoryview) -> BatchHeader:
     if crc32c.crc32c(view[ATTRIBUTES_OFFSET:]) != header.crc:
         raise CorruptBatch("record batch CRC-32C does not match its contents")
     codec = header.attributes & _COMPRESSION_MASK
-    if codec > max(Compression):
+    if codec > _MAX_CODEC:
         raise InvalidRecord(f"unknown compression codec {codec}")
     # Kafka requires at least one record and contiguous offset deltas on produce.
     if header.records_count < 1:
@@ -178,6 +181,18 @@ def split_batches(records: bytes | bytearray | memoryview) -> list[memoryview]:
     while view:
         batch = view[: _declared_size(view)]
         check_batch(batch)
+        batches.append(batch)
+        view = view[len(batch) :]
+    return batches
+
+
+def batch_views(records: bytes | bytearray | memoryview) -> list[memoryview]:
+    """Split stored records into batches by their declared sizes alone, for callers that check each
+    batch as they decode it (decoder.py does), so that no CRC is computed twice."""
+    view = memoryview(records)
+    batches = []
+    while view:
+        batch = view[: _declared_size(view)]
         batches.append(batch)
         view = view[len(batch) :]
     return batches

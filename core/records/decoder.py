@@ -13,14 +13,13 @@ impossible records.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from core.records.batch import (
     HEADER_SIZE,
     BatchHeader,
     CorruptBatch,
     InvalidRecord,
-    TimestampType,
     check_batch,
 )
 from core.records.compression import (
@@ -40,8 +39,7 @@ _MIN_RECORD_BYTES = 7
 _MIN_HEADER_BYTES = 2
 
 
-@dataclass(frozen=True, slots=True)
-class DecodedRecord:
+class DecodedRecord(NamedTuple):     # a tuple: one is made per record handed out
     offset: int
     timestamp_ms: int
     key: bytes | None
@@ -64,7 +62,7 @@ def decode_batch(
     # Log-append-time batches carry the broker's time in maxTimestamp for every record.
     append_time = (
         header.max_timestamp
-        if header.timestamp_type is TimestampType.LOG_APPEND_TIME
+        if header.log_append_time
         else None
     )
     reader = _Reader(records)
@@ -92,22 +90,27 @@ def decode_records_at(
     records = _records_section(memoryview(batch)[HEADER_SIZE:], header, max_decompressed_bytes)
     append_time = (
         header.max_timestamp
-        if header.timestamp_type is TimestampType.LOG_APPEND_TIME
+        if header.log_append_time
         else None
     )
     reader = _Reader(records)
     decoded = []
     if dense:
-        for index in range(min(header.records_count, len(records) // _MIN_RECORD_BYTES)):
+        count = min(header.records_count, len(records) // _MIN_RECORD_BYTES)
+        wanted = [index for index in range(count) if header.base_offset + index in offsets]
+        if not wanted:
+            return decoded
+        wanted_set = set(wanted)
+        for index in range(wanted[-1] + 1):      # nothing past the last wanted record is read
             if not reader.remaining:
                 break
-            if header.base_offset + index in offsets:
+            if index in wanted_set:
                 record = _read_record(reader, header, append_time)
                 if record.offset != header.base_offset + index:
                     raise InvalidRecord(f"record {index} has offset delta {record.offset - header.base_offset}")
                 decoded.append(record)
             else:
-                reader.take(reader.varint())
+                reader.skip_sized()
         return decoded
     for _ in range(min(header.records_count, len(records) // _MIN_RECORD_BYTES)):
         if not reader.remaining:
@@ -141,7 +144,7 @@ def decode_timestamps(
         body.take(1)
         timestamp_delta = body.varlong()
         offset = header.base_offset + body.varint()
-        found.append((offset, header.max_timestamp if header.timestamp_type is TimestampType.LOG_APPEND_TIME
+        found.append((offset, header.max_timestamp if header.log_append_time
                       else header.base_timestamp + timestamp_delta))
     return found
 
@@ -164,39 +167,60 @@ def _records_section(
 def _read_record(
     reader: _Reader, header: BatchHeader, append_time: int | None
 ) -> DecodedRecord:
-    length = reader.varint()
-    record = _Reader(reader.take(length))
-    record.take(1)  # attributes: unused in v2
-    timestamp_delta = record.varlong()
-    offset_delta = record.varint()
-    key = record.nullable_bytes()
-    value = record.nullable_bytes()
-    headers_count = record.varint()
-    if not 0 <= headers_count <= record.remaining // _MIN_HEADER_BYTES:
-        raise InvalidRecord(f"{headers_count} headers cannot fit in {record.remaining} bytes")
-    headers = tuple(_read_header(record) for _ in range(headers_count))
-    if record.remaining:
-        raise InvalidRecord(f"record declares {length} bytes but uses {length - record.remaining}")
+    # Runs once per record handed out (AMQP deliveries, released delayed messages): the fields are
+    # parsed with positions in locals rather than a reader method call each.
+    record = bytes(reader.take(reader.varint()))     # slices of bytes are bytes: one copy per field
+    size = len(record)
+    if not size:
+        raise InvalidRecord("record has no attributes byte")
+    timestamp_delta, pos = _zigzag(record, 1, decode_varlong)     # byte 0: attributes, unused in v2
+    offset_delta, pos = _zigzag(record, pos, decode_varint)
+    key, pos = _nullable(record, pos)
+    value, pos = _nullable(record, pos)
+    headers_count, pos = _zigzag(record, pos, decode_varint)
+    if not 0 <= headers_count <= (size - pos) // _MIN_HEADER_BYTES:
+        raise InvalidRecord(f"{headers_count} headers cannot fit in {size - pos} bytes")
+    headers = []
+    for _ in range(headers_count):
+        name, pos = _nullable(record, pos)
+        if name is None:
+            raise InvalidRecord("record header key is null")
+        try:
+            name = name.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRecord(f"record header key is not UTF-8: {exc}") from exc
+        header_value, pos = _nullable(record, pos)
+        headers.append((name, header_value))
+    if pos != size:
+        raise InvalidRecord(f"record declares {size} bytes but uses {pos}")
     return DecodedRecord(
-        offset=header.base_offset + offset_delta,
-        timestamp_ms=(
-            append_time if append_time is not None else header.base_timestamp + timestamp_delta
-        ),
-        key=key,
-        value=value,
-        headers=headers,
+        header.base_offset + offset_delta,
+        append_time if append_time is not None else header.base_timestamp + timestamp_delta,
+        key,
+        value,
+        tuple(headers),
     )
 
 
-def _read_header(record: _Reader) -> tuple[str, bytes | None]:
-    key = record.nullable_bytes()
-    if key is None:
-        raise InvalidRecord("record header key is null")
+def _zigzag(buf: bytes, pos: int, decode) -> tuple[int, int]:
+    """The varint (decode_varint) or varlong (decode_varlong) at `pos` and the position after it."""
+    if pos < len(buf) and (byte := buf[pos]) < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
     try:
-        name = key.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRecord(f"record header key is not UTF-8: {exc}") from exc
-    return name, record.nullable_bytes()
+        return decode(buf, pos)
+    except MalformedVarint as exc:
+        raise InvalidRecord(f"malformed record: {exc}") from exc
+
+
+def _nullable(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    """Length-prefixed bytes (-1: null) at `pos`, and the position after them."""
+    length, pos = _zigzag(buf, pos, decode_varint)
+    if length == -1:
+        return None, pos
+    end = pos + length
+    if length < 0 or end > len(buf):
+        raise InvalidRecord(f"length {length} does not fit in the {len(buf) - pos} bytes left")
+    return buf[pos:end], end
 
 
 class _Reader:
@@ -221,11 +245,16 @@ class _Reader:
         return len(self._buf) - self._pos
 
     def varint(self) -> int:
-        # Most lengths and deltas fit in one byte: decoded here, without the general decoder's call.
-        pos = self._pos
-        if pos < len(self._buf) and (byte := self._buf[pos]) < 0x80:
+        # Most lengths and deltas fit in one or two bytes: decoded here, without the general
+        # decoder's call (two bytes hold 14 bits, so they cannot overflow).
+        pos, buf = self._pos, self._buf
+        if pos < len(buf) and (byte := buf[pos]) < 0x80:
             self._pos = pos + 1
             return (byte >> 1) ^ -(byte & 1)
+        if pos + 1 < len(buf) and (high := buf[pos + 1]) < 0x80:
+            raw = (byte & 0x7F) | (high << 7)
+            self._pos = pos + 2
+            return (raw >> 1) ^ -(raw & 1)
         try:
             value, self._pos = decode_varint(self._buf, pos)
         except MalformedVarint as exc:
@@ -250,8 +279,9 @@ class _Reader:
         self._pos += length
         return self._buf[start : self._pos]
 
-    def nullable_bytes(self) -> bytes | None:
+    def skip_sized(self) -> None:
+        """Step over a length-prefixed field (a whole record) without looking at it."""
         length = self.varint()
-        if length == -1:
-            return None
-        return bytes(self.take(length))
+        if not 0 <= length <= len(self._buf) - self._pos:
+            raise InvalidRecord(f"length {length} does not fit in the {self.remaining} bytes left")
+        self._pos += length

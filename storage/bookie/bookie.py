@@ -197,6 +197,9 @@ class Bookie:
     async def read_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int) -> list[bytes]:
         return await asyncio.to_thread(self._read_range, ledger_id, first_entry_id, last_entry_id, max_bytes)
 
+    async def read_entries(self, ledger_id: int, entry_ids: list[int]) -> list[bytes]:
+        return await asyncio.to_thread(self._read_entries, ledger_id, entry_ids)
+
     # --- reads (worker threads) ---------------------------------------------------------------
 
     def _read_one(self, ledger_id: int, entry_id: int) -> bytes:
@@ -204,6 +207,14 @@ class Bookie:
         if location is None:
             raise NoSuchEntry(f"ledger {ledger_id} entry {entry_id}")
         return self._read_at(ledger_id, entry_id, location)
+
+    def _read_entries(self, ledger_id: int, entry_ids: list[int]) -> list[bytes]:
+        out = []
+        for entry_id, location in zip(entry_ids, self._index.locate_many(ledger_id, entry_ids)):
+            if location is None:
+                raise NoSuchEntry(f"ledger {ledger_id} entry {entry_id}")
+            out.append(self._read_at(ledger_id, entry_id, location))
+        return out
 
     def _read_range(self, ledger_id: int, first: int, last: int, max_bytes: int) -> list[bytes]:
         out: list[bytes] = []

@@ -84,6 +84,12 @@ class LedgerIndex:
             raw = txn.get(_ENTRY_KEY.pack(ledger_id, entry_id))
         return None if raw is None else Location(*_LOCATION.unpack(raw))
 
+    def locate_many(self, ledger_id: int, entry_ids: Iterable[int]) -> list[Location | None]:
+        """Where each of the entries is (None: not stored), in one read transaction."""
+        with self._env.begin(db=self._entries) as txn:
+            found = [txn.get(_ENTRY_KEY.pack(ledger_id, entry_id)) for entry_id in entry_ids]
+        return [None if raw is None else Location(*_LOCATION.unpack(raw)) for raw in found]
+
     def locate_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int) -> Iterator[tuple[int, Location]]:
         """Stored entries first..last of a ledger, in order, skipping none that exist. Lazily: a
         caller that stops early (a short read of a long ledger) does not walk the index to the end."""

@@ -111,6 +111,17 @@ class LedgerClient:
                 break
         return out
 
+    async def read_scattered(self, metadata: LedgerMetadata, ledger_id: int, entry_ids: list[int]) -> list[memoryview]:
+        """The entries named, in that order: one request per set of bookies holding some of them."""
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for entry_id in entry_ids:
+            groups.setdefault(metadata.write_set(entry_id), []).append(entry_id)
+        answers = await asyncio.gather(*(self._first_answer(replicas, ids[0], "read_entries", ledger_id, ids)
+                                         for replicas, ids in groups.items()))
+        found = {entry_id: memoryview(raw)[_LENGTH.size:]
+                 for ids, raws in zip(groups.values(), answers) for entry_id, raw in zip(ids, raws)}
+        return [found[entry_id] for entry_id in entry_ids]
+
     async def _read_striped(self, metadata: LedgerMetadata, ledger_id: int, first: int, last: int,
                             max_bytes: int) -> list[memoryview]:
         out: list[memoryview] = []
@@ -129,6 +140,8 @@ class LedgerClient:
     async def _first_answer(self, replicas: tuple[str, ...], spread: int, method: str, *args):
         """Ask one replica (chosen by `spread`, so reads share the load); ask the next one too when it
         fails, or has not answered within the speculative timeout. The first answer wins."""
+        if len(replicas) == 1:     # nothing to speculate with (the embedded default)
+            return await self._call(replicas[0], method, *args)
         order = [replicas[(spread + i) % len(replicas)] for i in range(len(replicas))]
         error: BaseException = NoSuchEntry(f"ledger {args[0]}: no replica")
         running: set[asyncio.Future] = set()

@@ -28,7 +28,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from storage.api import BadVersion, LedgerClosed, LedgerFenced, NotEnoughBookies, StorageError
+from storage.api import BadVersion, LedgerClosed, LedgerFenced, NoSuchEntry, NotEnoughBookies, StorageError
 from storage.ledger import missing
 from storage.ledger.metadata import LedgerMetadata, LedgerState
 from storage.ledger.placement import replace_bookies, write_sets
@@ -365,6 +365,19 @@ class LedgerHandle:
                 raise
             return await self._client.read_entries(self._metadata, self.ledger_id, first_entry_id, last_entry_id,
                                                    max_bytes)
+
+    async def read_scattered(self, entry_ids: list[int]) -> list[memoryview]:
+        """The entries named (each at most the LAC), in that order."""
+        if not entry_ids:
+            return []
+        if max(entry_ids) > self._lac:
+            raise NoSuchEntry(f"ledger {self.ledger_id}: entry {max(entry_ids)} is past the LAC {self._lac}")
+        try:
+            return await self._client.read_scattered(self._metadata, self.ledger_id, entry_ids)
+        except StorageError:
+            if not await self._refresh_closed_metadata():
+                raise
+            return await self._client.read_scattered(self._metadata, self.ledger_id, entry_ids)
 
     async def _refresh_closed_metadata(self) -> bool:
         """A closed ledger's fragments move when the auditor re-replicates a lost bookie's share: a

@@ -51,23 +51,53 @@ class EntryPositions:
         self._known.pop(ledger_id, None)
 
 
-async def search_entries(offset: int, lo: int, lo_base: int, hi: int, hi_base: int,
-                         base_and_next: Callable[[int], Awaitable[tuple[int, int]]]) -> int:
-    """The first entry in [lo, hi) whose records reach past `offset` (hi if none), where entry `lo`
-    begins at `lo_base` or later and entry `hi` at `hi_base`. Probes alternate between interpolating
-    by offset (entries of similar sizes: a step or two) and halving (a bound on skewed ones)."""
-    halve = False
-    while lo < hi:
-        if halve or hi_base <= lo_base:
+class EntrySearch:
+    """The search for the first entry in [lo, hi) whose records reach past `offset` (hi if none),
+    where entry `lo` begins at `lo_base` or later and entry `hi` at `hi_base`, one probe at a time,
+    so that many searches can share their reads. Probes alternate between interpolating by offset
+    (entries of similar sizes: a step or two) and halving (a bound on skewed ones)."""
+
+    __slots__ = ("offset", "lo", "lo_base", "hi", "hi_base", "_halve")
+
+    def __init__(self, offset: int, lo: int, lo_base: int, hi: int, hi_base: int) -> None:
+        self.offset, self.lo, self.lo_base, self.hi, self.hi_base = offset, lo, lo_base, hi, hi_base
+        self._halve = False
+
+    @property
+    def done(self) -> bool:
+        return self.lo >= self.hi
+
+    @property
+    def found(self) -> int:
+        """Once done: the entry holding the offset (or where it would be)."""
+        return self.lo
+
+    def probe(self) -> int:
+        lo, hi = self.lo, self.hi
+        if self._halve or self.hi_base <= self.lo_base:
             probe = (lo + hi) // 2
         else:
-            probe = min(max(lo + (offset - lo_base) * (hi - lo) // (hi_base - lo_base), lo), hi - 1)
-        halve = not halve
-        base, following = await base_and_next(probe)
-        if base <= offset < following:
-            return probe
-        if following > offset:
-            hi, hi_base = probe, base
+            probe = min(max(lo + (self.offset - self.lo_base) * (hi - lo) // (self.hi_base - self.lo_base), lo), hi - 1)
+        self._halve = not self._halve
+        return probe
+
+    def narrow(self, probe: int, base: int, following: int) -> bool:
+        """What entry `probe` holds (base .. following - 1); True if that is the offset's entry."""
+        if base <= self.offset < following:
+            self.lo = self.hi = probe
+            return True
+        if following > self.offset:
+            self.hi, self.hi_base = probe, base
         else:
-            lo, lo_base = probe + 1, following
-    return lo
+            self.lo, self.lo_base = probe + 1, following
+        return False
+
+
+async def search_entries(offset: int, lo: int, lo_base: int, hi: int, hi_base: int,
+                         base_and_next: Callable[[int], Awaitable[tuple[int, int]]]) -> int:
+    """One EntrySearch to its end, reading an entry per probe."""
+    search = EntrySearch(offset, lo, lo_base, hi, hi_base)
+    while not search.done:
+        probe = search.probe()
+        search.narrow(probe, *await base_and_next(probe))
+    return search.found

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from storage.api import LogClosed, LogEntry, PositionOutOfRange
 from storage.ledger.client import LedgerClient, LedgerHandle
 from storage.managed_log.ledger_list import ENTRY_HEADER, LedgerList, LedgerRange
-from storage.managed_log.positions import EntryPositions, search_entries
+from storage.managed_log.positions import EntryPositions, EntrySearch, search_entries
 from storage.managed_log.tail_cache import LogTail, TailCache
 
 _HINTS = 256  # remembered (offset -> entry) positions, so sequential readers never search
@@ -138,17 +138,76 @@ class LogReads:
         hint = self._hints.get(offset)
         if hint is not None and hint[0] == handle.ledger_id:
             return hint[1]
-        ledger_id, count = handle.ledger_id, handle.last_add_confirmed + 1
-        below, above = self._positions.around(ledger_id, offset)
-        lo, lo_base = below if below is not None else (0, ledger_range.first_offset)
-        hi, hi_base = above if above is not None else (count, ledger_range.end_offset if ledger_range.end_offset >= 0
-                                                        else self._hwm)
+        ledger_id = handle.ledger_id
 
         async def base_and_next(entry_id: int) -> tuple[int, int]:
             entry = await self._entry(handle, entry_id)
             self._positions.learn(ledger_id, entry_id, entry.base_offset)
             return entry.base_offset, entry.next_offset
-        return await search_entries(offset, lo, lo_base, hi, hi_base, base_and_next)
+        search = self._search(handle, offset, ledger_range)
+        return await search_entries(search.offset, search.lo, search.lo_base, search.hi, search.hi_base,
+                                    base_and_next)
+
+    def _search(self, handle: LedgerHandle, offset: int, ledger_range: LedgerRange) -> EntrySearch:
+        """A search for `offset`'s entry between the nearest entries known around it."""
+        ledger_id, count = handle.ledger_id, handle.last_add_confirmed + 1
+        below, above = self._positions.around(ledger_id, offset)
+        lo, lo_base = below if below is not None else (0, ledger_range.first_offset)
+        hi, hi_base = above if above is not None else (count, ledger_range.end_offset if ledger_range.end_offset >= 0
+                                                        else self._hwm)
+        return EntrySearch(offset, lo, lo_base, hi, hi_base)
+
+    async def read_holding(self, offsets: list[int]) -> list[LogEntry]:
+        """The entries holding `offsets` (sorted), each once and in log order; offsets outside
+        [log start, high watermark) are skipped. For readers that jump around a log (delayed
+        messages coming due out of order): the entries of a ledger are read together, and so are
+        the probes of the searches for them."""
+        if self._closed is not None and not isinstance(self._closed, LogClosed):
+            raise self._closed
+        hwm, start, ledgers = self._hwm, self.log_start_offset, self._list.ledgers
+        firsts = [r.first_offset for r in ledgers]
+        by_ledger: dict[int, tuple[LedgerRange, list[int]]] = {}
+        for offset in offsets:
+            if start <= offset < hwm:
+                ledger_range = ledgers[max(bisect.bisect_right(firsts, offset) - 1, 0)]
+                by_ledger.setdefault(ledger_range.ledger_id, (ledger_range, []))[1].append(offset)
+        found: dict[int, LogEntry] = {}
+        await asyncio.gather(*(self._read_holding_in(ledger_range, wanted, hwm, found)
+                               for ledger_range, wanted in by_ledger.values()))
+        return [found[base] for base in sorted(found)]
+
+    async def _read_holding_in(self, ledger_range: LedgerRange, offsets: list[int], hwm: int,
+                               found: dict[int, LogEntry]) -> None:
+        ledger_id = ledger_range.ledger_id
+        missing = []
+        for offset in offsets:
+            cached = self._tail.read(ledger_id, offset, 1) if self._tail is not None else None
+            if cached:
+                found[cached[0].base_offset] = cached[0]
+            else:
+                missing.append(offset)
+        if not missing:
+            return
+        if self._writer is not None and ledger_id == self._writer.ledger_id:
+            ids = sorted({bisect.bisect_right(self._bases, offset) - 1 for offset in missing})
+            for raw in await self._writer.read_scattered(ids):
+                entry = decode_entry(raw)
+                found[entry.base_offset] = entry
+            return
+        handle = await self._reader(ledger_id)
+        searches = [self._search(handle, offset, ledger_range) for offset in missing]
+        while searches:
+            probes: dict[int, list[EntrySearch]] = {}
+            for search in searches:
+                probes.setdefault(search.probe(), []).append(search)
+            ids = sorted(probes)
+            for entry_id, raw in zip(ids, await handle.read_scattered(ids)):
+                entry = decode_entry(raw)
+                self._positions.learn(ledger_id, entry_id, entry.base_offset)
+                for search in probes[entry_id]:
+                    if search.narrow(entry_id, entry.base_offset, entry.next_offset) and entry.base_offset < hwm:
+                        found[entry.base_offset] = entry
+            searches = [search for search in searches if not search.done]
 
     async def _entry(self, handle: LedgerHandle, entry_id: int) -> LogEntry:
         return decode_entry((await handle.read(entry_id, entry_id, 1))[0])

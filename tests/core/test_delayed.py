@@ -197,6 +197,46 @@ def test_a_bucket_restored_from_overlapping_runs_is_read_in_its_time() -> None:
     assert driver.drain(6000, 1) == [(500, 1), (700, 3), (900, 2), (1500, 4), (5000, 5)]
 
 
+def test_a_checkpoint_writes_only_the_keys_that_joined_the_heap_and_its_runs_still_cover_every_pending_key() -> None:
+    index = DelayIndex(limit=1000)
+    driver = Driver(index)
+
+    def checkpoint() -> list[RunInfo]:
+        driver.spill()
+        heap = index.heap_keys()
+        if heap is not None:
+            spill_id, keys = heap
+            driver.stored[len(driver.stored)] = keys
+            index.heap_stored(spill_id, len(driver.stored) - 1)
+        return index.listed_runs()
+
+    for offset in range(100):
+        index.add(offset * 10, offset)
+    index.note_indexed(100)
+    assert [info.count for info in checkpoint()] == [100]
+    assert index.heap_keys() is None                  # nothing joined since: nothing to write
+    index.note_release(index.pair_for(index.pop_due(295, 1000)[-1]))
+    assert index.heap_keys() is None                  # keys leaving the heap change nothing
+    index.add(5, 100)                                 # held late: joins the heap
+    index.note_indexed(101)
+    listed = checkpoint()
+    assert [info.count for info in listed] == [100, 1] and driver.stored[1] == [(5, 100)]
+    index.note_release(index.pair_for(index.pop_due(5, 1000)[-1]))
+    assert [info.count for info in checkpoint()] == [100]    # its run holds nothing pending now
+    pending = sorted((due, offset) for offset, due in index._pending.items())
+
+    restarted = DelayIndex(limit=1000)                # a restart reads the listed runs back
+    restarted.restore_runs(checkpoint())
+    for pair in index.frontier:
+        restarted.note_release(pair)
+    restarted.note_indexed(101)
+    again = Driver(restarted)
+    again.stored = driver.stored
+    assert again.drain(2000, 50) == pending
+    index.note_release(index.pair_for(index.pop_due(2000, 1000)[-1]))
+    assert checkpoint() == []                         # the heap is empty: no run is needed
+
+
 # --- the byte layouts -------------------------------------------------------------------------------
 
 CHECKPOINT = Checkpoint(42, 40, [RunInfo(7, (1, 2), (3, 4), 5, 1)], [(40, 100, 3)], [(9, 500)],

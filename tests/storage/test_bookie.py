@@ -129,6 +129,15 @@ async def test_reading_a_missing_entry_or_ledger_raises_no_such_entry(node: Node
             await bookie.read_range(1, 7, 9, 1 << 20)
 
 
+async def test_scattered_entries_come_back_in_the_order_asked_and_a_missing_one_fails_the_read(node: Node) -> None:
+    async with node.bookie() as bookie:
+        await write_entries(bookie, 1, 10)
+        assert await bookie.read_entries(1, [7, 2, 9, 2]) == [payload(1, i) for i in (7, 2, 9, 2)]
+        assert await bookie.read_entries(1, []) == []
+        with pytest.raises(NoSuchEntry, match="ledger 1 entry 10"):
+            await bookie.read_entries(1, [3, 10])
+
+
 async def test_read_range_stops_at_a_hole_and_never_serves_past_it(node: Node) -> None:
     async with node.bookie() as bookie:
         for entry_id in (0, 1, 3, 4):

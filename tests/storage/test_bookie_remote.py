@@ -55,6 +55,10 @@ async def test_adds_reads_and_lac_round_trip(served):
     assert await remote.last_add_confirmed(7) == 48
     with pytest.raises(NoSuchEntry):
         await remote.read(7, 50)
+    assert [bytes(e) for e in await remote.read_entries(7, [40, 3, 17])] == [b"head-entry 40", b"head-entry 3",
+                                                                              b"head-entry 17"]
+    with pytest.raises(NoSuchEntry):
+        await remote.read_entries(7, [3, 50])
     with pytest.raises(NoSuchLedger):
         await remote.last_add_confirmed(8)
 

@@ -79,6 +79,12 @@ class Faulty:
             await asyncio.sleep(self.delay_s)
         return await self.bookie.read_range(*args)
 
+    async def read_entries(self, *args):
+        await self._gate()
+        if self.mode == "slow":
+            await asyncio.sleep(self.delay_s)
+        return await self.bookie.read_entries(*args)
+
     async def fence(self, ledger_id):
         await self._gate()
         return await self.bookie.fence(ledger_id)
