@@ -113,6 +113,10 @@ class BatchHeader(NamedTuple):      # a tuple: made for every batch read, so it 
         return Compression(self.attributes & _COMPRESSION_MASK)
 
     @property
+    def is_compressed(self) -> bool:
+        return bool(self.attributes & _COMPRESSION_MASK)
+
+    @property
     def timestamp_type(self) -> TimestampType:
         return TimestampType(bool(self.attributes & _TIMESTAMP_TYPE_BIT))
 

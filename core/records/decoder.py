@@ -23,7 +23,6 @@ from core.records.batch import (
     check_batch,
 )
 from core.records.compression import (
-    Compression,
     CorruptCompressedData,
     DecompressionTooLarge,
     decompress,
@@ -101,16 +100,22 @@ def decode_records_at(
         if not wanted:
             return decoded
         wanted_set = set(wanted)
+        pos, size = 0, len(records)
         for index in range(wanted[-1] + 1):      # nothing past the last wanted record is read
-            if not reader.remaining:
+            if pos >= size:
                 break
             if index in wanted_set:
+                reader.position = pos
                 record = _read_record(reader, header, append_time)
+                pos = reader.position
                 if record.offset != header.base_offset + index:
                     raise InvalidRecord(f"record {index} has offset delta {record.offset - header.base_offset}")
                 decoded.append(record)
-            else:
-                reader.skip_sized()
+            else:                                # stepped over by its length alone
+                length, pos = _zigzag(records, pos, decode_varint)
+                if length < 0 or pos + length > size:
+                    raise InvalidRecord(f"length {length} does not fit in the {size - pos} bytes left")
+                pos += length
         return decoded
     for _ in range(min(header.records_count, len(records) // _MIN_RECORD_BYTES)):
         if not reader.remaining:
@@ -152,7 +157,7 @@ def decode_timestamps(
 def _records_section(
     payload: memoryview, header: BatchHeader, max_decompressed_bytes: int
 ) -> memoryview:
-    if header.compression is Compression.NONE:
+    if not header.is_compressed:
         return payload
     try:
         return memoryview(
@@ -202,9 +207,17 @@ def _read_record(
     )
 
 
-def _zigzag(buf: bytes, pos: int, decode) -> tuple[int, int]:
-    """The varint (decode_varint) or varlong (decode_varlong) at `pos` and the position after it."""
-    if pos < len(buf) and (byte := buf[pos]) < 0x80:
+def _zigzag(buf: bytes | memoryview, pos: int, decode) -> tuple[int, int]:
+    """The varint (decode_varint) or varlong (decode_varlong) at `pos` and the position after it.
+    One and two bytes (14 bits: no overflow) are decoded here, the rest by `decode`."""
+    if pos + 1 < len(buf):
+        byte = buf[pos]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), pos + 1
+        if (high := buf[pos + 1]) < 0x80:
+            raw = (byte & 0x7F) | (high << 7)
+            return (raw >> 1) ^ -(raw & 1), pos + 2
+    elif pos < len(buf) and (byte := buf[pos]) < 0x80:
         return (byte >> 1) ^ -(byte & 1), pos + 1
     try:
         return decode(buf, pos)
@@ -245,31 +258,11 @@ class _Reader:
         return len(self._buf) - self._pos
 
     def varint(self) -> int:
-        # Most lengths and deltas fit in one or two bytes: decoded here, without the general
-        # decoder's call (two bytes hold 14 bits, so they cannot overflow).
-        pos, buf = self._pos, self._buf
-        if pos < len(buf) and (byte := buf[pos]) < 0x80:
-            self._pos = pos + 1
-            return (byte >> 1) ^ -(byte & 1)
-        if pos + 1 < len(buf) and (high := buf[pos + 1]) < 0x80:
-            raw = (byte & 0x7F) | (high << 7)
-            self._pos = pos + 2
-            return (raw >> 1) ^ -(raw & 1)
-        try:
-            value, self._pos = decode_varint(self._buf, pos)
-        except MalformedVarint as exc:
-            raise InvalidRecord(f"malformed record: {exc}") from exc
+        value, self._pos = _zigzag(self._buf, self._pos, decode_varint)
         return value
 
     def varlong(self) -> int:
-        pos = self._pos
-        if pos < len(self._buf) and (byte := self._buf[pos]) < 0x80:
-            self._pos = pos + 1
-            return (byte >> 1) ^ -(byte & 1)
-        try:
-            value, self._pos = decode_varlong(self._buf, pos)
-        except MalformedVarint as exc:
-            raise InvalidRecord(f"malformed record: {exc}") from exc
+        value, self._pos = _zigzag(self._buf, self._pos, decode_varlong)
         return value
 
     def take(self, length: int) -> memoryview:
@@ -278,10 +271,3 @@ class _Reader:
         start = self._pos
         self._pos += length
         return self._buf[start : self._pos]
-
-    def skip_sized(self) -> None:
-        """Step over a length-prefixed field (a whole record) without looking at it."""
-        length = self.varint()
-        if not 0 <= length <= len(self._buf) - self._pos:
-            raise InvalidRecord(f"length {length} does not fit in the {self.remaining} bytes left")
-        self._pos += length
