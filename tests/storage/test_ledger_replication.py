@@ -151,6 +151,28 @@ async def test_striped_entries_land_on_their_write_sets(cluster: Cluster) -> Non
     assert [bytes(e) for e in await reader.read(0, 19)] == [b"e%d" % i for i in range(20)]
 
 
+async def test_scattered_reads_of_a_striped_ledger_ask_each_write_set_once_and_go_around_a_dead_bookie(
+        cluster: Cluster) -> None:
+    client = cluster.client()
+    writer = await client.create(ensemble_size=5, write_quorum=2, ack_quorum=2)
+    await asyncio.gather(*(writer.add(b"e%d" % i) for i in range(40)))
+    await writer.close()
+    reader = await client.open(writer.ledger_id)
+    wanted = [33, 2, 17, 5, 38, 11]
+    calls = {bookie_id: 0 for bookie_id in cluster.bookies}
+    for bookie_id, faulty in cluster.bookies.items():
+        read_entries = faulty.read_entries
+
+        async def counted(*args, bookie_id=bookie_id, read_entries=read_entries):
+            calls[bookie_id] += 1
+            return await read_entries(*args)
+        faulty.read_entries = counted
+    assert [bytes(e) for e in await reader.read_scattered(wanted)] == [b"e%d" % i for i in wanted]
+    assert sum(calls.values()) == len({writer.metadata.write_set(i) for i in wanted})   # one request per set
+    cluster.kill(writer.metadata.write_set(17)[0])
+    assert [bytes(e) for e in await reader.read_scattered(wanted)] == [b"e%d" % i for i in wanted]
+
+
 async def test_an_idle_writer_sends_its_lac_so_other_readers_see_its_last_entry(cluster: Cluster) -> None:
     """An add carries only the LAC from before it: without the explicit LAC a reader that is not
     the writer stops one entry short until the writer's next add."""
