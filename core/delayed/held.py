@@ -48,8 +48,13 @@ class Target:
     kind: str        # the deliverer registered for this kind routes it
     name: str
 
+    @property
+    def text(self) -> str:
+        """"<kind>:<name>": the pending counts' key (what encode() writes, as text)."""
+        return f"{self.kind}:{self.name}"
+
     def encode(self) -> bytes:
-        return f"{self.kind}:{self.name}".encode("utf-8", "surrogateescape")
+        return self.text.encode("utf-8", "surrogateescape")
 
     @classmethod
     def decode(cls, raw: bytes) -> Target:

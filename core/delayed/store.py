@@ -183,7 +183,7 @@ class DelayedStore:
             self._future.add_done_callback(_retrieve)
         index = len(self._records)
         self._records.append(held)
-        self._holds.append((due_ms, target.encode().decode("utf-8", "surrogateescape"), txn))
+        self._holds.append((due_ms, target.text, txn))
         self._pending_bytes += size
         self._add_backlog(size)
         if self._flusher is None:
@@ -296,7 +296,7 @@ class DelayedStore:
         await partition.append(build_batch([cancel_record(self._core.clock.now_ms(), offset, due, target)]))
         if not self.index.cancel(due, offset):     # released meanwhile: the cancel record is moot
             return False
-        self.counts[target.encode().decode("utf-8", "surrogateescape")] -= 1
+        self.counts[target.text] -= 1
         self._changed = True
         return True
 
@@ -323,7 +323,7 @@ class DelayedStore:
             raise
         for index, record in enumerate(records):
             self.index.add(record.timestamp_ms, base_offset + index)
-            self.counts[Target.decode(dict(record.headers)[TARGET]).encode().decode("utf-8", "surrogateescape")] += 1
+            self.counts[Target.decode(dict(record.headers)[TARGET]).text] += 1
         self.index.note_indexed(base_offset + len(records) + 1)
         self._changed = True
         self._wakeup.set()
@@ -463,7 +463,7 @@ class DelayedStore:
             if txn is not None:
                 self._open_txns.setdefault(txn, []).append(record.offset)
             elif record.offset >= self._covers_to and self.index.add(record.timestamp_ms, record.offset):
-                self.counts[target_of(record).encode().decode("utf-8", "surrogateescape")] += 1
+                self.counts[target_of(record).text] += 1
         elif kind == RELEASE and record.offset >= self._covers_to:   # earlier ones are in the checkpoint
             try:
                 release = decode_release(record.value or b"")
@@ -484,7 +484,7 @@ class DelayedStore:
         elif kind == CANCEL:
             found = cancelled_key(record.value)
             if found is not None and self.index.cancel(found[1], found[0]):
-                self.counts[found[2].encode().decode("utf-8", "surrogateescape")] -= 1
+                self.counts[found[2].text] -= 1
         return 0
 
     async def _recover(self) -> None:
@@ -694,7 +694,7 @@ class DelayedStore:
             if item is None:          # trimmed away, or not a held message: nothing to deliver
                 continue
             target, message = item
-            counts[target.encode().decode("utf-8", "surrogateescape")] += 1
+            counts[target.text] += 1
             deliverer = await self._deliverer_for(target.kind)
             # A failure here fails the pass (nothing released, tried again); a target that is gone
             # routes nowhere.

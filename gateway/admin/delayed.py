@@ -63,7 +63,7 @@ def router(context, authenticate) -> APIRouter:
     async def cancel_for_topic(tenant: str, namespace: str, topic: str, message_id: MessageId,
                                caller: Authenticated) -> None:
         await visible_namespace(caller, tenant, namespace)
-        accept = lambda target: _partition_of(target.encode().decode("utf-8", "surrogateescape"), topic) is not None
+        accept = lambda target: _partition_of(target.text, topic) is not None
         if not await core.delayed.cancel(tenant, namespace, message_id, accept=accept):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no message of {topic} is pending with id {message_id}")
 
