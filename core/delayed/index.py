@@ -34,8 +34,9 @@ last checkpoint as one more run, then lists the buckets' runs and the heap's run
 hold a key of the heap (their last key is not below the heap's first): every pending key is in a
 listed run, each run keeps within one bucket's time (the heap's within the time before the first
 bucket), and a restart finds the buckets as narrow as they were. Writing only what joined the heap
-keeps a checkpoint's cost to what changed, however many keys wait in memory. Reading a run again after a restart skips what the frontier
-says is released, what was cancelled, and what is already in memory.
+keeps a checkpoint's cost to what changed, however many keys wait in memory. Reading a run again
+after a restart skips what the frontier says is released, what was cancelled, and what is already
+in memory.
 """
 
 from __future__ import annotations
@@ -424,9 +425,7 @@ class DelayIndex:
         return spill_id, keys
 
     def heap_stored(self, spill_id: int, index_offset: int) -> None:
-        info = self.stored(spill_id, index_offset)
-        if info is not None:
-            self._snapshots.append(info)
+        self._snapshots.append(self.stored(spill_id, index_offset))
 
     def heap_failed(self, spill_id: int) -> None:
         _, keys = self._spills.pop(spill_id)

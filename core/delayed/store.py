@@ -733,8 +733,7 @@ class DelayedStore:
             if heap is not None:
                 spill_id, keys = heap
                 try:
-                    offset = (await index_partition.append(build_batch([Record(now_ms, b"run", encode_run(keys))]))
-                              if keys else -1)
+                    offset = await index_partition.append(build_batch([Record(now_ms, b"run", encode_run(keys))]))
                 except BaseException:
                     self.index.heap_failed(spill_id)
                     raise

@@ -76,9 +76,7 @@ class RemoteBookie:
 
     async def read_entries(self, ledger_id: int, entry_ids: list[int]) -> list[bytes]:
         """Pipelined on the one connection: a round trip for all of them."""
-        answers = await asyncio.gather(*(self._request(Op.READ, (ledger_id, entry_id, 0), self._request_timeout_s)
-                                         for entry_id in entry_ids))
-        return [payload for _, payload in answers]
+        return list(await asyncio.gather(*(self.read(ledger_id, entry_id) for entry_id in entry_ids)))
 
     async def fence(self, ledger_id: int) -> int:
         last_entry_id, _ = await self._request(Op.FENCE, (ledger_id,), self._request_timeout_s)

@@ -357,14 +357,7 @@ class LedgerHandle:
         last_entry_id = min(last_entry_id, self._lac)
         if first_entry_id > last_entry_id:
             return []
-        try:
-            return await self._client.read_entries(self._metadata, self.ledger_id, first_entry_id, last_entry_id,
-                                                   max_bytes)
-        except StorageError:
-            if not await self._refresh_closed_metadata():
-                raise
-            return await self._client.read_entries(self._metadata, self.ledger_id, first_entry_id, last_entry_id,
-                                                   max_bytes)
+        return await self._read_fresh(self._client.read_entries, first_entry_id, last_entry_id, max_bytes)
 
     async def read_scattered(self, entry_ids: list[int]) -> list[memoryview]:
         """The entries named (each at most the LAC), in that order."""
@@ -372,12 +365,16 @@ class LedgerHandle:
             return []
         if max(entry_ids) > self._lac:
             raise NoSuchEntry(f"ledger {self.ledger_id}: entry {max(entry_ids)} is past the LAC {self._lac}")
+        return await self._read_fresh(self._client.read_scattered, entry_ids)
+
+    async def _read_fresh(self, read, *args) -> list[memoryview]:
+        """`read` (a LedgerClient read) of this ledger, once more if its replicas moved meanwhile."""
         try:
-            return await self._client.read_scattered(self._metadata, self.ledger_id, entry_ids)
+            return await read(self._metadata, self.ledger_id, *args)
         except StorageError:
             if not await self._refresh_closed_metadata():
                 raise
-            return await self._client.read_scattered(self._metadata, self.ledger_id, entry_ids)
+            return await read(self._metadata, self.ledger_id, *args)
 
     async def _refresh_closed_metadata(self) -> bool:
         """A closed ledger's fragments move when the auditor re-replicates a lost bookie's share: a

@@ -93,10 +93,8 @@ class EntrySearch:
         return False
 
 
-async def search_entries(offset: int, lo: int, lo_base: int, hi: int, hi_base: int,
-                         base_and_next: Callable[[int], Awaitable[tuple[int, int]]]) -> int:
-    """One EntrySearch to its end, reading an entry per probe."""
-    search = EntrySearch(offset, lo, lo_base, hi, hi_base)
+async def search_entries(search: EntrySearch, base_and_next: Callable[[int], Awaitable[tuple[int, int]]]) -> int:
+    """`search` to its end, reading an entry (its base and next offset) per probe."""
     while not search.done:
         probe = search.probe()
         search.narrow(probe, *await base_and_next(probe))

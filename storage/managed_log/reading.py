@@ -117,8 +117,7 @@ class LogReads:
 
     def _range_for(self, offset: int) -> LedgerRange:
         ledgers = self._list.ledgers
-        firsts = [r.first_offset for r in ledgers]
-        return ledgers[max(bisect.bisect_right(firsts, offset) - 1, 0)]
+        return _holding(ledgers, [r.first_offset for r in ledgers], offset)
 
     async def _reader(self, ledger_id: int) -> LedgerHandle:
         handle = self._readers.get(ledger_id)
@@ -144,9 +143,7 @@ class LogReads:
             entry = await self._entry(handle, entry_id)
             self._positions.learn(ledger_id, entry_id, entry.base_offset)
             return entry.base_offset, entry.next_offset
-        search = self._search(handle, offset, ledger_range)
-        return await search_entries(search.offset, search.lo, search.lo_base, search.hi, search.hi_base,
-                                    base_and_next)
+        return await search_entries(self._search(handle, offset, ledger_range), base_and_next)
 
     def _search(self, handle: LedgerHandle, offset: int, ledger_range: LedgerRange) -> EntrySearch:
         """A search for `offset`'s entry between the nearest entries known around it."""
@@ -169,7 +166,7 @@ class LogReads:
         by_ledger: dict[int, tuple[LedgerRange, list[int]]] = {}
         for offset in offsets:
             if start <= offset < hwm:
-                ledger_range = ledgers[max(bisect.bisect_right(firsts, offset) - 1, 0)]
+                ledger_range = _holding(ledgers, firsts, offset)
                 by_ledger.setdefault(ledger_range.ledger_id, (ledger_range, []))[1].append(offset)
         found: dict[int, LogEntry] = {}
         await asyncio.gather(*(self._read_holding_in(ledger_range, wanted, hwm, found)
@@ -243,6 +240,11 @@ class LogReads:
                         return entry
                 entry_id += len(entries)
         return None
+
+
+def _holding(ledgers: list[LedgerRange], firsts: list[int], offset: int) -> LedgerRange:
+    """The ledger holding `offset`; `firsts` are the ledgers' first offsets."""
+    return ledgers[max(bisect.bisect_right(firsts, offset) - 1, 0)]
 
 
 async def bisect_entries(count: int, is_at_or_after: Callable[[int], Awaitable[bool]]) -> int:

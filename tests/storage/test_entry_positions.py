@@ -10,7 +10,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.managed_log.positions import EntryPositions, search_entries
+from storage.managed_log.positions import EntryPositions, EntrySearch, search_entries
 
 
 def ledger(sizes: list[int], first: int = 0) -> list[int]:
@@ -30,7 +30,7 @@ async def find(bases: list[int], end: int, offset: int, positions: EntryPosition
     below, above = positions.around(1, offset)
     lo, lo_base = below if below is not None else (0, bases[0])
     hi, hi_base = above if above is not None else (len(bases), end)
-    return await search_entries(offset, lo, lo_base, hi, hi_base, base_and_next), probes
+    return await search_entries(EntrySearch(offset, lo, lo_base, hi, hi_base), base_and_next), probes
 
 
 @settings(max_examples=200, deadline=None)
