@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from compat_tests.kafka.epoch_readers import READER_IDS, READERS, AiokafkaReader, produce
-from gateway.cluster.zookeeper import free_port
+from gateway.cluster.ports import free_port
 from protocols.kafka.schema.fetch import FETCH
 from protocols.kafka.schema.list_offsets import LIST_OFFSETS
 from protocols.kafka.schema.metadata import METADATA

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import sys
 import time
 import urllib.request
@@ -20,15 +19,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.conftest import wait_for
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
+from gateway.cluster.ports import free_port
 
 LINK = "dc1"
 PARTITIONS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def bootstrap(gateway) -> str:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.cluster.children import spawn
+from gateway.cluster.ports import free_port
 from gateway.cluster.zookeeper import ZooKeeperServer
 
 log = logging.getLogger("gateway.cluster")
@@ -133,10 +134,6 @@ class Process:
             self.kill()
 
 
-def _port(address: str) -> int:
-    return int(address.rpartition(":")[2])
-
-
 def _pump(proc: subprocess.Popen, lines: queue.Queue) -> None:
     for line in proc.stdout:
         lines.put(line.rstrip("\n"))
@@ -202,7 +199,8 @@ class LocalCluster:
         with os.fdopen(fd, "w") as file:
             file.write(body)
 
-    def _bookie(self, index: int, port: int = 0) -> Process:
+    def _bookie(self, index: int) -> Process:
+        port = free_port(self.spec.host)
         return Process(f"bookie-{index}", self.bookie_command(index, port), self.dir / f"bookie-{index}.log",
                        "BOOKIE READY ")
 
@@ -217,8 +215,8 @@ class LocalCluster:
     def _role(self, index: int) -> str:
         return "serving" if index < self.spec.brokers else "read-only"
 
-    def _broker(self, index: int, ports: tuple[int, int, int] = (0, 0, 0)) -> Process:
-        kafka, amqp, admin = (str(port) for port in ports)
+    def _broker(self, index: int) -> Process:
+        kafka, amqp, admin = (str(free_port(self.spec.host)) for _ in range(3))
         rack = f"/rack-{index % self.spec.racks}" if index < self.spec.brokers else self.spec.read_only_rack
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
                    "--data-dir", str(self.dir / f"broker-{index}"), "--host", self.spec.host,
@@ -235,18 +233,10 @@ class LocalCluster:
         return process
 
     def restart(self, process: Process) -> dict:
-        """Start a stopped or killed process again on the same data and the same ports, so clients
-        that reconnect find it where it was."""
+        """Start a stopped or killed process again with the same command: the same data and the same
+        ports (chosen by free_port so that no client socket takes them meanwhile), so clients that
+        reconnect find it where it was."""
         process.stop()
-        index = int(process.name.rpartition("-")[2])
-        if process in self.bookies:
-            # Same flags (an advertised address, a prefix), on the port it listened on.
-            command = list(process.command)
-            command[command.index("--port") + 1] = str(_port(process.ready["listen"]))
-            process.command = command
-        else:
-            ports = tuple(_port(process.ready[name]) for name in ("kafka", "amqp", "admin"))
-            process.command = self._broker(index, ports).command
         return process.start()
 
     def heal(self) -> None:

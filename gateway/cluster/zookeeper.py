@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from gateway.cluster.children import spawn
+from gateway.cluster.ports import free_port
 
 log = logging.getLogger("gateway.cluster.zookeeper")
 
@@ -32,12 +33,6 @@ LOG_BINDING_JAR = JARS / "slf4j-simple.jar"  # without a binding the server's lo
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) -> str:

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from gateway.cluster.zookeeper import ZooKeeperServer, free_port
+from gateway.cluster.ports import free_port
+from gateway.cluster.zookeeper import ZooKeeperServer
 from storage.api import SessionState, StorageError, Versioned
 from storage.metadata.open import open_metadata_store
 from storage.metadata.zookeeper import MAX_VALUE_BYTES, ZooKeeperMetadataStore, parse_url
