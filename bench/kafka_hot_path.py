@@ -3,11 +3,14 @@
 Drives the same code a connection runs — frame parsing (KafkaServerConnection), the Produce and Fetch
 handlers, the core, the managed log, the ledger client and the bookie (fsync on) — with Produce
 requests of `--partitions` partitions × one batch of `--records` 1 KiB records each, at most five
-in flight (as librdkafka sends them), then Fetch requests reading everything back. CPU is the
-process's (every thread: the journal's and the read workers' too), so it is steadier than
+in flight (as librdkafka sends them), then Fetch requests reading everything back. Then the
+low-rate pattern of a tailing consumer: one Produce request of one 1 KiB record (partitions in
+turn), and once it is acknowledged one Fetch of every partition at the consumer's caught-up
+offsets, which returns that record (`--messages` of them; CPU per message). CPU is the process's
+(every thread: the journal's and the read workers' too), so it is steadier than
 end-to-end throughput on a shared machine; it is the figure to compare before and after a change.
 
-    python -m bench.kafka_hot_path [--requests 400] [--partitions 8] [--records 100]
+    python -m bench.kafka_hot_path [--requests 400] [--partitions 8] [--records 100] [--messages 3000]
 """
 
 from __future__ import annotations
@@ -122,6 +125,37 @@ async def run(data_dir: Path, requests: int, partitions: int, records: int) -> d
             "fetch_wall_s": fetch_wall, "fetch_cpu_ms_per_mb": fetch_cpu / (fetched / 1e6) * 1000}
 
 
+async def run_tailing(data_dir: Path, messages: int, partitions: int) -> float:
+    """CPU µs per message of: Produce one record, then Fetch every partition from where the consumer is."""
+    storage = await EmbeddedStorage.open(data_dir, StorageConfig())
+    core = Core(storage.metadata, storage.logs)
+    await core.start()
+    await core.create_topic(TopicName.of(TOPIC), partitions)
+    broker = KafkaBroker(core, KafkaSettings("127.0.0.1", 9092), registry.advertised())
+    conn = KafkaServerConnection(registry.APIS, Limits())
+    value = bytes(range(256)) * 4
+    offsets = [0] * partitions
+    cpu0 = time.process_time()
+    for n in range(messages):
+        batch = build_batch([Record(int(time.time() * 1000), key=None, value=value)])
+        body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000,
+                "topic_data": [{"name": TOPIC, "partition_data": [{"index": n % partitions, "records": batch}]}]}
+        for event in feed(conn, request_frame(PRODUCE, PRODUCE_VERSION, 2 * n, body)):
+            result = await produce.handle(event.body, RequestContext(broker, event.header))
+            conn.response(event.api, event.header, await result if asyncio.iscoroutine(result) else result)
+        for event in feed(conn, fetch_frame(2 * n + 1, offsets)):
+            body = await fetch.handle(event.body, RequestContext(broker, event.header))
+            conn.response(event.api, event.header, body)
+            for part in body["responses"][0]["partitions"]:
+                if part["records"]:
+                    offsets[part["partition_index"]] = _next_offset(part["records"])
+    cpu = time.process_time() - cpu0
+    assert sum(offsets) == messages, offsets
+    await core.close()
+    await storage.close()
+    return cpu / messages * 1e6
+
+
 def _next_offset(records: bytes | memoryview) -> int:
     """One past the last offset of the last batch in a Fetch answer."""
     view = memoryview(records)
@@ -139,11 +173,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--records", type=int, default=100, help="1 KiB records per batch")
+    parser.add_argument("--messages", type=int, default=3000, help="messages of the tailing run (0 skips it)")
     parser.add_argument("--repeat", type=int, default=3, help="runs; the lowest CPU counts")
+    parser.add_argument("--only-tailing", action="store_true", help="skip the throughput runs")
     args = parser.parse_args()
     tune_gc()        # as the gateway process runs
     best: dict[str, float] = {}
-    for _ in range(args.repeat):
+    for _ in range(0 if args.only_tailing else args.repeat):
         with tempfile.TemporaryDirectory(dir=Path.cwd(), prefix="bench-hot-") as directory:
             with asyncio.Runner(loop_factory=event_loop_factory()) as runner:   # the gateway's loop
                 result = runner.run(run(Path(directory), args.requests, args.partitions, args.records))
@@ -151,6 +187,16 @@ def main() -> None:
             if key not in best or result[key] < best[key]:
                 best[key] = result[key]
         best.update({k: v for k, v in result.items() if k not in best})
+    if args.messages:
+        tailing = []
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory(dir=Path.cwd(), prefix="bench-hot-") as directory:
+                with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+                    tailing.append(runner.run(run_tailing(Path(directory), args.messages, args.partitions)))
+        print(f"tailing: {args.messages} messages, each produced alone and fetched over {args.partitions} "
+              f"partitions: {min(tailing):.0f} CPU µs/message (best of {args.repeat})")
+    if args.only_tailing:
+        return
     print(f"produce: {best['produced_mb']:.0f} MB in {args.requests} requests of {args.partitions} partitions × "
           f"{args.records} records: {best['produce_cpu_ms_per_mb']:.2f} CPU ms/MB (best of {args.repeat})")
     print(f"fetch:   {best['fetched_mb']:.0f} MB in {best['fetch_requests']:.0f} requests: "
