@@ -187,11 +187,22 @@ class Channel:
         return settled
 
     def ack(self, delivery_tag: int, multiple: bool) -> None:
-        for queue, offsets in _by_queue(self._settled(delivery_tag, multiple)).items():
-            if not queue.deleted and queue.subscription is not None:
-                queue.subscription.ack(offsets)
-        if self.channel_prefetch:
-            self.wake_consumers()
+        self.ack_all([(delivery_tag, multiple)])
+
+    def ack_all(self, acks: list[tuple[int, bool]]) -> None:
+        """basic.acks (delivery tag, multiple) read together, applied to each queue at once: one
+        dispatch round refills the consumers' windows, not one per ack. On an unknown tag those
+        before it still count, as if they had come one by one."""
+        settled: list[Unacked] = []
+        try:
+            for delivery_tag, multiple in acks:
+                settled += self._settled(delivery_tag, multiple)
+        finally:
+            for queue, offsets in _by_queue(settled).items():
+                if not queue.deleted and queue.subscription is not None:
+                    queue.subscription.ack(offsets)
+            if self.channel_prefetch:
+                self.wake_consumers()
 
     def reject(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
         for queue, offsets in _by_queue(self._settled(delivery_tag, multiple)).items():

@@ -209,7 +209,10 @@ class AmqpConnection:
                 if failure is not None:
                     await failure
             elif isinstance(event, MethodReceived):
-                await self._method(event)
+                if event.method_name == "basic.ack":
+                    await self._acks(event, pending)
+                else:
+                    await self._method(event)
             elif isinstance(event, AuthenticationRequested):
                 await self._authenticate(event)
                 pending.extend(self.machine.next_events())
@@ -307,6 +310,22 @@ class AmqpConnection:
                     await result
         except Exception as exc:
             await self._failed(number, event.method.key, exc)
+
+    async def _acks(self, first: MethodReceived, pending: deque[Event]) -> None:
+        """basic.ack and the acks right after it on the same channel, applied together (consumers
+        ack one message at a time, so one read holds many)."""
+        run = [first]
+        while pending and _is_ack_on(pending[0], first.channel):
+            run.append(pending.popleft())
+        channel = self.channels.get(first.channel)
+        if channel is None or channel.tx is not None or self._ignored(first.channel, first.method_name):
+            for event in run:    # one by one, as any method: dropped, or settled at commit
+                await self._method(event)
+            return
+        try:
+            channel.ack_all([(event.args["delivery_tag"], event.args["multiple"]) for event in run])
+        except Exception as exc:
+            await self._failed(first.channel, first.method.key, exc)
 
     def _update_secret(self, args) -> None:
         """Logins here are passwords checked once, with nothing that expires: as RabbitMQ 3.10 with
@@ -525,3 +544,7 @@ class AmqpConnection:
                 self.write(self.machine.send_error(number, error))
                 await self._close_channel(number)
             self.flush()
+
+
+def _is_ack_on(event: Event, channel: int) -> bool:
+    return isinstance(event, MethodReceived) and event.method_name == "basic.ack" and event.channel == channel

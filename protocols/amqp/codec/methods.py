@@ -9,6 +9,7 @@ be UTF-8 (RabbitMQ checks them, with FRAME_ERROR); those of content-bearing meth
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,36 @@ class _Codec:
     encoders: tuple[Encoder, ...]
     defaults: Mapping[str, Any]
     names: frozenset[str]
+    fixed: "_FixedLayout | None"   # every field fixed-width (basic.ack, basic.qos...): one struct call
+
+
+_FIXED_FORMATS = {Domain.OCTET: "B", Domain.SHORT: "H", Domain.LONG: "I", Domain.LONGLONG: "Q",
+                  Domain.TIMESTAMP: "Q", Domain.BIT: "B"}
+
+
+@dataclass(frozen=True, slots=True)
+class _FixedLayout:
+    """Arguments that are all fixed-width (numbers and bit octets), read with one struct call."""
+    fmt: struct.Struct
+    slots: tuple[str | tuple[str, ...], ...]     # a field's name, or the names of one bit octet
+
+    @classmethod
+    def of(cls, groups: list[list[Field]]) -> "_FixedLayout | None":
+        if not all(group[0].domain in _FIXED_FORMATS for group in groups):
+            return None
+        fmt = struct.Struct(">" + "".join(_FIXED_FORMATS[group[0].domain] for group in groups))
+        return cls(fmt, tuple(tuple(f.attr for f in group) if group[0].domain is Domain.BIT else group[0].attr
+                              for group in groups))
+
+    def decode(self, payload: bytes, offset: int) -> dict[str, Any]:
+        args: dict[str, Any] = {}
+        for slot, value in zip(self.slots, self.fmt.unpack_from(payload, offset)):
+            if slot.__class__ is str:
+                args[slot] = value
+            else:
+                for index, attr in enumerate(slot):
+                    args[attr] = bool(value & (1 << index))
+        return args
 
 
 def _field_groups(fields: tuple[Field, ...]) -> list[list[Field]]:
@@ -97,7 +128,8 @@ def _compile(m: Method) -> _Codec:
     decoders: list[Decoder] = []
     encoders: list[Encoder] = []
     strict_text = not m.has_content
-    for group in _field_groups(m.fields):
+    groups = _field_groups(m.fields)
+    for group in groups:
         if group[0].domain is Domain.BIT:
             attrs = tuple(f.attr for f in group)
             decoders.append(_bits_decoder(attrs))
@@ -107,7 +139,7 @@ def _compile(m: Method) -> _Codec:
             encoders.append(_field_encoder(group[0]))
     defaults = {f.attr: f.default for f in m.fields if f.default is not NO_DEFAULT}
     return _Codec(m, U16.pack(m.class_id) + U16.pack(m.method_id), tuple(decoders), tuple(encoders),
-                  defaults, frozenset(f.attr for f in m.fields))
+                  defaults, frozenset(f.attr for f in m.fields), _FixedLayout.of(groups))
 
 
 _CODECS: dict[tuple[int, int], _Codec] = {m.key: _compile(m) for m in METHODS}
@@ -134,9 +166,14 @@ def decode_method(payload: bytes) -> tuple[Method, dict[str, Any]]:
 
 
 def decode_arguments(method: Method, payload: bytes, offset: int = 4) -> dict[str, Any]:
+    codec = _CODECS[method.key]
+    fixed = codec.fixed
+    if fixed is not None and len(payload) - offset == fixed.fmt.size:
+        return fixed.decode(payload, offset)
+    # Field by field: variable-width fields, or a payload of the wrong size (whose error this names).
     reader = Reader(payload, offset)
     args: dict[str, Any] = {}
-    for decode in _CODECS[method.key].decoders:
+    for decode in codec.decoders:
         decode(reader, args)
     if reader.remaining:
         raise frame_error(f"{method.name}: {reader.remaining} bytes left over after the last field")

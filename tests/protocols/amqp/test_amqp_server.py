@@ -207,6 +207,37 @@ async def test_methods_after_a_channel_error_in_the_same_read_are_dropped(core) 
         assert (await client.expect("channel.close"))["reply_code"] == 404
 
 
+async def test_acks_in_one_read_refill_the_window_and_an_unknown_tag_keeps_those_before_it(core) -> None:
+    async with serving(core) as address:
+        client = await RawClient.connect(address)
+        await client.handshake()
+        client.send(method(1, "channel.open") + method(1, "queue.declare", queue="acked")
+                    + method(1, "confirm.select"))
+        for name in ("channel.open-ok", "queue.declare-ok", "confirm.select-ok"):
+            await client.expect(name)
+        client.send(b"".join(publish(1, b"m%d" % i, routing_key="acked") for i in range(8)))
+        while (await client.expect("basic.ack"))["delivery_tag"] < 8:
+            pass
+        client.send(method(1, "basic.qos", prefetch_count=3)
+                    + method(1, "basic.consume", queue="acked", consumer_tag="c"))
+        await client.expect("basic.qos-ok")
+        await client.expect("basic.consume-ok")
+        assert [(await _expect_content(client, "basic.deliver"))["delivery_tag"] for _ in range(3)] == [1, 2, 3]
+        # One write, three acks: the window opens by three and is refilled.
+        client.send(b"".join(method(1, "basic.ack", delivery_tag=tag) for tag in (1, 2, 3)))
+        assert [(await _expect_content(client, "basic.deliver"))["delivery_tag"] for _ in range(3)] == [4, 5, 6]
+        # Then acks of 4 and 5 around an unknown tag: 4 counts (m7 takes its place), the channel
+        # closes, 5, 6 and 7 go back.
+        client.send(b"".join(method(1, "basic.ack", delivery_tag=tag) for tag in (4, 99, 5)))
+        assert (await _expect_content(client, "basic.deliver"))["delivery_tag"] == 7
+        args = await client.expect("channel.close")
+        assert (args["reply_code"], args["class_id"], args["method_id"]) == (406, 60, 80)
+        client.send(method(1, "channel.close-ok") + method(2, "channel.open")
+                    + method(2, "queue.declare", queue="acked", passive=True))
+        await client.expect("channel.open-ok")
+        assert (await client.expect("queue.declare-ok"))["message_count"] == 4   # tags 1-4 (m0-m3) were acked
+
+
 async def test_tx_commit_on_a_channel_never_selected_is_precondition_failed(core) -> None:
     async with serving(core) as address:
         client = await RawClient.connect(address)
