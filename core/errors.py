@@ -3,11 +3,49 @@ table per protocol; a test checks the tables cover every subclass."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+RESOURCE = "{resource}"   # where an error's message names its resource
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """The queue or exchange an error is about. The core names it plainly; a protocol may word it
+    its own way (AMQP adds the vhost, as RabbitMQ does)."""
+    kind: str    # "queue" or "exchange"
+    name: str
+
+    @classmethod
+    def queue(cls, name: str) -> "Resource":
+        return cls("queue", name)
+
+    @classmethod
+    def exchange(cls, name: str) -> "Resource":
+        return cls("exchange", name)
+
+    def __str__(self) -> str:
+        return f"{self.kind} '{self.name}'"
 
 
 class CoreError(Exception):
     retriable: ClassVar[bool] = False
+    resource: Resource | None = None
+
+    @classmethod
+    def about(cls, resource: Resource, message: str) -> "CoreError":
+        """An error whose message says RESOURCE where it names `resource`."""
+        error = cls(message)
+        error.resource = resource
+        return error
+
+    def describe(self, word: Callable[[Resource], str] = str) -> str:
+        """The message, with its resource worded by `word`."""
+        text = super().__str__()
+        return text if self.resource is None else text.replace(RESOURCE, word(self.resource))
+
+    def __str__(self) -> str:
+        return self.describe()
 
 
 class InvalidName(CoreError):

@@ -3,7 +3,8 @@ as RabbitMQ does.
 
 `QueuePolicy.of(name, arguments, ...)` is the one parse (a declare, a queue loaded after a restart);
 it raises InvalidArgument with RabbitMQ's text for a bad value ("invalid arg 'x-message-ttl' for
-queue 'q': {value_negative,-1}"); the protocol adds the vhost. `check_equivalent(...)` is the one
+queue 'q': {value_negative,-1}"), the queue named as its Resource, which a protocol words its way
+(AMQP adds the vhost). `check_equivalent(...)` is the one
 comparison of a redeclare with the queue as it is.
 
     x-message-ttl            int >= 0 (ms)     messages older than this expire
@@ -50,7 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import InequivalentDeclaration, InvalidArgument
+from core.errors import RESOURCE, CoreError, InequivalentDeclaration, InvalidArgument, Resource
 from core.queues.groups import BLOCK, POISON_POLICIES
 
 CLASSIC, QUORUM = "classic", "quorum"
@@ -130,21 +131,21 @@ class QueuePolicy:
             for refused, flag in (("non-durable", not durable), ("exclusive-owner", exclusive),
                                   ("auto-delete", auto_delete)):
                 if flag:
-                    raise InvalidArgument(f"invalid property '{refused}' for queue '{name}'")
+                    raise InvalidArgument.about(Resource.queue(name), f"invalid property '{refused}' for {RESOURCE}")
         subscription_type = subscription_type_of(name, arguments)
         for arg, only in _TYPE_ONLY.items():
             if arg in arguments and queue_type != only and not (arg == DELIVERY_LIMIT and subscription_type == KEY_SHARED):
-                raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}' of queue type "
-                                      f"rabbit_{queue_type}_queue")
+                raise InvalidArgument.about(Resource.queue(name), f"invalid arg '{arg}' for {RESOURCE} of queue type "
+                                                                  f"rabbit_{queue_type}_queue")
         dlx = arguments.get(DEAD_LETTER_EXCHANGE)
         if dlx is not None and not isinstance(dlx, str):
-            raise InvalidArgument(f"invalid type '{field_type(dlx)}' for arg '{DEAD_LETTER_EXCHANGE}' "
-                                  f"in queue '{name}'")
+            raise InvalidArgument.about(Resource.queue(name), f"invalid type '{field_type(dlx)}' for arg "
+                                                              f"'{DEAD_LETTER_EXCHANGE}' in {RESOURCE}")
         dlrk = arguments.get(DEAD_LETTER_ROUTING_KEY)
         if dlrk is not None:
             if not isinstance(dlrk, str):
-                raise InvalidArgument(f"invalid type '{field_type(dlrk)}' for arg '{DEAD_LETTER_ROUTING_KEY}' "
-                                      f"in queue '{name}'")
+                raise InvalidArgument.about(Resource.queue(name), f"invalid type '{field_type(dlrk)}' for arg "
+                                                                  f"'{DEAD_LETTER_ROUTING_KEY}' in {RESOURCE}")
             if dlx is None:
                 raise _invalid(name, DEAD_LETTER_ROUTING_KEY, "routing_key_but_no_dlx_defined")
         overflow = arguments.get(OVERFLOW, DROP_HEAD)
@@ -161,7 +162,7 @@ class QueuePolicy:
         consumer_timeout_ms = _integer(name, arguments, CONSUMER_TIMEOUT, minimum=0)
         for arg in arguments:
             if arg in UNSUPPORTED_ARGUMENTS:
-                raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}': not supported by this gateway yet")
+                raise _invalid(name, arg, "not supported by this gateway yet")
         priority = _max_priority(name, arguments)
         if priority and subscription_type == KEY_SHARED:
             raise _invalid(name, MAX_PRIORITY, f"a priority queue cannot be {KEY_SHARED}")
@@ -171,7 +172,7 @@ class QueuePolicy:
         if poison_policy not in POISON_POLICIES or (GROUP_POISON_POLICY in arguments and subscription_type != KEY_SHARED):
             raise _invalid(name, GROUP_POISON_POLICY, f"{_shown(poison_policy)!r} (block or skip, key-shared queues only)")
         if arguments.get(QUEUE_MODE) not in (None, *QUEUE_MODES):
-            raise InvalidArgument(f"invalid arg '{QUEUE_MODE}' for queue '{name}': {arguments[QUEUE_MODE]!r}")
+            raise _invalid(name, QUEUE_MODE, repr(arguments[QUEUE_MODE]))
         return cls(queue_type=queue_type, message_ttl_ms=message_ttl_ms, expires_ms=expires_ms,
                    dead_letter_exchange=dlx, dead_letter_routing_key=dlrk,
                    max_length=max_length, max_length_bytes=max_length_bytes, overflow=overflow,
@@ -207,10 +208,9 @@ def check_equivalence(name: str, current: Mapping[str, Any], received: Mapping[s
         if old == new and isinstance(old, bool) == isinstance(new, bool):
             continue
         if old is not None and new is not None:
-            raise InequivalentDeclaration(f"inequivalent arg '{arg}' for queue '{name}': received "
-                                          f"'{_shown(new)}' but current is '{_shown(old)}'")
-        raise InequivalentDeclaration(f"inequivalent arg '{arg}' for queue '{name}': received "
-                                      f"{_described(new)} but current is {_described(old)}")
+            raise _inequivalent(name, arg, _shown(new), _shown(old))
+        raise InequivalentDeclaration.about(Resource.queue(name), f"inequivalent arg '{arg}' for {RESOURCE}: received "
+                                                                  f"{_described(new)} but current is {_described(old)}")
 
 
 # Values a protocol decoded keep their wire type in a subclass named after it (int8 ... int64, float,
@@ -250,7 +250,8 @@ def _integer(name: str, arguments: Mapping[str, Any], arg: str, *, minimum: int 
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         if arg == DELIVERY_LIMIT:
-            raise InvalidArgument(f"invalid arg '{arg}' for queue '{name}' of queue type rabbit_quorum_queue")
+            raise InvalidArgument.about(Resource.queue(name),
+                                        f"invalid arg '{arg}' for {RESOURCE} of queue type rabbit_quorum_queue")
         raise _invalid(name, arg, f'"expected integer, got {field_type(value)}"')
     value = int(value)
     if minimum is not None and value < minimum:
@@ -289,13 +290,13 @@ def subscription_type_of(name: str, arguments: Mapping[str, Any]) -> str:
     return value
 
 
-def _invalid(name: str, arg: str, reason: str) -> InvalidArgument:
-    return InvalidArgument(f"invalid arg '{arg}' for queue '{name}': {reason}")
+def _invalid(name: str, arg: str, reason: str) -> CoreError:
+    return InvalidArgument.about(Resource.queue(name), f"invalid arg '{arg}' for {RESOURCE}: {reason}")
 
 
-def _inequivalent(name: str, arg: str, received: str, current: str) -> InequivalentDeclaration:
-    return InequivalentDeclaration(f"inequivalent arg '{arg}' for queue '{name}': received '{received}' but "
-                                   f"current is '{current}'")
+def _inequivalent(name: str, arg: str, received: str, current: str) -> CoreError:
+    return InequivalentDeclaration.about(Resource.queue(name), f"inequivalent arg '{arg}' for {RESOURCE}: received "
+                                                               f"'{received}' but current is '{current}'")
 
 
 def _shown(value: Any) -> str:

@@ -18,8 +18,9 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from core.cluster.bundles import Bundle, partition_bundle
-from core.errors import (CoreError, InequivalentDeclaration, InvalidArgument, NotPermitted, ReservedName,
-                         ResourceInUse, ResourceLocked, TopicExists, UnknownExchange, UnknownQueue, UnknownTopic)
+from core.errors import (RESOURCE, CoreError, InequivalentDeclaration, InvalidArgument, NotPermitted, ReservedName,
+                         Resource, ResourceInUse, ResourceLocked, TopicExists, UnknownExchange, UnknownQueue,
+                         UnknownTopic)
 from core.names import TopicName
 from core.partition import storage_errors
 from core.delayed.held import Target
@@ -92,7 +93,7 @@ class QueueNamespace:
     def exchange(self, name: str) -> Exchange:
         exchange = self.routing.exchanges.get(name)
         if exchange is None:
-            raise UnknownExchange(f"no exchange '{name}'")
+            raise UnknownExchange.about(Resource.exchange(name), f"no {RESOURCE}")
         return exchange
 
     async def declare_exchange(self, name: str, exchange_type: ExchangeType, *, durable: bool = True,
@@ -120,12 +121,12 @@ class QueueNamespace:
     async def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
         _not_default(name)
         if name in _PREDECLARED:
-            raise NotPermitted(f"deletion of system exchange '{name}' not allowed")
+            raise NotPermitted.about(Resource.exchange(name), f"deletion of system {RESOURCE} not allowed")
         async with self._lock:
             if name not in self.routing.exchanges:
                 return
             if if_unused and self.routing.bindings_from(name):
-                raise ResourceInUse(f"exchange '{name}' in use")
+                raise ResourceInUse.about(Resource.exchange(name), f"{RESOURCE} in use")
             await self._remove_exchange(name)
 
     async def _remove_exchange(self, name: str) -> None:
@@ -186,9 +187,9 @@ class QueueNamespace:
         """The queue, if `owner` may use it (an exclusive queue only by its owner)."""
         queue = self.queues.get(name)
         if queue is None:
-            raise UnknownQueue(f"no queue '{name}'")
+            raise UnknownQueue.about(Resource.queue(name), f"no {RESOURCE}")
         if queue.info.exclusive and queue.owner is not owner:
-            raise ResourceLocked(_locked_text(name))
+            raise _locked(name)
         return queue
 
     async def declare_queue(self, name: str, *, durable: bool = True, exclusive: bool = False,
@@ -205,7 +206,7 @@ class QueueNamespace:
             if existing is not None:
                 self.queue(name, owner)     # exclusive to someone else: RESOURCE_LOCKED
                 if existing.info.exclusive != exclusive:    # RabbitMQ's strict exclusive-access check
-                    raise ResourceLocked(_locked_text(name))
+                    raise _locked(name)
                 info = existing.info
                 check_equivalent(name, (info.durable, info.auto_delete, info.arguments),
                                  (durable, auto_delete, arguments))
@@ -310,8 +311,9 @@ class QueueNamespace:
             created = False
             existing = await self._core.registry.get_topic(topic)
             if existing.partitions != 1:
-                raise InequivalentDeclaration(f"queue '{info.name}' would use the topic '{info.topic}', "
-                                              f"which has {existing.partitions} partitions") from None
+                raise InequivalentDeclaration.about(Resource.queue(info.name), (
+                    f"{RESOURCE} would use the topic '{info.topic}', which has {existing.partitions} partitions")
+                ) from None
         partition = await self._core.partition(topic, 0)
         cursor = await self._core.cursor(topic, 0, CURSOR_NAME)
         cursor.commit(partition.high_watermark)
@@ -327,10 +329,10 @@ class QueueNamespace:
                 return 0
             queue = self.queue(name, owner)
             if if_unused and queue.consumer_count:
-                raise ResourceInUse(f"queue '{name}' in use")
+                raise ResourceInUse.about(Resource.queue(name), f"{RESOURCE} in use")
             count = await queue.message_count()
             if if_empty and count:
-                raise ResourceInUse(f"queue '{name}' not empty")
+                raise ResourceInUse.about(Resource.queue(name), f"{RESOURCE} not empty")
             await self._remove_queue(queue)
             return count
 
@@ -388,7 +390,7 @@ class QueueNamespace:
         if exchange != DEFAULT_EXCHANGE:
             found = self.exchange(exchange)
             if found.internal:
-                raise NotPermitted(f"cannot publish to internal exchange '{exchange}'")
+                raise NotPermitted.about(Resource.exchange(exchange), f"cannot publish to internal {RESOURCE}")
         queues = self.queues
         return [queues[name] for name in self.routing.route(exchange, routing_key, headers, queues, properties)]
 
@@ -540,21 +542,22 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _inequivalent(arg: str, kind: str, name: str, received: Any, current: Any) -> InequivalentDeclaration:
-    return InequivalentDeclaration(f"inequivalent arg '{arg}' for {kind} '{name}': received "
-                                   f"'{_shown(received)}' but current is '{_shown(current)}'")
+def _inequivalent(arg: str, resource: Resource, received: Any, current: Any) -> CoreError:
+    return InequivalentDeclaration.about(resource, f"inequivalent arg '{arg}' for {RESOURCE}: received "
+                                                   f"'{_shown(received)}' but current is '{_shown(current)}'")
 
 
 def _check_exchange_equivalence(existing: Exchange, wanted: Exchange) -> None:
     for arg, attr in (("type", "type"), ("durable", "durable"), ("auto_delete", "auto_delete"),
                       ("internal", "internal")):
         if getattr(existing, attr) != getattr(wanted, attr):
-            raise _inequivalent(arg, "exchange", existing.name, getattr(wanted, attr), getattr(existing, attr))
+            raise _inequivalent(arg, Resource.exchange(existing.name), getattr(wanted, attr), getattr(existing, attr))
     if existing.alternate != wanted.alternate:
-        raise _inequivalent("alternate-exchange", "exchange", existing.name, wanted.alternate or "none",
+        raise _inequivalent("alternate-exchange", Resource.exchange(existing.name), wanted.alternate or "none",
                             existing.alternate or "none")
 
 
-def _locked_text(name: str) -> str:
-    return (f"cannot obtain exclusive access to locked queue '{name}'. It could be originally declared on another "
-            "connection or the exclusive property value does not match that of the original declaration.")
+def _locked(name: str) -> CoreError:
+    return ResourceLocked.about(Resource.queue(name), (
+        f"cannot obtain exclusive access to locked {RESOURCE}. It could be originally declared on another "
+        "connection or the exclusive property value does not match that of the original declaration."))

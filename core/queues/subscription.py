@@ -47,7 +47,7 @@ from typing import Protocol
 
 from core.clock import Clock
 from core.cursor import Cursor
-from core.errors import CoreError, ExclusiveUse
+from core.errors import RESOURCE, CoreError, ExclusiveUse, Resource
 from core.partition import Partition
 from core.queues.dead_letter import DELIVERY_LIMIT, EXPIRED, REJECTED
 from core.queues.backlog import FifoBacklog
@@ -184,7 +184,7 @@ class SharedSubscription:
     def check_consumer(self, *, exclusive: bool = False) -> None:
         """Raise what add_consumer would raise, without adding anything."""
         if self.exclusive_consumer is not None or ((exclusive or self._exclusive_only) and self.consumers):
-            raise ExclusiveUse(f"queue '{self._name}' in exclusive use")
+            raise ExclusiveUse.about(Resource.queue(self._name), f"{RESOURCE} in exclusive use")
 
     def remove_consumer(self, consumer: Consumer, *, holder: Hashable | None = None) -> None:
         """The consumer is gone: what it held is handed out again, or, with `holder`, stays

@@ -24,7 +24,7 @@ import decimal
 from collections.abc import Mapping
 from typing import Any
 
-from core.errors import NotPermitted
+from core.errors import RESOURCE, NotPermitted, Resource
 from core.queues.exchange import ExchangeType
 from core.queues.routing import HeadersFunction, PropertiesFunction
 from core.records.builder import Record
@@ -71,7 +71,7 @@ def hold_if_delayed(channel, event, exchange: str, routing_key: str) -> bool:
     if delay is None:
         return False
     if found.internal:
-        raise NotPermitted(f"cannot publish to internal exchange '{exchange}'")
+        raise NotPermitted.about(Resource.exchange(exchange), f"cannot publish to internal {RESOURCE}")
     if channel.tx is not None:
         raise AmqpConnectionError(ReplyCode.NOT_IMPLEMENTED, "delayed messages in a transaction",
                                   method_name="basic.publish")

@@ -2,14 +2,12 @@
 
 Soft codes (403, 404, 405, 406) close the channel; INTERNAL_ERROR (541) closes the connection.
 The table names every core error (tests/protocols/amqp/test_amqp_core_errors.py checks it), so a
-new one gets its code by decision, not by falling through to 541. Core messages name the object ("no queue 'q'");
-the vhost is added after the first queue or exchange name, as RabbitMQ words it
+new one gets its code by decision, not by falling through to 541. A core error about a queue or an
+exchange carries it as its Resource; it is worded here with its vhost, as RabbitMQ words it
 ("NOT_FOUND - no queue 'q' in vhost '/'").
 """
 
 from __future__ import annotations
-
-import re
 
 from core import errors as core
 from core.transactions import errors as txn
@@ -87,9 +85,6 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     txn.InvalidTransactionalId: ReplyCode.INTERNAL_ERROR,
 }
 
-_NAMED = re.compile(r"((?:queue|exchange) '[^']*')")
-
-
 def amqp_code(exc: core.CoreError) -> ReplyCode:
     for cls in type(exc).__mro__:
         code = CORE_TO_AMQP.get(cls)
@@ -100,5 +95,5 @@ def amqp_code(exc: core.CoreError) -> ReplyCode:
 
 def from_core(exc: core.CoreError, vhost: str, class_id: int = 0, method_id: int = 0) -> AmqpError:
     code = amqp_code(exc)
-    text = _NAMED.sub(lambda m: f"{m.group(1)} in vhost '{vhost}'", str(exc), count=1)
+    text = exc.describe(lambda resource: f"{resource} in vhost '{vhost}'")   # RabbitMQ names the vhost
     return amqp_error(code, text, class_id, method_id)

@@ -12,7 +12,7 @@ from amqp_client_frames import PROTOCOL_HEADER, method, open_vhost, publish, ser
 
 from core.auth import UserStore
 from core.clock import FakeClock
-from core.errors import ResourceLocked, StorageUnavailable, UnknownQueue
+from core.errors import Resource, ResourceLocked, StorageUnavailable, UnknownQueue
 from core.service import Core
 from protocols.amqp.codec.frames import FrameReader, encode_frame
 from protocols.amqp.errors import from_core
@@ -96,10 +96,11 @@ def test_vhosts_map_to_tenants_and_namespaces() -> None:
 
 
 def test_core_errors_read_as_rabbitmq_words_them() -> None:
-    error = from_core(UnknownQueue("no queue 'q'"), "/", 50, 10)
+    error = from_core(UnknownQueue.about(Resource.queue("q"), "no {resource}"), "/", 50, 10)
     assert (error.reply_code, error.reply_text, error.class_id, error.method_id) == (
         404, "NOT_FOUND - no queue 'q' in vhost '/'", 50, 10)
-    locked = from_core(ResourceLocked("cannot obtain exclusive access to locked queue 'q'. It could"), "v")
+    locked = from_core(ResourceLocked.about(Resource.queue("q"), "exclusive access to locked {resource}. It could"),
+                       "v")
     assert locked.reply_code == 405 and "locked queue 'q' in vhost 'v'. It could" in locked.reply_text
     assert not locked.closes_connection
     unavailable = from_core(StorageUnavailable("disk full"), "/")
