@@ -43,14 +43,14 @@ MAX_DECODE_BYTES = 64 << 20
 logger = logging.getLogger("gateway.core")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReadResult:
     records: bytes               # whole batches, back to back (Kafka's "records" field)
     high_watermark: int
     log_start_offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CommittedRead:
     """A read_committed read: whole batches below the last stable offset, and the aborted
     transactions with records in the range read."""

@@ -29,7 +29,7 @@ log = logging.getLogger("gateway.storage.journal")
 _IOV_MAX = 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Written:
     """Where one record landed, handed to the index after the fsync."""
 

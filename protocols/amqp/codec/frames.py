@@ -25,7 +25,7 @@ FRAME_TYPES = frozenset({FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT
 HEARTBEAT_FRAME = _FRAME_HEADER.pack(FRAME_HEARTBEAT, 0, 0) + _END
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)   # not frozen: building a frozen one costs ~2 µs more, for every frame
 class Frame:
     type: int
     channel: int

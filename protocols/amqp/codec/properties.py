@@ -129,7 +129,7 @@ class ContentProperties:
         return f"ContentProperties({self.raw!r})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ContentHeader:
     class_id: int
     weight: int

@@ -21,7 +21,7 @@ from protocols.amqp.machine.settings import ABSOLUTE_MAX_MESSAGE_SIZE
 from protocols.amqp.spec import Method, ReplyCode
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AssembledContent:
     method: Method
     args: Mapping[str, Any]

@@ -20,7 +20,7 @@ _INT32 = struct.Struct(">i")
 _SIZE = _INT32
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)   # not frozen: building a frozen one costs ~2 µs more, for every request
 class RequestHeader:
     api_key: int
     api_version: int

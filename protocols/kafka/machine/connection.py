@@ -35,7 +35,7 @@ class RemoteProtocolError(Exception):
         self.header = header
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestReceived:
     api: Api
     header: RequestHeader
@@ -43,7 +43,7 @@ class RequestReceived:
     size: int = 0      # the frame's size in bytes (what quotas count)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UnsupportedApiVersions:
     """ApiVersions at a version we do not know: answer with v0 and UNSUPPORTED_VERSION."""
 
