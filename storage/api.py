@@ -236,7 +236,7 @@ class LedgerClient(Protocol):
 # --- managed logs ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)   # not frozen: a frozen one costs ~2 µs more to build, once per entry read
 class LogEntry:
     """One stored entry of a managed log and the positions it covers: base_offset ..
     base_offset + record_count - 1."""

@@ -45,7 +45,7 @@ _CRC = struct.Struct(">I")
 _NULL_LENGTH = encode_varint(-1)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)   # not frozen: a frozen one costs ~2 µs more to build, once per record
 class Record:
     """One record to put in a batch; its offset is its position in the batch."""
 

@@ -44,7 +44,7 @@ def counts_deliveries(queue: Queue) -> bool:
     return queue.policy.queue_type == QUORUM
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)   # not frozen: a frozen one costs ~2 µs more to build, once per delivery
 class Unacked:
     queue: Queue
     offset: int

@@ -36,7 +36,7 @@ _POSITION = struct.Struct(">QQ")
 _CHECKPOINT = b"checkpoint"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)   # not frozen: a frozen one costs ~2 µs more to build, once per entry
 class Location:
     segment_id: int
     offset: int

@@ -223,7 +223,7 @@ def decode_response(op: Op, body: memoryview) -> tuple:
     return (status, *_decode(_RESPONSES[op], body)[1:])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)   # not frozen: a frozen one costs ~2 µs more to build, once per frame
 class Frame:
     op: Op
     request_id: int
