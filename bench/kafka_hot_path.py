@@ -75,13 +75,18 @@ def feed(conn: KafkaServerConnection, frame: bytes, chunk: int = 256 * 1024) -> 
     return events
 
 
-async def run(data_dir: Path, requests: int, partitions: int, records: int) -> dict[str, float]:
+async def _serving(data_dir: Path, partitions: int):
+    """Embedded storage, a core with the topic, a Kafka broker and one connection's machine."""
     storage = await EmbeddedStorage.open(data_dir, StorageConfig())
     core = Core(storage.metadata, storage.logs)
     await core.start()
     await core.create_topic(TopicName.of(TOPIC), partitions)
     broker = KafkaBroker(core, KafkaSettings("127.0.0.1", 9092), registry.advertised())
-    conn = KafkaServerConnection(registry.APIS, Limits())
+    return storage, core, broker, KafkaServerConnection(registry.APIS, Limits())
+
+
+async def run(data_dir: Path, requests: int, partitions: int, records: int) -> dict[str, float]:
+    storage, core, broker, conn = await _serving(data_dir, partitions)
     frames, batch_bytes = produce_frames(requests, partitions, records)
     produced_bytes = requests * partitions * batch_bytes
 
@@ -127,12 +132,7 @@ async def run(data_dir: Path, requests: int, partitions: int, records: int) -> d
 
 async def run_tailing(data_dir: Path, messages: int, partitions: int) -> float:
     """CPU µs per message of: Produce one record, then Fetch every partition from where the consumer is."""
-    storage = await EmbeddedStorage.open(data_dir, StorageConfig())
-    core = Core(storage.metadata, storage.logs)
-    await core.start()
-    await core.create_topic(TopicName.of(TOPIC), partitions)
-    broker = KafkaBroker(core, KafkaSettings("127.0.0.1", 9092), registry.advertised())
-    conn = KafkaServerConnection(registry.APIS, Limits())
+    storage, core, broker, conn = await _serving(data_dir, partitions)
     value = bytes(range(256)) * 4
     offsets = [0] * partitions
     cpu0 = time.process_time()
