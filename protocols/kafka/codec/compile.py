@@ -100,9 +100,9 @@ def _generate(fields: list[tuple[str, t.Codec]], flexible: bool) -> tuple[str, d
         read.append("    read_tagged(msg, r)")
         write.append("        write_tagged(out, value)")
     read.append("    return msg")
+    if write[-1] == "    try:":   # no field at all
+        write.append("        pass")
     write += ["    except struct.error as exc:", "        raise ValueError(str(exc)) from exc"]
-    if len(write) == 5:   # no field at all
-        write = ["def write(out, value):", "    pass"]
     return "\n".join(read + write) + "\n", constants
 
 
@@ -117,13 +117,12 @@ class StructCodec(t.Codec):
         self.absent = absent
         self.flexible = flexible
         self.min_bytes = sum(codec.min_bytes for _, codec in fields) + (1 if flexible else 0)
-        self.defaults = {name: codec.default for name, codec in fields}
         message_type = _message_type([*absent, *(name for name, _ in fields), *(name for name, _ in tagged.values())])
         source, namespace = _generate(fields, flexible)
         namespace.update(new=message_type, absent=absent, read_tagged=self._read_tagged,
                          write_tagged=self._write_tagged)
-        exec(compile(source, f"<{type(self).__name__} of {', '.join(self.defaults) or 'no fields'}>", "exec"),
-             namespace)
+        where = f"<{type(self).__name__} of {', '.join(name for name, _ in fields) or 'no fields'}>"
+        exec(compile(source, where, "exec"), namespace)
         self.read = namespace["read"]
         self.write = namespace["write"]
 

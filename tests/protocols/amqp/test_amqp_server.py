@@ -86,6 +86,12 @@ class RawClient:
         self.send(tune_ok(heartbeat=heartbeat) + open_vhost(vhost))
         await self.expect("connection.open-ok")
 
+    async def confirming_channel(self, queue: str) -> None:
+        """Channel 1 open in confirm mode, with `queue` declared."""
+        self.send(method(1, "channel.open") + method(1, "queue.declare", queue=queue) + method(1, "confirm.select"))
+        for name in ("channel.open-ok", "queue.declare-ok", "confirm.select-ok"):
+            await self.expect(name)
+
 
 def test_vhosts_map_to_tenants_and_namespaces() -> None:
     assert vhost_namespace("/") == ("public", "default")
@@ -176,11 +182,7 @@ async def test_confirms_cover_consecutive_publishes_with_multiple(core) -> None:
     async with serving(core) as address:
         client = await RawClient.connect(address)
         await client.handshake()
-        client.send(method(1, "channel.open") + method(1, "queue.declare", queue="confirmed")
-                    + method(1, "confirm.select"))
-        await client.expect("channel.open-ok")
-        await client.expect("queue.declare-ok")
-        await client.expect("confirm.select-ok")
+        await client.confirming_channel("confirmed")
         client.send(b"".join(publish(1, b"m%d" % i, routing_key="confirmed") for i in range(50)))
         acked = 0
         while acked < 50:
@@ -212,10 +214,7 @@ async def test_acks_in_one_read_refill_the_window_and_an_unknown_tag_keeps_those
     async with serving(core) as address:
         client = await RawClient.connect(address)
         await client.handshake()
-        client.send(method(1, "channel.open") + method(1, "queue.declare", queue="acked")
-                    + method(1, "confirm.select"))
-        for name in ("channel.open-ok", "queue.declare-ok", "confirm.select-ok"):
-            await client.expect(name)
+        await client.confirming_channel("acked")
         client.send(b"".join(publish(1, b"m%d" % i, routing_key="acked") for i in range(8)))
         while (await client.expect("basic.ack"))["delivery_tag"] < 8:
             pass
