@@ -35,8 +35,8 @@ from core.topic_config import EffectiveConfig
 from core.producer_notes import ProducerNote, ProducerNotes
 from core.transactions.aborted_index import AbortedIndex, AbortedIndexStore, AbortedTxn
 from core.transactions.markers import Marker, build_marker, read_marker
-from storage.api import (LedgerFenced, LogClosed, ManagedLog, NotEnoughBookies, PositionOutOfRange, RetentionPolicy,
-                         StorageError)
+from storage.api import (Fenced, LedgerFenced, LogClosed, ManagedLog, NotEnoughBookies, PositionOutOfRange,
+                         RetentionPolicy, StorageError)
 
 MAX_DECODE_BYTES = 64 << 20
 
@@ -67,7 +67,7 @@ def storage_errors() -> Iterator[None]:
     """Turn storage failures into the core's protocol-neutral errors."""
     try:
         yield
-    except (LogClosed, LedgerFenced) as exc:
+    except (LogClosed, LedgerFenced, Fenced) as exc:
         raise NotOwner(str(exc)) from exc
     except PositionOutOfRange as exc:
         raise OffsetOutOfRange(str(exc)) from exc

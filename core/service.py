@@ -16,6 +16,7 @@ from core.broker_configs import BrokerConfigs
 from core.clock import Clock, SystemClock
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.bundles import Bundle, partition_bundle
+from core.cluster.guarded import GuardedMetadata
 from core.cluster.members import READ_ONLY
 from core.connections import ClientConnections
 from core.cursor import Cursor
@@ -198,9 +199,9 @@ class Core:
         config = self.effective_config(info, meter.policies)
         with storage_errors():
             managed = await self.logs.open_log(name.partition_log(index), retention_policy(config))
+        metadata = self.owner_metadata(partition_bundle(name.tenant, name.namespace, name.topic, index))
         partition = Partition(name.path, index, managed, config, self.clock,
-                              AbortedIndexStore(self.metadata, info.topic_id, index),
-                              ProducerNotes(self.metadata, info.topic_id, index))
+                              AbortedIndexStore(metadata, info.topic_id, index), ProducerNotes(metadata, info.topic_id, index))
         partition.meter = meter
         await partition.load_producer_states()
         return partition
@@ -313,8 +314,21 @@ class Core:
 
     # --- cursors ------------------------------------------------------------------------------
 
-    async def cursor(self, name: TopicName, index: int, cursor_name: str, *, initial_offset: int = 0) -> Cursor:
-        return await Cursor.load(self.metadata, self.clock, name, index, cursor_name, initial_offset=initial_offset)
+    def owner_metadata(self, bundle: Bundle) -> MetadataStore:
+        """The metadata store for what this broker writes as the bundle's owner: in a cluster each
+        write lands only while this broker's term on the bundle lasts (core/cluster/guarded.py)."""
+        cluster = self.cluster
+        if cluster is None:
+            return self.metadata
+        return GuardedMetadata(self.metadata, lambda: cluster.guard(bundle))
+
+    async def cursor(self, name: TopicName, index: int, cursor_name: str, *, writer: Bundle | None = None,
+                     initial_offset: int = 0) -> Cursor:
+        """A subscription's cursor, written as the owner of `writer` (by default the partition's bundle;
+        a consumer group's cursors are written by its coordinator)."""
+        writer = writer or partition_bundle(name.tenant, name.namespace, name.topic, index)
+        return await Cursor.load(self.owner_metadata(writer), self.clock, name, index, cursor_name,
+                                 initial_offset=initial_offset)
 
     # --- background ---------------------------------------------------------------------------
 

@@ -72,6 +72,11 @@ class NoNode(StorageError):
     pass
 
 
+class Fenced(StorageError):
+    """A guarded metadata write was refused: its guard node is gone or changed, so the writer no
+    longer holds what the guard stood for (a lease lost with its session, a term taken over)."""
+
+
 class PositionOutOfRange(StorageError):
     """A managed-log read below the log start or above the end."""
 
@@ -87,6 +92,16 @@ class LogClosed(StorageError):
 class Versioned:
     value: bytes
     version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A precondition a metadata write carries: the write applies, atomically, only while the node
+    at `path` exists at `version` (a fencing token, as ZooKeeper's multi-op `check` is one). A
+    writer that holds an ephemeral guard node loses its writes with its session: a process paused
+    past its session cannot overwrite what the next owner wrote."""
+    path: str
+    version: int = 0
 
 
 WatchCallback = Callable[[str], None]
@@ -123,16 +138,20 @@ class MetadataStore(Protocol):
 
     async def get(self, path: str) -> Versioned | None: ...
 
-    async def create(self, path: str, value: bytes, *, ephemeral: bool = False) -> int:
+    async def create(self, path: str, value: bytes, *, ephemeral: bool = False, guard: Guard | None = None) -> int:
         """Create `path`; raises NodeExists. Returns the version (0). An ephemeral node is deleted
         when this store's session ends (close, expiry, or the process dies)."""
 
-    async def put(self, path: str, value: bytes, expected_version: int | None = None) -> int:
+    async def put(self, path: str, value: bytes, expected_version: int | None = None, *,
+                  guard: Guard | None = None) -> int:
         """Write `path`. With expected_version, a compare-and-set: BadVersion if it differs, NoNode
         if absent. Without, create-or-overwrite. Returns the new version."""
 
-    async def delete(self, path: str, expected_version: int | None = None) -> None:
-        """Delete `path` (NoNode if absent, BadVersion on a lost compare-and-set)."""
+    async def delete(self, path: str, expected_version: int | None = None, *, guard: Guard | None = None) -> None:
+        """Delete `path` (NoNode if absent, BadVersion on a lost compare-and-set).
+
+        Every write takes a `guard`: with one it applies only if the guard holds, else nothing is
+        written and Fenced is raised (before any other error of the write)."""
 
     async def children(self, path: str) -> list[str]:
         """Names of the direct children of `path`, sorted."""

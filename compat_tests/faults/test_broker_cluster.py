@@ -1,7 +1,8 @@
 """Three brokers on three bookies (`gateway cluster up` as a library), the partitions spread over the
 brokers by bundle ownership, and the faults that move ownership: kill -9 of the owner of busy
-partitions, the owner paused past its ZooKeeper session (its late writes must fail: fenced), and the
-death of a consumer group's coordinator. Kafka clients bootstrap from one broker and follow the
+partitions, the owner paused past its ZooKeeper session (its late writes must fail: fenced), the
+death of a consumer group's coordinator, and a coordinator paused past its session (its late
+offset commit must not overwrite the one made through the next coordinator). Kafka clients bootstrap from one broker and follow the
 leaders Metadata names. Each fault test ends with the checkers' verdict (nothing acknowledged lost,
 no offset holding two values, no reordering, no duplicate from the idempotent producer) and prints
 the failover time of every partition (last acknowledgement before the fault -> first one after).
@@ -20,6 +21,7 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as ConfluentPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import NoReassignmentInProgressError
@@ -29,7 +31,8 @@ from compat_tests.faults.harness.failover import ack_latencies, describe, failov
 from compat_tests.faults.harness.history import INVOKE, OK
 from compat_tests.faults.harness.scenarios import settle
 from compat_tests.kafka.epoch_readers import READERS, AiokafkaReader, produce
-from core.cluster.bundles import partition_bundle
+from core.cluster.bundles import group_bundle, partition_bundle
+from core.groups.naming import storage_name
 from compat_tests.faults.harness.proxy import TcpProxy
 from gateway.cluster.launcher import ZK_ROOT, ClusterSpec, LocalCluster
 from storage.metadata.zookeeper import ZooKeeperMetadataStore
@@ -156,6 +159,25 @@ def read_produce_v3_error(sock: socket.socket) -> int:
     at = 4 + 4                                            # correlation id, topic count
     name_length = struct.unpack_from(">h", payload, at)[0]
     at += 2 + name_length + 4 + 4                         # name, partition count, partition index
+    return struct.unpack_from(">h", payload, at)[0]
+
+
+def offset_commit_v2(group: str, topic: str, partition: int, offset: int, correlation_id: int) -> bytes:
+    """A standalone OffsetCommit v2 (generation -1, no member), as an admin tool sends one."""
+    def string(text: str) -> bytes:
+        return struct.pack(">h", len(text.encode())) + text.encode()
+    header = struct.pack(">hhi", 8, 2, correlation_id) + string("zombie-test")
+    body = (string(group) + struct.pack(">i", -1) + string("") + struct.pack(">q", -1)
+            + struct.pack(">i", 1) + string(topic) + struct.pack(">iiq", 1, partition, offset) + string(""))
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def read_offset_commit_v2_error(sock: socket.socket) -> int:
+    """The error code of the single partition of an OffsetCommit v2 response."""
+    payload = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
+    at = 4 + 4                                            # correlation id, topic count
+    at += 2 + struct.unpack_from(">h", payload, at)[0] + 4 + 4   # name, partition count, partition index
     return struct.unpack_from(">h", payload, at)[0]
 
 
@@ -448,6 +470,76 @@ def test_an_owner_paused_past_its_session_is_fenced_when_it_wakes(healthy, workl
     times = failover_times(workloads.kafka_history, "sigstop-owner")
     print("failover after SIGSTOP of", victim.name, "owning", owned, "->", describe(times),
           "; the zombie's produce got error", code)
+
+
+async def _stored_offset(cluster, topic: str, group: str) -> int | None:
+    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
+    try:
+        node = await store.get(f"/cursors/public/default/{topic}/0/{storage_name(group)}")
+        return None if node is None else json.loads(node.value)["committed"]
+    finally:
+        await store.close()
+
+
+def commit_until_accepted(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "reconnect.backoff.max.ms": 500})
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            try:
+                consumer.commit(offsets=[ConfluentPartition(topic, 0, offset)], asynchronous=False)
+                return
+            except KafkaException as exc:
+                assert time.monotonic() < deadline, f"offset {offset} never committed: {exc}"
+                time.sleep(0.3)
+    finally:
+        consumer.close()
+
+
+def test_a_coordinator_paused_past_its_session_cannot_overwrite_the_next_ones_commit(healthy) -> None:
+    """An OffsetCommit waits in the socket of the paused coordinator while the group moves and commits
+    a newer offset through its new coordinator. When the old one wakes, its commit must be refused:
+    a group's committed offset never goes back to a value a dead coordinator was asked to write."""
+    wait_until_balanced(healthy)
+    bootstrap = ",".join(kafka_address(b) for b in healthy.brokers)
+    topic = create_topic(bootstrap, 1)
+    group = f"late-{topic}"
+    commit_until_accepted(bootstrap, group, topic, 10)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    coordinator = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+    victim = healthy.brokers[coordinator]
+    host, _, port = kafka_address(victim).rpartition(":")
+    zombie = socket.create_connection((host, int(port)), timeout=60)
+    lease = f"/cluster/leases/{group_bundle('public', 'default', group).path}"
+    victim.signal(signal.SIGSTOP)
+    try:
+        zombie.sendall(offset_commit_v2(group, topic, 0, 5, 9))   # waits in the paused coordinator's socket
+
+        async def moved() -> bool:
+            store = await ZooKeeperMetadataStore.open(healthy.metadata_url)
+            try:
+                node = await store.get(lease)
+                return node is not None and json.loads(node.value)["broker"] != coordinator
+            finally:
+                await store.close()
+        deadline = time.monotonic() + DEADLINE_S
+        while not asyncio.run(moved()):
+            assert time.monotonic() < deadline, "the group's bundle never moved off the paused coordinator"
+            time.sleep(0.2)
+        commit_until_accepted(",".join(others(healthy, victim)), group, topic, 20)
+        assert asyncio.run(_stored_offset(healthy, topic, group)) == 20
+    finally:
+        victim.signal(signal.SIGCONT)
+    with zombie:
+        try:
+            code = read_offset_commit_v2_error(zombie)
+        except (EOFError, ConnectionError, TimeoutError):
+            code = None                         # closed without an answer: not committed either
+    stored = asyncio.run(_stored_offset(healthy, topic, group))
+    assert stored == 20, f"the paused coordinator's late commit landed: committed offset {stored}, error {code}"
+    assert code != ERROR_NONE, "the paused coordinator answered its late commit as done"
+    print("the paused coordinator's late OffsetCommit got error", code)
 
 
 def test_an_owner_cut_off_from_zookeeper_but_not_from_clients_stops_serving_and_comes_back(

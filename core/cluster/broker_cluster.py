@@ -4,6 +4,7 @@
     /cluster/leader                   ephemeral  {"broker": id}: the one broker that assigns bundles
     /cluster/assignment               {"bundles": {"<t>/<ns>/<i>": broker id}}, written by the leader
     /cluster/leases/<t>/<ns>/<i>      ephemeral  {"broker": id}: who owns the bundle right now
+    /cluster/terms/<t>/<ns>/<i>/<instance>  ephemeral  the owner's term on the bundle: its writes' guard
     /cluster/load/<id>                ephemeral  LoadReport: the broker's traffic per bundle (load.py)
     /cluster/placements               bundles an operator put on a chosen broker (placements.py)
 
@@ -29,8 +30,12 @@ Sessions: on SUSPENDED the broker stops serving at once (`suspended`: the core r
 partition); on CONNECTED with the same session it resumes; on LOST every bundle is dropped (the
 release callbacks close its partitions and groups), the registration is made again in the new
 session and bundles are taken again as assigned. A broker paused past its session timeout learns of
-the loss only when it runs again; until then its writes fail because the new owner fenced its
-ledgers when it opened the partitions.
+the loss only when it runs again. Its appends fail because the new owner fenced its ledgers when it
+opened the partitions; its metadata writes (offset commits, cursors, group and transaction state)
+fail because each carries the guard of its term on the bundle (`guard`): a node made in the
+session that took the lease, under a path no later term uses. The session's expiry deleted it
+before any other broker could take the lease, so a late write cannot land after the new owner
+read the state, and nothing the new owner writes depends on it.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from core.cluster.bundles import Bundle, namespace_bundles
 from core.cluster.load import LOAD, LoadReport, RateMeter, Traffic, shed
 from core.cluster.members import SERVING, BrokerInfo
 from core.cluster.placements import PLACEMENTS, Placement, read_placements, update_placements
-from storage.api import MetadataStore, NodeExists, NoNode, SessionState, StorageError
+from storage.api import Fenced, Guard, MetadataStore, NodeExists, NoNode, SessionState, StorageError
 
 log = logging.getLogger("gateway.cluster")
 
@@ -56,6 +61,7 @@ BROKERS = "/cluster/brokers"
 LEADER = "/cluster/leader"
 ASSIGNMENT = "/cluster/assignment"
 LEASES = "/cluster/leases"
+TERMS = "/cluster/terms"
 POLL_S = 1.0
 REPORT_INTERVAL_S = 5.0
 SHED_INTERVAL_S = 60.0      # Pulsar's loadBalancerSheddingIntervalMinutes
@@ -92,6 +98,7 @@ class BrokerCluster:
         self._brokers: dict[int, BrokerInfo] = {}
         self._assignment: dict[Bundle, int] = {}
         self._held: set[Bundle] = set()
+        self._guards: dict[Bundle, Guard] = {}                    # the term of each bundle taken
         self._dropped: set[Bundle] = set()                        # lost with the session: to release
         self._waiting: dict[Bundle, Callable[[], None]] = {}      # lease watches of bundles held elsewhere
         self._member_watches: dict[int, Callable[[], None]] = {}
@@ -118,6 +125,13 @@ class BrokerCluster:
 
     def owns(self, bundle: Bundle) -> bool:
         return not self.suspended and bundle in self._held
+
+    def guard(self, bundle: Bundle) -> Guard:
+        """What a write made as the bundle's owner must carry (Fenced if this broker has no term on it)."""
+        guard = self._guards.get(bundle)
+        if guard is None:
+            raise Fenced(f"broker {self.local.id} does not own bundle {bundle}")
+        return guard
 
     def owner(self, bundle: Bundle) -> BrokerInfo | None:
         """The live broker the bundle is assigned to (it may still be taking the lease), or None."""
@@ -187,6 +201,7 @@ class BrokerCluster:
             self._sessions_lost += 1
             self._dropped |= self._held
             self._held = set()
+            self._guards.clear()     # the terms went too: late writes are refused from now on
             self._registered = False
             self.is_leader = False
             for cancel in self._waiting.values():
@@ -438,6 +453,13 @@ class BrokerCluster:
         if cancel is not None:
             cancel()
         self._check_session(session)
+        term = f"{TERMS}/{bundle.path}/{self.local.instance}"
+        try:
+            await self.metadata.create(term, b"", ephemeral=True)
+        except NodeExists:
+            pass     # a create retried across a reconnection: the instance names this session
+        self._check_session(session)
+        self._guards[bundle] = Guard(term)
         for callback in self._on_acquire:
             await callback(bundle)
         if session != self._sessions_lost:   # the lease went with the session: close what was opened
@@ -454,9 +476,13 @@ class BrokerCluster:
                 await callback(bundle)
             except Exception:
                 log.exception("releasing bundle %s failed", bundle)
+        guard = self._guards.pop(bundle, None)
         if give_up_lease:
-            try:
-                await self.metadata.delete(f"{LEASES}/{bundle.path}")
-            except NoNode:
-                pass
+            # The term ends before the lease: no write of this broker lands once another owns it.
+            for path in (guard.path if guard is not None else None, f"{LEASES}/{bundle.path}"):
+                try:
+                    if path is not None:
+                        await self.metadata.delete(path)
+                except NoNode:
+                    pass
         log.info("released bundle %s", bundle)

@@ -40,6 +40,7 @@ from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from core.cluster.bundles import partition_bundle
 from core.delayed.held import (
     CANCEL,
     RELEASE,
@@ -129,6 +130,8 @@ class DelayedStore:
         self.tenant = tenant
         self.namespace = namespace
         self.topic = TopicName(tenant, namespace, SYSTEM_TOPIC)
+        # Written as the owner of the schedule (the bundle of the system topic's partition).
+        self._metadata = core.owner_metadata(partition_bundle(tenant, namespace, SYSTEM_TOPIC, 0))
         self.index_topic = TopicName(tenant, namespace, INDEX_TOPIC)
         self.index = DelayIndex(limit, run_size, core.clock.now_ms)
         self.counts: Counter[str] = Counter()       # pending messages per target (Target.encode())
@@ -380,7 +383,7 @@ class DelayedStore:
         await self._sleep(min(wake_at) if wake_at else None)
 
     async def _open(self) -> None:
-        metadata = self._core.metadata
+        metadata = self._metadata
         node = f"/delayed/{self.tenant}/{self.namespace}"
         if await metadata.get(f"/delayed/{self.tenant}") is None:
             await metadata.put(f"/delayed/{self.tenant}", b"{}")
@@ -743,8 +746,8 @@ class DelayedStore:
                                     {t: c for t, c in self.counts.items() if c > 0}, self._next_seq)
             at = await index_partition.append(build_batch([Record(now_ms, b"checkpoint", encode_checkpoint(checkpoint))]))
             with storage_errors():
-                await self._core.metadata.put(f"/delayed/{self.tenant}/{self.namespace}",
-                                              json.dumps({"checkpoint": at}).encode())
+                await self._metadata.put(f"/delayed/{self.tenant}/{self.namespace}",
+                                         json.dumps({"checkpoint": at}).encode())
             self._covers_to = covers_to
             self._changed = False
             if now_ms - self._last_trim_ms >= TRIM_INTERVAL_MS:

@@ -1,7 +1,8 @@
 """What survives a restart of a group: its committed offsets and a record of where they are.
 
 Each committed offset is a core cursor on its partition, named after the group (naming.py), with
-the offset as its position and the commit's metadata string. Next to them, one record per group:
+the offset as its position and the commit's metadata string. The group's coordinator writes them, as
+the owner of the group's bundle (Core.owner_metadata: a coordinator that lost the bundle cannot). Next to them, one record per group:
 
     /groups/<tenant>/<namespace>/<stored name>   {"protocol_type": str | null,
                                                    "partitions": {topic: [partition, ...]},
@@ -25,13 +26,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from core.errors import InvalidName
+from core.cluster.bundles import group_bundle
+from core.cursor import Cursor
+from core.errors import InvalidName, NotCoordinator
 from core.groups.naming import group_id_of, storage_name
 from core.groups.values import OffsetAndMetadata
 from core.names import TopicName
 from core.partition import storage_errors
 from core.service import Core
-from storage.api import NoNode
+from storage.api import Fenced, MetadataStore, NoNode
 
 TopicPartition = tuple[str, int]   # a topic of the group's namespace, and a partition index
 
@@ -39,11 +42,15 @@ T = TypeVar("T")
 
 
 def _core_errors(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """Storage failures leave the store as the core's errors (StorageUnavailable, ...)."""
+    """Storage failures leave the store as the core's errors (StorageUnavailable, ...); a write this
+    broker may no longer make as the group's coordinator as NotCoordinator."""
     @functools.wraps(method)
     async def translated(*args, **kwargs) -> T:
         with storage_errors():
-            return await method(*args, **kwargs)
+            try:
+                return await method(*args, **kwargs)
+            except Fenced as exc:
+                raise NotCoordinator(str(exc)) from exc
     return translated
 
 
@@ -116,12 +123,11 @@ class GroupStore:
                     record.protocol_type = protocol_type
                 for topic, index in offsets:
                     record.partitions.setdefault(topic, set()).add(index)
-                await self._metadata.put(self.record_path(key), record.to_json())
+                await self._writer(key).put(self.record_path(key), record.to_json())
                 record.stored = True
-        name = storage_name(key.group_id)
 
         async def write(tp: TopicPartition, committed: OffsetAndMetadata) -> None:
-            cursor = await self._core.cursor(self._topic(key, tp[0]), tp[1], name)
+            cursor = await self._cursor(key, self._topic(key, tp[0]), tp[1])
             cursor.commit(committed.offset, committed.metadata, committed.leader_epoch)
             await cursor.flush()
 
@@ -131,19 +137,18 @@ class GroupStore:
     async def save(self, key: GroupKey, record: GroupRecord) -> None:
         """Store the record as it is now (its group's type and epoch); durable when it returns."""
         async with self._record_lock:
-            await self._metadata.put(self.record_path(key), record.to_json())
+            await self._writer(key).put(self.record_path(key), record.to_json())
             record.stored = True
 
     @_core_errors
     async def fetch(self, key: GroupKey, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        name = storage_name(key.group_id)
 
         async def read(tp: TopicPartition) -> OffsetAndMetadata | None:
             try:
                 topic = self._topic(key, tp[0])
             except InvalidName:
                 return None
-            cursor = await self._core.cursor(topic, tp[1], name)
+            cursor = await self._cursor(key, topic, tp[1])
             return (OffsetAndMetadata(cursor.committed_offset, cursor.metadata, cursor.leader_epoch)
                     if cursor.exists else None)
 
@@ -165,11 +170,10 @@ class GroupStore:
     @_core_errors
     async def last_commit_ms(self, key: GroupKey, record: GroupRecord) -> int:
         """When the newest of the group's committed offsets was committed (0: none is stored)."""
-        name = storage_name(key.group_id)
         newest = 0
         for topic, index in record.topic_partitions():
             try:
-                cursor = await self._core.cursor(self._topic(key, topic), index, name)
+                cursor = await self._cursor(key, self._topic(key, topic), index)
             except InvalidName:
                 continue
             newest = max(newest, cursor.updated_ms)
@@ -178,10 +182,9 @@ class GroupStore:
     @_core_errors
     async def delete(self, key: GroupKey, record: GroupRecord, partitions: Iterable[TopicPartition]) -> None:
         """Forget the offsets of `partitions`; the record goes once it lists nothing."""
-        name = storage_name(key.group_id)
         doomed = [tp for tp in dict.fromkeys(partitions) if tp[1] in record.partitions.get(tp[0], ())]
         for topic, index in doomed:
-            cursor = await self._core.cursor(self._topic(key, topic), index, name)
+            cursor = await self._cursor(key, self._topic(key, topic), index)
             await cursor.delete()
         async with self._record_lock:
             for topic, index in doomed:
@@ -193,7 +196,7 @@ class GroupStore:
             if not record.stored:
                 return
             if record.partitions:
-                await self._metadata.put(self.record_path(key), record.to_json())
+                await self._writer(key).put(self.record_path(key), record.to_json())
             else:
                 await self._forget(key, record)
 
@@ -205,10 +208,17 @@ class GroupStore:
 
     async def _forget(self, key: GroupKey, record: GroupRecord) -> None:
         try:
-            await self._metadata.delete(self.record_path(key))
+            await self._writer(key).delete(self.record_path(key))
         except NoNode:
             pass
         record.stored = False
+
+    def _writer(self, key: GroupKey) -> MetadataStore:
+        return self._core.owner_metadata(group_bundle(key.tenant, key.namespace, key.group_id))
+
+    async def _cursor(self, key: GroupKey, topic: TopicName, index: int) -> Cursor:
+        return await self._core.cursor(topic, index, storage_name(key.group_id),
+                                       writer=group_bundle(key.tenant, key.namespace, key.group_id))
 
     @staticmethod
     def _topic(key: GroupKey, topic: str) -> TopicName:

@@ -21,7 +21,6 @@ from typing import Any
 
 from core.clock import Clock
 from core.cluster.bundles import partition_bundle
-from core.cursor import Cursor
 from core.delayed.held import Target
 from core.names import TopicName
 from core.partition import Partition
@@ -141,8 +140,7 @@ class Queue:
 
     async def _load(self) -> SharedSubscription:
         partition = await self.partition()
-        cursor = await Cursor.load(self._core.metadata, self._clock, self.topic, 0, CURSOR_NAME,
-                                   initial_offset=partition.log_start_offset)
+        cursor = await self._core.cursor(self.topic, 0, CURSOR_NAME, initial_offset=partition.log_start_offset)
         if self._earlier_end:
             await drop_transient(partition, cursor, self._earlier_end)
             await cursor.flush()

@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from core.cluster.bundles import Bundle, partition_bundle
-from core.cursor import Cursor
 from core.errors import GroupNotFound, InvalidGroupId, InvalidName, UnknownTopic
 from core.groups.store import GroupKey
 from core.groups.values import GroupOverview
@@ -116,8 +115,7 @@ class ShareCoordinator:
             partition = await self._core.partition(topic, index)
             start = partition.log_start_offset if self.settings.auto_offset_reset == EARLIEST \
                 else partition.high_watermark
-            cursor = await Cursor.load(self._core.metadata, self._core.clock, topic, index, cursor_name(key.group_id),
-                                       initial_offset=start)
+            cursor = await self._core.cursor(topic, index, cursor_name(key.group_id), initial_offset=start)
             if not cursor.exists:
                 cursor.commit(start)
                 await cursor.flush()     # the start is fixed once: records from here are the group's

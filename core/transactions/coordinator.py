@@ -50,7 +50,7 @@ class TransactionCoordinator:
         self._core = core
         self._groups = groups
         self._new_producer_id = producer_ids
-        self._store = TransactionStore(core.metadata)
+        self._store = TransactionStore(core.metadata, lambda key: core.owner_metadata(self._bundle(key)))
         self._txns: dict[TxnKey, Transaction] = {}
         self._locks: dict[TxnKey, asyncio.Lock] = {}
         self._loaded: asyncio.Future | None = None

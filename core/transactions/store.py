@@ -14,13 +14,15 @@ A transactional id's stored name is "txn." followed by the id with every charact
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.errors import NotCoordinator
 from core.names import MAX_NAME, escaped_name, unescaped_name
 from core.partition import storage_errors
 from core.transactions.errors import InvalidTransactionalId
 from core.transactions.state import Transaction
-from storage.api import MetadataStore
+from storage.api import Fenced, MetadataStore
 
 ROOT = "/transactions"
 PREFIX = "txn."
@@ -47,8 +49,11 @@ def transactional_id_of(name: str) -> str | None:
 
 
 class TransactionStore:
-    def __init__(self, metadata: MetadataStore) -> None:
+    def __init__(self, metadata: MetadataStore, writer: Callable[[TxnKey], MetadataStore] | None = None) -> None:
+        """`writer(key)`: the store to write a transactional id's record through (its coordinator's
+        guarded view in a cluster); reads go to `metadata`."""
         self._metadata = metadata
+        self._writer = writer or (lambda key: metadata)
         self._listed: set[tuple[str, str]] = set()   # namespaces whose levels are known to exist
 
     @staticmethod
@@ -56,12 +61,16 @@ class TransactionStore:
         return f"{ROOT}/{key.tenant}/{key.namespace}/{stored_name(key.transactional_id)}"
 
     async def save(self, key: TxnKey, txn: Transaction) -> None:
+        writer = self._writer(key)
         with storage_errors():
-            if (key.tenant, key.namespace) not in self._listed:
-                await self._metadata.put(f"{ROOT}/{key.tenant}", b"")
-                await self._metadata.put(f"{ROOT}/{key.tenant}/{key.namespace}", b"")
-                self._listed.add((key.tenant, key.namespace))
-            await self._metadata.put(self.path(key), json.dumps(txn.to_dict(), separators=(",", ":")).encode())
+            try:
+                if (key.tenant, key.namespace) not in self._listed:
+                    await writer.put(f"{ROOT}/{key.tenant}", b"")
+                    await writer.put(f"{ROOT}/{key.tenant}/{key.namespace}", b"")
+                    self._listed.add((key.tenant, key.namespace))
+                await writer.put(self.path(key), json.dumps(txn.to_dict(), separators=(",", ":")).encode())
+            except Fenced as exc:
+                raise NotCoordinator(f"transactional id {key.transactional_id}: {exc}") from exc
 
     async def load_all(self) -> dict[TxnKey, Transaction]:
         found: dict[TxnKey, Transaction] = {}

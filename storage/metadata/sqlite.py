@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from storage.api import (BadVersion, NodeExists, NoNode, SessionCallback, StorageError, Versioned,
+from storage.api import (BadVersion, Fenced, Guard, NodeExists, NoNode, SessionCallback, StorageError, Versioned,
                          WatchCallback)
 
 log = logging.getLogger("gateway.storage.metadata")
@@ -53,6 +53,15 @@ def _end_session(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _check_guard(conn: sqlite3.Connection, guard: Guard | None) -> None:
+    if guard is None:
+        return
+    row = conn.execute("SELECT version FROM nodes WHERE path=?", (guard.path,)).fetchone()
+    if row is None or row[0] != guard.version:
+        found = "absent" if row is None else f"at version {row[0]}"
+        raise Fenced(f"guard {guard.path} is {found}, expected version {guard.version}")
 
 
 def _parent(path: str) -> str:
@@ -167,10 +176,11 @@ class SqliteMetadataStore:
             return None if row is None else Versioned(bytes(row[0]), row[1])
         return await self._submit(op)
 
-    async def create(self, path: str, value: bytes, *, ephemeral: bool = False) -> int:
+    async def create(self, path: str, value: bytes, *, ephemeral: bool = False, guard: Guard | None = None) -> int:
         parent = _parent(path)
 
         def op(conn: sqlite3.Connection) -> int:
+            _check_guard(conn, guard)
             try:
                 conn.execute("INSERT INTO nodes VALUES (?, ?, ?, 0)", (path, parent, value))
             except sqlite3.IntegrityError:
@@ -180,10 +190,12 @@ class SqliteMetadataStore:
             return 0
         return await self._submit(op, path)
 
-    async def put(self, path: str, value: bytes, expected_version: int | None = None) -> int:
+    async def put(self, path: str, value: bytes, expected_version: int | None = None, *,
+                  guard: Guard | None = None) -> int:
         parent = _parent(path)
 
         def op(conn: sqlite3.Connection) -> int:
+            _check_guard(conn, guard)
             row = conn.execute("SELECT version FROM nodes WHERE path=?", (path,)).fetchone()
             if expected_version is not None:
                 if row is None:
@@ -197,8 +209,9 @@ class SqliteMetadataStore:
             return row[0] + 1
         return await self._submit(op, path)
 
-    async def delete(self, path: str, expected_version: int | None = None) -> None:
+    async def delete(self, path: str, expected_version: int | None = None, *, guard: Guard | None = None) -> None:
         def op(conn: sqlite3.Connection) -> None:
+            _check_guard(conn, guard)
             row = conn.execute("SELECT version FROM nodes WHERE path=?", (path,)).fetchone()
             if row is None:
                 raise NoNode(path)

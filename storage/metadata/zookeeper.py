@@ -15,6 +15,7 @@ Semantics match SqliteMetadataStore, with ZooKeeper's differences:
   write returns (ZooKeeper sends the notification before the reply, and both reach the loop through
   one queue, in order). After every reconnection every watch fires once (kazoo drops watches when the
   connection drops, so changes made meanwhile would otherwise go unseen);
+- a guarded write is a multi-op transaction: the guard's `check`, then the write;
 - values are limited by ZooKeeper's request size (jute.maxbuffer, 1 MiB by default): larger writes
   are refused before they are sent.
 
@@ -32,15 +33,15 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import (BadVersionError, KazooException, NoChildrenForEphemeralsError, NodeExistsError,
-                              NoNodeError, NotEmptyError)
+                              NoNodeError, NotEmptyError, RolledBackError)
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
 
-from storage.api import (BadVersion, NodeExists, NoNode, SessionCallback, SessionState, StorageError, Versioned,
-                         WatchCallback)
+from storage.api import (BadVersion, Fenced, Guard, NodeExists, NoNode, SessionCallback, SessionState, StorageError,
+                         Versioned, WatchCallback)
 
 log = logging.getLogger("gateway.storage.metadata")
 
@@ -267,41 +268,68 @@ class ZooKeeperMetadataStore:
             return None
         return Versioned(data, stat.version)
 
-    async def create(self, path: str, value: bytes, *, ephemeral: bool = False) -> int:
+    async def _guarded(self, guard: Guard, write: Callable[[TransactionRequest], None]) -> Any:
+        """One write behind the guard's check, atomically: the write's result, or its error raised."""
+        transaction = self._client.transaction()
+        transaction.check(self._zk(_checked(guard.path)), guard.version)
+        write(transaction)
+        check, outcome = await self._call(transaction.commit_async)
+        if isinstance(check, Exception) and not isinstance(check, RolledBackError):
+            raise Fenced(f"guard {guard.path} is gone or not at version {guard.version}")
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def create(self, path: str, value: bytes, *, ephemeral: bool = False, guard: Guard | None = None) -> int:
         self._check_size(_checked(path), value)
+        zk_path = self._zk(path)
         try:
-            await self._call(self._client.create_async, self._zk(path), value, ephemeral=ephemeral, makepath=True)
+            if guard is None:
+                await self._call(self._client.create_async, zk_path, value, ephemeral=ephemeral, makepath=True)
+            else:   # a transaction cannot make the parents: made first (empty nodes, as makepath does)
+                await self._call(self._client.ensure_path_async, zk_path.rsplit("/", 1)[0])
+                await self._guarded(guard, lambda t: t.create(zk_path, value, ephemeral=ephemeral))
         except NodeExistsError:
             raise NodeExists(path) from None
         except NoChildrenForEphemeralsError:
             raise StorageError(f"{path}: a parent is an ephemeral node, which cannot have children") from None
         return 0
 
-    async def put(self, path: str, value: bytes, expected_version: int | None = None) -> int:
+    async def _set(self, zk_path: str, value: bytes, version: int, guard: Guard | None) -> int:
+        if guard is None:
+            return (await self._call(self._client.set_async, zk_path, value, version)).version
+        return (await self._guarded(guard, lambda t: t.set_data(zk_path, value, version))).version
+
+    async def put(self, path: str, value: bytes, expected_version: int | None = None, *,
+                  guard: Guard | None = None) -> int:
         self._check_size(_checked(path), value)
         zk_path = self._zk(path)
         if expected_version is not None:
             try:
-                return (await self._call(self._client.set_async, zk_path, value, expected_version)).version
+                return await self._set(zk_path, value, expected_version, guard)
             except NoNodeError:
                 raise NoNode(path) from None
             except BadVersionError:
                 raise await self._bad_version(path, expected_version) from None
         while True:  # create-or-overwrite: overwrite first (the common case), create when absent
             try:
-                return (await self._call(self._client.set_async, zk_path, value)).version
+                return await self._set(zk_path, value, -1, guard)
             except NoNodeError:
                 pass
             try:
-                await self.create(path, value)
+                await self.create(path, value, guard=guard)
                 return 0
             except NodeExists:
                 continue  # created by someone else meanwhile: overwrite it
 
-    async def delete(self, path: str, expected_version: int | None = None) -> None:
+    async def delete(self, path: str, expected_version: int | None = None, *, guard: Guard | None = None) -> None:
+        zk_path = self._zk(_checked(path))
+        version = -1 if expected_version is None else expected_version
         try:
-            version = -1 if expected_version is None else expected_version
-            await self._call(self._client.delete_async, self._zk(_checked(path)), version)
+            if guard is None:
+                await self._call(self._client.delete_async, zk_path, version)
+            else:
+                await self._guarded(guard, lambda t: t.delete(zk_path, version))
         except NoNodeError:
             raise NoNode(path) from None
         except BadVersionError:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cluster.zookeeper import ZooKeeperServer
-from storage.api import BadVersion, MetadataStore, NodeExists, NoNode, StorageError, Versioned
+from storage.api import BadVersion, Fenced, Guard, MetadataStore, NodeExists, NoNode, StorageError, Versioned
 from storage.metadata.open import open_metadata_store
 
 StoreOpener = Callable[[], Awaitable[MetadataStore]]
@@ -130,6 +130,66 @@ async def test_delete_with_a_stale_version_raises_bad_version_and_keeps_the_node
     assert await store.get("/d") == Versioned(b"y", 1)
     await store.delete("/d", expected_version=1)
     assert await store.get("/d") is None
+
+
+# --- guarded writes -------------------------------------------------------------------------------
+
+
+async def test_writes_behind_a_guard_that_holds_apply(store: MetadataStore) -> None:
+    await store.create("/term", b"")
+    await store.put("/term", b"")
+    guard = Guard("/term", 1)
+    assert await store.create("/a", b"1", guard=guard) == 0
+    assert await store.put("/a", b"2", guard=guard) == 1
+    assert await store.put("/a", b"3", expected_version=1, guard=guard) == 2
+    assert await store.put("/deep/new/b", b"x", guard=guard) == 0   # create-or-overwrite, parents made
+    await store.delete("/a", guard=guard)
+    assert await store.get("/a") is None
+    assert await store.get("/deep/new/b") == Versioned(b"x", 0)
+
+
+@pytest.mark.parametrize("guard", [Guard("/term", 0), Guard("/absent", 0)], ids=["moved", "absent"])
+async def test_writes_behind_a_guard_that_moved_or_went_are_fenced_and_change_nothing(
+        store: MetadataStore, guard: Guard) -> None:
+    await store.create("/term", b"")
+    await store.put("/term", b"")            # version 1: a guard at 0 is stale
+    await store.create("/a", b"kept")
+    with pytest.raises(Fenced, match=guard.path):
+        await store.put("/a", b"late", guard=guard)
+    with pytest.raises(Fenced):
+        await store.put("/a", b"late", expected_version=7, guard=guard)   # Fenced before BadVersion
+    with pytest.raises(Fenced):
+        await store.create("/b", b"late", guard=guard)
+    with pytest.raises(Fenced):
+        await store.put("/c", b"late", guard=guard)
+    with pytest.raises(Fenced):
+        await store.delete("/a", guard=guard)
+    assert await store.get("/a") == Versioned(b"kept", 0)
+    assert await store.get("/b") is None and await store.get("/c") is None
+
+
+async def test_a_guarded_write_keeps_its_own_errors_when_the_guard_holds(store: MetadataStore) -> None:
+    await store.create("/term", b"")
+    guard = Guard("/term")
+    await store.create("/a", b"1")
+    with pytest.raises(NodeExists):
+        await store.create("/a", b"2", guard=guard)
+    with pytest.raises(BadVersion):
+        await store.put("/a", b"2", expected_version=5, guard=guard)
+    with pytest.raises(NoNode):
+        await store.delete("/missing", guard=guard)
+
+
+async def test_an_ephemeral_guard_fences_its_holder_once_its_session_ends(open_store: StoreOpener) -> None:
+    """The use: a write made in the name of a lease lands only while the lease's session lives."""
+    writer, holder = await open_store(), await open_store()  # opening SQLite again ends earlier sessions
+    await holder.create("/terms/t1", b"", ephemeral=True)
+    guard = Guard("/terms/t1")
+    assert await writer.put("/cursor", b"10", guard=guard) == 0
+    await holder.close()
+    with pytest.raises(Fenced):
+        await writer.put("/cursor", b"5", guard=guard)
+    assert await writer.get("/cursor") == Versioned(b"10", 0)
 
 
 # --- children -------------------------------------------------------------------------------------

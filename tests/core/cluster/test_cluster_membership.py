@@ -16,10 +16,11 @@ from kazoo.client import KazooClient
 
 from core.cluster.assignment import assign
 from core.cluster.broker_cluster import BrokerCluster
-from core.cluster.bundles import BUNDLES_PER_NAMESPACE, namespace_bundles, partition_bundle
+from core.cluster.bundles import BUNDLES_PER_NAMESPACE, group_bundle, namespace_bundles, partition_bundle
 from core.cluster.members import BrokerInfo
-from core.errors import NotOwner
-from core.groups.store import GroupKey
+from core.errors import NotCoordinator, NotOwner
+from core.groups.store import GroupKey, GroupRecord, GroupStore
+from core.groups.values import OffsetAndMetadata
 from core.clock import SystemClock
 from core.names import TopicName
 from core.queues.service import QueueService
@@ -30,6 +31,7 @@ from core.shares.coordinator import ShareCoordinator
 from core.shares.share_partition import ACCEPT
 from gateway.cluster.zookeeper import ZooKeeperServer
 from storage.config import StorageConfig
+from storage.api import Fenced
 from storage.embedded import EmbeddedStorage
 from storage.metadata.zookeeper import ZooKeeperMetadataStore
 
@@ -145,6 +147,40 @@ async def test_a_new_owner_fences_at_once_the_logs_a_zombie_left_open(storage) -
     await owner.close()
     await core.close()
     await zombie.close()
+
+
+async def test_what_an_owner_writes_carries_its_term_and_stops_landing_when_the_term_ends(storage) -> None:
+    """Offset commits (written by the group's coordinator) and cursors (by the partition's owner) go
+    through the guarded view: with the term node gone, as a session's expiry deletes it, they are
+    refused and what was stored stays."""
+    await Registry(storage.metadata, SystemClock()).start()
+    owner = BrokerCluster(storage.metadata, broker(1), poll_s=POLL_S)
+    core = Core(storage.metadata, storage.logs, cluster=owner)
+    await core.start()
+    await owner.start()
+    await until(lambda: owner.held == ALL)
+    topic = TopicName.of("ledger")
+    await core.create_topic(topic, 1)
+    store, key = GroupStore(core), GroupKey("public", "default", "billing")
+    record = GroupRecord()
+    await store.commit(key, record, {("ledger", 0): OffsetAndMetadata(10)}, "consumer")
+    cursor = await core.cursor(topic, 0, "queue")
+    cursor.commit(3)
+    await cursor.flush()
+
+    for bundle in (group_bundle("public", "default", "billing"), partition_bundle("public", "default", "ledger", 0)):
+        await storage.metadata.delete(owner.guard(bundle).path)
+    with pytest.raises(NotCoordinator):
+        await store.commit(key, record, {("ledger", 0): OffsetAndMetadata(5)}, "consumer")
+    cursor.commit(1)
+    with pytest.raises(Fenced):
+        await cursor.flush()
+    assert (await store.fetch(key, [("ledger", 0)]))[("ledger", 0)].offset == 10
+    assert (await core.cursor(topic, 0, "queue")).committed_offset == 3
+    await owner.close()
+    with pytest.raises(Fenced, match="does not own"):       # no term at all once released
+        owner.guard(partition_bundle("public", "default", "ledger", 0))
+    await core.close()
 
 
 async def test_queues_of_a_moved_bundle_refuse_publishes_and_cancel_their_consumers(storage) -> None:
@@ -340,6 +376,38 @@ async def test_a_lost_session_drops_every_bundle_and_the_broker_competes_again(z
         await until(lambda: set(had) <= set(released))          # dropped with the session
         await until(lambda: split_evenly(*members) and not members[0].suspended, 60)   # back, a share again
         assert len(members[0].brokers()) == 2
+    finally:
+        for member in members:
+            await member.close()
+        for store in stores:
+            await store.close()
+
+
+async def test_a_write_guarded_by_a_lost_term_is_refused_even_on_the_next_session(zookeeper) -> None:
+    """The zombie case: a write that took its guard before the session expired reaches ZooKeeper on
+    the store's next session (kazoo reconnects by itself). It must not land over the value the
+    bundle's next owner wrote."""
+    url = f"zk://{zookeeper.address}/terms-{time.monotonic_ns()}"
+    stores = [await ZooKeeperMetadataStore.open(url) for _ in range(2)]
+    await Registry(stores[0], SystemClock()).start()
+    members = [BrokerCluster(store, broker(i), poll_s=POLL_S) for i, store in enumerate(stores)]
+    for member in members:
+        await member.start()
+    try:
+        await until(lambda: split_evenly(*members))
+        bundle = min(members[0].held)
+        stale = members[0].guard(bundle)
+        await stores[0].put("/cursors/t/0/g", b"old", guard=stale)
+        lost_session = stores[0].session_id
+        await asyncio.to_thread(_expire, stores[0], zookeeper.address)
+        await until(lambda: stores[0].session_id not in (None, lost_session), 60)   # a new session
+        await until(lambda: any(bundle in m.held for m in members), 60)
+        new_owner = next(m for m in members if bundle in m.held)
+        await new_owner.metadata.put("/cursors/t/0/g", b"new", guard=new_owner.guard(bundle))
+        assert new_owner.guard(bundle) != stale
+        with pytest.raises(Fenced):
+            await stores[0].put("/cursors/t/0/g", b"late", guard=stale)
+        assert (await stores[1].get("/cursors/t/0/g")).value == b"new"
     finally:
         for member in members:
             await member.close()
