@@ -27,6 +27,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import NoReassignmentInProgressError
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from compat_tests.faults.harness import cgroup
 from compat_tests.faults.harness.failover import ack_latencies, describe, failover_times
 from compat_tests.faults.harness.history import INVOKE, OK
 from compat_tests.faults.harness.scenarios import settle
@@ -42,6 +43,7 @@ MIN_ACKED = 200
 DEADLINE_S = 90.0
 NOT_LEADER_OR_FOLLOWER = 6
 ERROR_NONE = 0
+BOOKIE_CUT_S = 8.0      # several bookie timeouts (bookie_timeout_ms below), well under the message timeout
 
 
 @pytest.fixture(scope="module")
@@ -581,6 +583,65 @@ def test_an_owner_cut_off_from_zookeeper_but_not_from_clients_stops_serving_and_
         finally:
             victim.env = None
             healthy.restart(victim)
+
+
+def acks_after(history, keys: set[str], since: float) -> int:
+    events = history.events
+    ops = {e["op"] for e in events if e["type"] == INVOKE and e["key"] in keys}
+    return sum(1 for e in events if e["type"] == OK and e["op"] in ops and e["t"] > since)
+
+
+def test_an_owner_cut_off_from_every_bookie_acknowledges_nothing_and_goes_on_when_they_return(
+        healthy, workloads_for) -> None:
+    """The owner of some partitions keeps ZooKeeper and its clients but every packet it sends to a
+    bookie is dropped: its appends time out, its logs fail appends while they retry their repair,
+    and nothing more is acknowledged on its partitions (the producers retry). It keeps its bundles.
+    When the bookies are reachable again the repair succeeds and it writes again, on a new ledger.
+    The checker's bar as for a kill -9: the producers' retries across the cut must not lose,
+    duplicate or reorder anything."""
+    if (reason := cgroup.unavailable_reason()) is not None:
+        pytest.skip(f"cannot cut one process off: {reason}")
+    wait_until_balanced(healthy)
+    victim = healthy.brokers[0]
+    bookie_ports = [int(b.ready["address"].rpartition(":")[2]) for b in healthy.bookies]
+    group = cgroup.Cgroup().create()
+    command = victim.command
+    try:
+        victim.command = group.wrap(command)
+        healthy.restart(victim)
+        wait_until_balanced(healthy)
+        workloads = workloads_for([kafka_address(b) for b in healthy.brokers], None, partitions=6)
+        topic = workloads.kafka.topic
+        admin = KafkaAdminClient(bootstrap_servers=[kafka_address(b) for b in healthy.brokers])
+        try:        # the victim owns partition 0 at least
+            admin.alter_partition_reassignments({TopicPartition(topic, 0): [0]})
+        finally:
+            admin.close()
+        holders = wait_for_holders(healthy, topic, 6, lambda h: h[0] == 0 and None not in h.values())
+        owned = [p for p, b in holders.items() if b == 0]
+        keys = {workloads.kafka.key(p) for p in owned}
+        workloads.wait_for_progress(200)
+        group.cut(bookie_ports)
+        cut_at = time.monotonic()
+        workloads.fault("bookies-cut", broker=victim.name, partitions=owned)
+        time.sleep(BOOKIE_CUT_S)                  # the fault's length, not a wait for a condition
+        healed_at = time.monotonic()
+        # What was in flight at the cut may still complete within the bookie timeout (1.5 s).
+        late = acks_after(workloads.kafka_history, keys, cut_at + 3.0)
+        group.heal()
+        workloads.fault("bookies-healed", broker=victim.name)
+        assert late == 0, f"{late} writes acknowledged without a bookie"
+        wait_for_acks(workloads.kafka_history, workloads.kafka.key(owned[0]), time.monotonic(), 20)
+        assert lease_holders(healthy, topic, 6)[owned[0]] == 0
+        workloads.wait_for_progress(100)
+        finish(workloads, "bookies-cut")
+        print("cut", victim.name, "off from the bookies for", round(healed_at - cut_at, 1), "s, owning", owned,
+              "->", describe(failover_times(workloads.kafka_history, "bookies-cut")))
+    finally:
+        group.heal()
+        victim.command = command
+        healthy.restart(victim)
+        group.delete()
 
 
 def amqp_addresses(cluster) -> list[tuple[str, int]]:
