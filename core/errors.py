@@ -116,6 +116,10 @@ class StorageUnavailable(CoreError):
     retriable = True
 
 
+class RequestRefused(CoreError):
+    """Another broker refused what this one asked it to do for state it owns (core/cluster/mailbox.py)."""
+
+
 class NotEnoughReplicas(StorageUnavailable):
     """Fewer bookies accept writes than the ack quorum needs: nothing is acknowledged until they return."""
 

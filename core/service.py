@@ -17,6 +17,7 @@ from core.clock import Clock, SystemClock
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.bundles import Bundle, partition_bundle
 from core.cluster.guarded import GuardedMetadata
+from core.cluster.mailbox import Mailbox
 from core.cluster.members import READ_ONLY
 from core.connections import ClientConnections
 from core.cursor import Cursor
@@ -82,6 +83,8 @@ class Core:
         self.meters.on_policies(self._apply_policies)
         # A read-only broker serves reads of partitions it does not own (core/replicas.py).
         self.replicas = ReadReplicas(self) if cluster is not None and cluster.local.role == READ_ONLY else None
+        # Requests between brokers for state the other one owns (transaction markers, offsets).
+        self.mailbox = Mailbox(metadata, cluster, self.owner_metadata) if cluster is not None else None
 
     async def start(self) -> None:
         await self.registry.start()
@@ -370,6 +373,8 @@ class Core:
             self._sweeper.cancel()
         for task in self._takeovers:
             task.cancel()
+        if self.mailbox is not None:
+            self.mailbox.close()
         try:
             await self.delayed.close()
         except Exception as exc:

@@ -136,7 +136,10 @@ class MetadataStore(Protocol):
     are never recreated by the store; their owner decides (on LOST it no longer owns anything).
     """
 
-    async def get(self, path: str) -> Versioned | None: ...
+    async def get(self, path: str, *, latest: bool = False) -> Versioned | None:
+        """The node, or None. A store's reads follow its own writes; another store's newest write may
+        be seen a little later (a ZooKeeper server behind its leader), unless `latest` asks for the
+        value as of now (one more round trip there)."""
 
     async def create(self, path: str, value: bytes, *, ephemeral: bool = False, guard: Guard | None = None) -> int:
         """Create `path`; raises NodeExists. Returns the version (0). An ephemeral node is deleted

@@ -20,7 +20,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as ConfluentPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -32,7 +32,7 @@ from compat_tests.faults.harness.failover import ack_latencies, describe, failov
 from compat_tests.faults.harness.history import INVOKE, OK
 from compat_tests.faults.harness.scenarios import settle
 from compat_tests.kafka.epoch_readers import READERS, AiokafkaReader, produce
-from core.cluster.bundles import group_bundle, partition_bundle
+from core.cluster.bundles import group_bundle, partition_bundle, transaction_bundle
 from core.groups.naming import storage_name
 from compat_tests.faults.harness.proxy import TcpProxy
 from gateway.cluster.launcher import ZK_ROOT, ClusterSpec, LocalCluster
@@ -642,6 +642,87 @@ def test_an_owner_cut_off_from_every_bookie_acknowledges_nothing_and_goes_on_whe
         victim.command = command
         healthy.restart(victim)
         group.delete()
+
+
+async def _bundle_holders(cluster, bundles) -> list[int | None]:
+    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
+    try:
+        holders = []
+        for bundle in bundles:
+            node = await store.get(f"/cluster/leases/{bundle.path}")
+            holders.append(None if node is None else json.loads(node.value)["broker"])
+        return holders
+    finally:
+        await store.close()
+
+
+def read_from_start(bootstrap: str, topic: str, partitions: int, isolation: str, expected: int) -> list[tuple]:
+    """(partition, value) of every record, once `expected` came and a last poll found nothing more."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "isolation.level": isolation})
+    consumer.assign([ConfluentPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    found: list[tuple] = []
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while True:
+            batch = [m for m in consumer.consume(500, 1.0) if m.error() is None]
+            found += [(m.partition(), m.value().decode()) for m in batch]
+            if len(found) >= expected and not batch:
+                return found
+            assert time.monotonic() < deadline, f"{len(found)} of {expected} records read ({isolation})"
+    finally:
+        consumer.close()
+
+
+def test_a_transaction_over_partitions_and_a_group_of_other_brokers_commits_and_aborts_as_one(healthy) -> None:
+    """The transaction's coordinator, its partitions' owners and its group's coordinator are
+    different brokers: the markers and the committed offsets reach them through their mailboxes,
+    and a read_committed reader sees exactly the committed records, on every partition."""
+    wait_until_balanced(healthy)
+    bootstrap = ",".join(kafka_address(b) for b in healthy.brokers)
+    topic = create_topic(bootstrap, 9)
+    holders = wait_for_holders(healthy, topic, 9, lambda h: None not in h.values())
+    transactional_id = f"txn-{topic}"
+    coordinator, = asyncio.run(_bundle_holders(healthy, [transaction_bundle("public", "default", transactional_id)]))
+    assert set(holders.values()) - {coordinator}, f"every partition is on the coordinator: {holders}"
+    groups = [f"sink-{topic}-{i}" for i in range(32)]
+    group_holders = asyncio.run(_bundle_holders(healthy, [group_bundle("public", "default", g) for g in groups]))
+    group = next(g for g, holder in zip(groups, group_holders) if holder not in (None, coordinator))
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                         "transaction.timeout.ms": 30000, "linger.ms": 5})
+    producer.init_transactions(30)
+    source = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+
+    def transaction(prefix: str, end) -> None:
+        producer.begin_transaction()
+        for i in range(27):
+            producer.produce(topic, f"{prefix}-{i}".encode(), partition=i % 9)
+        producer.flush(30)
+        end()
+
+    transaction("kept", lambda: producer.commit_transaction(30))
+    transaction("dropped", lambda: producer.abort_transaction(30))
+
+    def commit_with_offsets() -> None:
+        producer.send_offsets_to_transaction([ConfluentPartition(topic, p, 7) for p in range(9)],
+                                             source.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+    transaction("with-offsets", commit_with_offsets)
+
+    committed = read_from_start(bootstrap, topic, 9, "read_committed", 54)
+    assert sorted(v for _, v in committed) == sorted([f"kept-{i}" for i in range(27)]
+                                                      + [f"with-offsets-{i}" for i in range(27)])
+    for partition in range(9):
+        values = [v for p, v in committed if p == partition]
+        assert values == [f"kept-{i}" for i in range(partition, 27, 9)] + \
+            [f"with-offsets-{i}" for i in range(partition, 27, 9)], f"partition {partition}: {values}"
+    everything = read_from_start(bootstrap, topic, 9, "read_uncommitted", 81)
+    assert sum(1 for _, v in everything if v.startswith("dropped-")) == 27
+    offsets = source.committed([ConfluentPartition(topic, p) for p in range(9)], timeout=30)
+    assert [tp.offset for tp in offsets] == [7] * 9
+    source.close()
+    print("transaction coordinated by broker", coordinator, "over partitions of brokers",
+          sorted(set(holders.values())), "with group", group, "on broker", group_holders[groups.index(group)])
 
 
 def amqp_addresses(cluster) -> list[tuple[str, int]]:

@@ -29,8 +29,8 @@ class GuardedMetadata:
     async def delete(self, path: str, expected_version: int | None = None, *, guard: Guard | None = None) -> None:
         await self._metadata.delete(path, expected_version, guard=guard or self._guard())
 
-    async def get(self, path: str) -> Versioned | None:
-        return await self._metadata.get(path)
+    async def get(self, path: str, *, latest: bool = False) -> Versioned | None:
+        return await self._metadata.get(path, latest=latest)
 
     async def children(self, path: str) -> list[str]:
         return await self._metadata.children(path)

@@ -90,3 +90,9 @@ class TransactionStore:
                 if transactional_id is not None and node is not None:
                     found[TxnKey(tenant, namespace, transactional_id)] = Transaction.from_dict(json.loads(node.value))
         return found
+
+    async def load(self, key: TxnKey) -> Transaction | None:
+        """One transactional id's record as stored now, whichever broker wrote it last (None: none)."""
+        with storage_errors():
+            node = await self._metadata.get(self.path(key), latest=True)
+        return None if node is None else Transaction.from_dict(json.loads(node.value))

@@ -170,7 +170,7 @@ class SqliteMetadataStore:
 
     # --- MetadataStore ----------------------------------------------------------------------
 
-    async def get(self, path: str) -> Versioned | None:
+    async def get(self, path: str, *, latest: bool = False) -> Versioned | None:   # one file: always latest
         def op(conn: sqlite3.Connection) -> Versioned | None:
             row = conn.execute("SELECT value, version FROM nodes WHERE path=?", (path,)).fetchone()
             return None if row is None else Versioned(bytes(row[0]), row[1])

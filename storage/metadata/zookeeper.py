@@ -261,9 +261,12 @@ class ZooKeeperMetadataStore:
             return NoNode(path)
         return BadVersion(f"{path}: version {stat.version}, expected {expected_version}")
 
-    async def get(self, path: str) -> Versioned | None:
+    async def get(self, path: str, *, latest: bool = False) -> Versioned | None:
+        zk_path = self._zk(_checked(path))
+        if latest:   # the server catches up with its leader first
+            await self._call(self._client.sync_async, zk_path)
         try:
-            data, stat = await self._call(self._client.get_async, self._zk(_checked(path)))
+            data, stat = await self._call(self._client.get_async, zk_path)
         except NoNodeError:
             return None
         return Versioned(data, stat.version)

@@ -377,6 +377,9 @@ async def test_a_write_of_one_store_is_read_by_another(open_store: StoreOpener) 
     first, second = await open_store(), await open_store()
     await first.put("/shared", b"x")
     assert await second.get("/shared") == Versioned(b"x", 0)
+    await first.put("/shared", b"y")
+    assert await second.get("/shared", latest=True) == Versioned(b"y", 1)
+    assert await second.get("/missing", latest=True) is None
 
 
 # --- ephemeral nodes ------------------------------------------------------------------------------

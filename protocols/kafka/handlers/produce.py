@@ -12,7 +12,9 @@ producer's transactional id (else every partition is TRANSACTIONAL_ID_AUTHORIZAT
 answers), only as the partition's single batch (INVALID_RECORD), and only for a partition added to
 the ongoing transaction of that producer id and epoch: INVALID_PRODUCER_ID_MAPPING for another
 producer id, INVALID_PRODUCER_EPOCH for another epoch, INVALID_TXN_STATE for a partition not in the
-transaction (KIP-890's check). With ACLs enforced, the transactional id needs WRITE
+transaction (KIP-890's check). In a cluster, when another broker coordinates the transactional id,
+that check reads the id's stored transaction once per producer, epoch and partition, and holds
+until a marker for that producer lands on the partition. With ACLs enforced, the transactional id needs WRITE
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Sequence checks apply as for any idempotent producer.
 Internal topics (__consumer_offsets) are refused with INVALID_TOPIC_EXCEPTION, as in Kafka, and so
 are the core's system topics (core/system_topics.py).
@@ -76,10 +78,13 @@ async def handle(request: Msg, ctx: RequestContext):
                 continue
             try:
                 name = topic_name(topic.name, ctx.tenant, ctx.namespace)
+                header = None if request.transactional_id is None else \
+                    await _transactional_header(ctx, request.transactional_id, topic.name, data)
                 partition = await ctx.core.partition(name, data.index)
-                if request.transactional_id is not None:
+                if header is not None:
                     # Checked with no await before the append: the transaction cannot end in between.
-                    _check_transactional(ctx, request.transactional_id, topic.name, data)
+                    ctx.broker.transactions.check_produce(txn_key(ctx, request.transactional_id), header.producer_id,
+                                                          header.producer_epoch, (topic.name, data.index))
                 if ctx.header.client_id == REPLICATOR_CLIENT_ID and await _is_replicator(ctx, mirroring):
                     pending = partition.append_mirrored(data.records or b"")
                 elif partition.config.delayed_delivery:     # the only per-partition cost for other topics
@@ -128,15 +133,18 @@ def _first_header(data) -> record_batch.BatchHeader | None:
     return record_batch.read_header(records)
 
 
-def _check_transactional(ctx: RequestContext, transactional_id: str, topic: str, data) -> None:
-    """A transactional batch must be alone and belong to the ongoing transaction (raises if not)."""
+async def _transactional_header(ctx: RequestContext, transactional_id: str, topic: str,
+                                data) -> record_batch.BatchHeader | None:
+    """The header of a transactional batch, which must be alone; for an id another broker
+    coordinates, its stored transaction is read here (raises if the batch may not be written)."""
     header = _first_header(data)
     if header is None or not header.is_transactional:
-        return
+        return None
     if header.size_bytes != len(data.records):
         raise InvalidRecord("a transactional produce carries exactly one batch per partition")
-    ctx.broker.transactions.check_produce(txn_key(ctx, transactional_id), header.producer_id,
-                                          header.producer_epoch, (topic, data.index))
+    await ctx.broker.transactions.prepare_produce(txn_key(ctx, transactional_id), header.producer_id,
+                                                  header.producer_epoch, (topic, data.index))
+    return header
 
 
 async def _may_write(ctx: RequestContext, name: str, decided: dict[str, bool]) -> bool:
