@@ -725,6 +725,33 @@ def test_a_transaction_over_partitions_and_a_group_of_other_brokers_commits_and_
           sorted(set(holders.values())), "with group", group, "on broker", group_holders[groups.index(group)])
 
 
+def test_a_commit_whose_partition_owner_dies_completes_on_the_next_owner(healthy) -> None:
+    """The owner of some of a transaction's partitions is killed after the records were
+    acknowledged: the commit waits for the partitions' next owner, which finds the marker requests
+    when it takes their bundles. Every committed record becomes readable, once."""
+    wait_until_balanced(healthy)
+    bootstrap = ",".join(kafka_address(b) for b in healthy.brokers)
+    topic = create_topic(bootstrap, 9)
+    holders = wait_for_holders(healthy, topic, 9, lambda h: None not in h.values())
+    transactional_id = f"txn-{topic}"
+    coordinator, = asyncio.run(_bundle_holders(healthy, [transaction_bundle("public", "default", transactional_id)]))
+    victim_id = next((b for b in holders.values() if b != coordinator), None)
+    assert victim_id is not None, f"every partition is on the coordinator: {holders}"
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                         "transaction.timeout.ms": 60000, "linger.ms": 5})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(27):
+        producer.produce(topic, f"kept-{i}".encode(), partition=i % 9)
+    assert producer.flush(30) == 0
+    healthy.brokers[victim_id].kill()
+    producer.commit_transaction(90)       # waits for the markers on the victim's partitions
+    values = read_from_start(",".join(others(healthy, healthy.brokers[victim_id])), topic, 9, "read_committed", 27)
+    assert sorted(v for _, v in values) == sorted(f"kept-{i}" for i in range(27))
+    print("commit with broker", victim_id, "owning", [p for p, b in holders.items() if b == victim_id],
+          "killed: every record committed once")
+
+
 def amqp_addresses(cluster) -> list[tuple[str, int]]:
     found = []
     for broker in cluster.brokers:
