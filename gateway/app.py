@@ -36,7 +36,7 @@ from protocols.amqp import server as amqp_server
 from protocols.amqp.server import AmqpSettings
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
-from protocols.kafka.mirror.client import RemoteCluster
+from protocols.kafka.mirror.client import LinkSecurity, RemoteCluster
 from protocols.kafka.mirror.replicator import Replicator
 from protocols.kafka.machine.connection import Limits
 from storage.config import REPLICATED
@@ -120,7 +120,7 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
     if host in _WILDCARD_HOSTS:
         # Clients would be told to connect to "0.0.0.0"; Kafka refuses such a listener outright.
         log.warning("Kafka listener bound to %r advertises that address; set kafka.advertised_host", host)
-    return KafkaSettings(host=host, port=port, node_id=node_id, rack=rack, cluster_id=config.cluster_id,
+    return KafkaSettings(host=host, port=config.advertised_port or port, node_id=node_id, rack=rack, cluster_id=config.cluster_id,
                          auto_create_topics=config.auto_create_topics,
                          default_partitions=config.default_partitions,
                          limits=Limits(max_frame_bytes=config.max_frame_bytes), log_dir=log_dir,
@@ -275,8 +275,12 @@ class Gateway:
             await self._cluster.start()
         for link in config.replication:
             tenant, namespace = link.namespace.split("/")
-            replicator = Replicator(self._core, link.name, RemoteCluster(link.bootstrap), tenant, namespace, link.topics,
-                                    groups=kafka_broker.groups)
+            security = LinkSecurity(tls=link.tls, ca_file=link.ssl_ca_file, check_hostname=link.ssl_check_hostname,
+                                    sasl_mechanism=link.sasl_mechanism if link.sasl else None,
+                                    username=link.sasl_username, password=link.sasl_password)
+            replicator = Replicator(self._core, link.name, RemoteCluster(link.bootstrap, security=security), tenant,
+                                    namespace, link.topics, groups=kafka_broker.groups,
+                                    sync_configs=link.sync_topic_configs)
             replicator.start()
             self._replicators.append(replicator)
         self.metrics.track_replication(self._replicators)
@@ -285,7 +289,7 @@ class Gateway:
     def _local_broker(self) -> BrokerInfo:
         config = self.config
         host = advertised_host(config.kafka, config.host)
-        kafka_port = self._unserved_sockets["kafka"].getsockname()[1]
+        kafka_port = config.kafka.advertised_port or self._unserved_sockets["kafka"].getsockname()[1]
         amqp_port = self._unserved_sockets["amqp"].getsockname()[1]
         return BrokerInfo(self._broker_id, host, kafka_port, f"{host}:{amqp_port}", config.rack, config.role,
                           instance=uuid.uuid4().hex)

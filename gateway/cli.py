@@ -79,6 +79,10 @@ def serve(
     kafka_advertised_host: Annotated[
         str | None, typer.Option(help="Host Kafka clients are told to connect to.", show_default="the --host")
     ] = None,
+    kafka_advertised_port: Annotated[
+        int | None, typer.Option(help="Port Kafka clients are told to connect to (behind a proxy or NAT).",
+                                 show_default="the bound --kafka-port")
+    ] = None,
     kafka_cluster_id: Annotated[
         str | None, typer.Option(help="Cluster id reported in Metadata.", show_default="gateway-cluster")
     ] = None,
@@ -171,6 +175,7 @@ def serve(
         "kafka_auto_create_topics": kafka_auto_create_topics,
         "kafka_default_partitions": kafka_default_partitions,
         "kafka_advertised_host": kafka_advertised_host,
+        "kafka_advertised_port": kafka_advertised_port,
         "kafka_cluster_id": kafka_cluster_id,
         "kafka_max_frame_bytes": kafka_max_frame_bytes,
         "kafka_sasl_mechanisms": kafka_sasl_mechanisms,

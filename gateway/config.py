@@ -12,7 +12,7 @@ import re
 import tomllib
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ KAFKA_SETTINGS: Mapping[str, type] = {
     "auto_create_topics": bool,
     "default_partitions": int,
     "advertised_host": str,
+    "advertised_port": int,
     "cluster_id": str,
     "max_frame_bytes": int,
     "sasl_mechanisms": str,
@@ -99,6 +100,7 @@ class KafkaConfig:
     auto_create_topics: bool = True         # Kafka's auto.create.topics.enable
     default_partitions: int = 1             # Kafka's num.partitions: for auto-created topics
     advertised_host: str | None = None      # what Metadata tells clients to connect to; None: the bind host
+    advertised_port: int | None = None      # and the port (behind a proxy or NAT); None: the bound one
     cluster_id: str = "gateway-cluster"
     max_frame_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
     sasl_mechanisms: str = ""               # e.g. "PLAIN,SCRAM-SHA-256": empty means no authentication
@@ -130,6 +132,9 @@ class KafkaConfig:
             raise ConfigError(f"kafka.default_partitions must be a positive integer, got {self.default_partitions!r}")
         if self.advertised_host is not None and (not isinstance(self.advertised_host, str) or not self.advertised_host):
             raise ConfigError(f"kafka.advertised_host must be a non-empty host name, got {self.advertised_host!r}")
+        if self.advertised_port is not None and (not _is_int(self.advertised_port)
+                                                 or not 1 <= self.advertised_port <= 65535):
+            raise ConfigError(f"kafka.advertised_port must be a port number, got {self.advertised_port!r}")
         if not isinstance(self.cluster_id, str) or not self.cluster_id:
             raise ConfigError(f"kafka.cluster_id must be a non-empty string, got {self.cluster_id!r}")
         for mechanism in self.mechanisms:
@@ -255,6 +260,10 @@ class MetricsConfig:
             raise ConfigError(f"metrics.max_series must be an integer in 1..1000000, got {self.max_series!r}")
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+LINK_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicationConfig:
     """One `[[replication]]` entry: a namespace's topics copied to a remote cluster as mirror topics
@@ -264,11 +273,39 @@ class ReplicationConfig:
     remote: str                        # the remote cluster's Kafka bootstrap, "host:port[,host:port...]"
     namespace: str = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}"   # the local tenant/namespace copied
     topics: str = ".*"                 # a regular expression the topic names must match
+    # How the link reaches the remote, with Kafka clients' names: security.protocol (PLAINTEXT, SSL,
+    # SASL_PLAINTEXT or SASL_SSL), sasl.mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with the
+    # user the mirrors are written as (the remote's tenant and namespace are that user's), and for
+    # TLS the CA to trust (None: the system's) and whether the certificate must name the host.
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str = ""
+    sasl_password: str = ""
+    ssl_ca_file: str | None = None
+    ssl_check_hostname: bool = True
+    # Copy each topic's settings (those set on it, not defaults) to its mirror, and again when they change.
+    sync_topic_configs: bool = True
 
     def __post_init__(self) -> None:
         for key in ("name", "remote", "namespace", "topics"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise ConfigError(f"replication: {key} must be a non-empty string")
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"replication: {self.name}: security_protocol must be one of "
+                              f"{', '.join(SECURITY_PROTOCOLS)}, got {self.security_protocol!r}")
+        if self.sasl:
+            if self.sasl_mechanism not in LINK_SASL_MECHANISMS:
+                raise ConfigError(f"replication: {self.name}: sasl_mechanism must be one of "
+                                  f"{', '.join(LINK_SASL_MECHANISMS)}, got {self.sasl_mechanism!r}")
+            if not (isinstance(self.sasl_username, str) and self.sasl_username
+                    and isinstance(self.sasl_password, str) and self.sasl_password):
+                raise ConfigError(f"replication: {self.name}: {self.security_protocol} needs sasl_username "
+                                  "and sasl_password")
+        if self.ssl_ca_file is not None and not Path(self.ssl_ca_file).is_file():
+            raise ConfigError(f"replication: {self.name}: ssl_ca_file {self.ssl_ca_file} is not a file")
+        for key in ("ssl_check_hostname", "sync_topic_configs"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"replication: {self.name}: {key} must be true or false")
         if self.namespace.count("/") != 1:
             raise ConfigError(f"replication: {self.name}: namespace must be \"<tenant>/<namespace>\", "
                               f"got {self.namespace!r}")
@@ -277,6 +314,14 @@ class ReplicationConfig:
             re.compile(self.topics)
         except (ValueError, re.error) as exc:
             raise ConfigError(f"replication: {self.name}: {exc}") from None
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
 
     @property
     def bootstrap(self) -> list[tuple[str, int]]:
@@ -473,7 +518,7 @@ def _tables(entries: Any, path: Path, name: str, known: set[str], required: tupl
 
 def _read_replication(entries: Any, path: Path) -> tuple[ReplicationConfig, ...]:
     links = []
-    for entry in _tables(entries, path, "replication", {"name", "remote", "namespace", "topics"},
+    for entry in _tables(entries, path, "replication", {f.name for f in fields(ReplicationConfig)},
                          ("name", "remote"), "a name and a remote"):
         try:
             links.append(ReplicationConfig(**entry))

@@ -124,6 +124,8 @@ class _ReplicationCollector(Collector):
                                      labels=["link"])
         groups = CounterMetricFamily("gateway_replication_group_commits",
                                      "Consumer groups whose committed offsets were carried to the remote", labels=["link"])
+        configs = CounterMetricFamily("gateway_replication_config_syncs",
+                                      "Mirrors whose topic settings were changed to match the source", labels=["link"])
         failures = CounterMetricFamily("gateway_replication_failures",
                                        "Copies that failed and are retried (remote unreachable, refused)", labels=["link"])
         for replicator in self._replicators:
@@ -133,8 +135,9 @@ class _ReplicationCollector(Collector):
             records.add_metric([replicator.name], stats.copied_records)
             copied.add_metric([replicator.name], stats.copied_bytes)
             groups.add_metric([replicator.name], stats.group_commits)
+            configs.add_metric([replicator.name], stats.config_syncs)
             failures.add_metric([replicator.name], stats.failures)
-        yield from (lag, records, copied, groups, failures)
+        yield from (lag, records, copied, groups, configs, failures)
 
     def describe(self) -> Iterable[Metric]:
         return self.collect()

@@ -2,20 +2,26 @@
 to the remote as mirror topics (protocols/kafka/mirror). Driven by confluent-kafka on both sides:
 every record, transaction marker and offset is the same on the mirror (read_committed readers see
 the same records at the same offsets), consumer groups' committed offsets follow, the copy
-resumes exactly after a kill -9 of the source, the mirror refuses producers, and a remote that is
-down never holds back the source's producers."""
+resumes exactly after a kill -9 of the source, the mirror refuses producers, a remote that is
+down never holds back the source's producers, and a link logs in to a remote that wants SASL over
+TLS and keeps the mirrors' topic settings in step."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
+import ssl
+import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic,
+                                   ResourceType)
 
 from compat_tests.conftest import wait_for
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
@@ -226,3 +232,121 @@ def test_a_cluster_of_brokers_copies_each_partition_from_its_owner(gateway_launc
         assert there == here and sum(len(records) for records in there.values()) == 1200
     finally:
         cluster.stop()
+
+
+# --- a link to a secured remote --------------------------------------------------------------------
+
+
+class TlsTerminator:
+    """TLS in front of a plaintext Kafka port (the gateway's listener speaks plaintext), in a thread."""
+
+    def __init__(self, cert: Path, key: Path, port: int, upstream_port: int) -> None:
+        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._context.load_cert_chain(cert, key)
+        self._port, self._upstream_port = port, upstream_port
+        self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+        threading.Thread(target=self._serve, args=(started,), daemon=True, name="tls-terminator").start()
+        started.wait(10)
+
+    def _serve(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._relay, "127.0.0.1", self._port, ssl=self._context))
+        started.set()
+        self._loop.run_forever()
+        self._loop.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except (OSError, ConnectionError):
+                pass
+            finally:
+                sink.close()
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+    def stop(self) -> None:
+        async def shut_down() -> None:
+            self._server.close()
+            relays = asyncio.all_tasks() - {asyncio.current_task()}
+            for task in relays:
+                task.cancel()
+            await asyncio.gather(*relays, return_exceptions=True)
+        asyncio.run_coroutine_threadsafe(shut_down(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def topic_settings(admin: AdminClient, topic: str) -> dict[str, str]:
+    """The settings set on the topic (not defaults)."""
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(30)
+    return {name: entry.value for name, entry in entries.items()
+            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+
+
+def test_a_link_logs_in_over_tls_and_keeps_the_mirrors_settings_in_step(gateway_launcher, tmp_path) -> None:
+    """The remote wants SCRAM-SHA-256 and is reached through TLS: the link logs in as its user, so the
+    mirror lands in that user's tenant; the topic's settings go with it and follow their changes."""
+    cert, key = self_signed(tmp_path)
+    remote_port, tls_port = free_port(), free_port()
+    (tmp_path / "remote.toml").write_text(
+        f'[kafka]\nsasl_mechanisms = "SCRAM-SHA-256"\nsuper_users = "User:replicator"\nadvertised_port = {tls_port}\n'
+        '\n[[users]]\nname = "replicator"\npassword = "mirror-secret"\ntenant = "dr"\nnamespace = "copies"\n')
+    gateway_launcher.start(command=[sys.executable, "-m", "gateway", "serve", "--data-dir", str(tmp_path / "remote"),
+                                    "--kafka-port", str(remote_port), "--amqp-port", "0", "--admin-port", "0",
+                                    "--config", str(tmp_path / "remote.toml")])
+    terminator = TlsTerminator(cert, key, tls_port, remote_port)
+    try:
+        (tmp_path / "source.toml").write_text(
+            f'[[replication]]\nname = "{LINK}"\nremote = "127.0.0.1:{tls_port}"\ntopics = "orders.*"\n'
+            'security_protocol = "SASL_SSL"\nsasl_mechanism = "SCRAM-SHA-256"\nsasl_username = "replicator"\n'
+            f'sasl_password = "mirror-secret"\nssl_ca_file = "{cert}"\n')
+        source = gateway_launcher.start("--config", str(tmp_path / "source.toml"), data_dir=tmp_path / "source")
+        source_admin = AdminClient({"bootstrap.servers": bootstrap(source)})
+        source_admin.create_topics([NewTopic("orders", PARTITIONS, 1, config={
+            "retention.ms": "86400000", "max.message.bytes": "2000000"})])["orders"].result(30)
+        assert not any(produce(source, "orders", range(0, 90)))
+        secured = {"bootstrap.servers": f"127.0.0.1:{tls_port}", "security.protocol": "SASL_SSL",
+                   "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "replicator",
+                   "sasl.password": "mirror-secret", "ssl.ca.location": str(cert)}
+        remote_admin = AdminClient(secured)
+
+        def mirrored() -> int:
+            consumer = Consumer({**secured, "group.id": "ends"})
+            try:
+                return sum(consumer.get_watermark_offsets(TopicPartition("orders", p), timeout=10)[1]
+                           for p in range(PARTITIONS))
+            except KafkaException:
+                return 0
+            finally:
+                consumer.close()
+        wait_for(lambda: mirrored() == 90, "the mirror in the link user's tenant caught up", 60, 0.5)
+        assert topic_settings(remote_admin, "orders") == {"retention.ms": "86400000", "max.message.bytes": "2000000",
+                                                          "mirror.source": LINK}
+        resource = ConfigResource(ResourceType.TOPIC, "orders", incremental_configs=[
+            ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("max.message.bytes", None, incremental_operation=AlterConfigOpType.DELETE)])
+        source_admin.incremental_alter_configs([resource])[resource].result(30)
+        wait_for(lambda: topic_settings(remote_admin, "orders") == {"retention.ms": "3600000", "mirror.source": LINK},
+                 "the mirror's settings followed", 60, 1.0)
+        assert failures(source) == 0
+    finally:
+        terminator.stop()

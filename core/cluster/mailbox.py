@@ -32,6 +32,7 @@ log = logging.getLogger("gateway.cluster.mailbox")
 MAILBOX = "/cluster/mailbox"
 ANSWER_TIMEOUT_S = 30.0
 RETRY_S = 1.0      # a request its owner could not answer yet is tried again this much later
+TAKING_S = 0.05    # a bundle being taken is looked at again this much later
 POLL_S = 2.0       # a poster looks at its request this often besides its watch
 
 Handler = Callable[[Bundle, dict], Awaitable[dict]]
@@ -141,21 +142,22 @@ class Mailbox:
             self._wake(bundle)
 
     async def _drain(self, bundle: Bundle) -> None:
-        """Answer every unanswered request of the bundle; one that cannot be answered yet (the bundle
-        is still being taken, a partition is opening) is tried again RETRY_S later."""
-        retry = False
+        """Answer every unanswered request of the bundle; one that cannot be answered yet (a partition
+        is still opening) is tried again RETRY_S later."""
+        retry_in = None
         try:
             if not self._cluster.owns(bundle):
-                retry = True
+                retry_in = TAKING_S      # called while the bundle is being taken: once it is held
                 return
             for name in await self._metadata.children(f"{MAILBOX}/{bundle.path}"):
-                retry |= not await self._answer_one(bundle, f"{MAILBOX}/{bundle.path}/{name}")
+                if not await self._answer_one(bundle, f"{MAILBOX}/{bundle.path}/{name}"):
+                    retry_in = RETRY_S
         except StorageError as exc:
             log.warning("reading the requests to bundle %s failed, will retry: %s", bundle, exc)
-            retry = True
+            retry_in = RETRY_S
         finally:
-            if retry and bundle in self._watches:
-                asyncio.get_running_loop().call_later(RETRY_S, self._wake, bundle)
+            if retry_in is not None and bundle in self._watches:
+                asyncio.get_running_loop().call_later(retry_in, self._wake, bundle)
 
     async def _answer_one(self, bundle: Bundle, path: str) -> bool:
         """Answer one request; False if it is left for a later pass."""

@@ -78,9 +78,9 @@ async def handle(request: Msg, ctx: RequestContext):
                 continue
             try:
                 name = topic_name(topic.name, ctx.tenant, ctx.namespace)
+                partition = await ctx.core.partition(name, data.index)
                 header = None if request.transactional_id is None else \
                     await _transactional_header(ctx, request.transactional_id, topic.name, data)
-                partition = await ctx.core.partition(name, data.index)
                 if header is not None:
                     # Checked with no await before the append: the transaction cannot end in between.
                     ctx.broker.transactions.check_produce(txn_key(ctx, request.transactional_id), header.producer_id,

@@ -3,30 +3,45 @@ encoded with the gateway's own codec (every message is declared once, in protoco
 
 A connection pipelines requests: each waits for the response carrying its correlation id, so the
 partitions copied to one remote broker share its connection without waiting on each other.
+
+Security (`LinkSecurity`, Kafka's client settings): TLS with the system's CAs or a CA file, and
+SASL PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (KIP-152 framing: SaslHandshake v1, then
+SaslAuthenticate), done on every connection before its first request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import struct
+from dataclasses import dataclass
+
+import scramp
 
 from protocols.kafka.codec import types as t
 from protocols.kafka.codec.compile import Msg, request_codec, response_codec
 from protocols.kafka.codec.declare import Api
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.schema.create_topics import CREATE_TOPICS
+from protocols.kafka.schema.describe_configs import DESCRIBE_CONFIGS
 from protocols.kafka.schema.find_coordinator import FIND_COORDINATOR
+from protocols.kafka.schema.incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
 from protocols.kafka.schema.list_offsets import LIST_OFFSETS
 from protocols.kafka.schema.metadata import METADATA
 from protocols.kafka.schema.offset_commit import OFFSET_COMMIT
 from protocols.kafka.schema.produce import PRODUCE
+from protocols.kafka.schema.sasl_authenticate import SASL_AUTHENTICATE
+from protocols.kafka.schema.sasl_handshake import SASL_HANDSHAKE
 
 REPLICATOR_CLIENT_ID = "gateway-replicator"   # how a mirror topic's owner knows its replicator
 # A group with members on the remote refuses a commit from outside it: its own positions stand.
 GROUP_BUSY = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS})
 MAX_RESPONSE_BYTES = 64 << 20
 LATEST = -1                                    # ListOffsets: the high watermark
+TOPIC_RESOURCE = 2                             # DescribeConfigs / IncrementalAlterConfigs resource type
+DYNAMIC_TOPIC_CONFIG = 1                       # a config_source: set on the topic
+SET, DELETE = 0, 1                             # IncrementalAlterConfigs operations
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
 
@@ -48,11 +63,34 @@ def check(code: int, what: str) -> None:
         raise RemoteError(f"{what}: {known.name if known is not None else code}", known)
 
 
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSecurity:
+    """How a link reaches the remote: Kafka's security.protocol and what it needs."""
+
+    tls: bool = False
+    ca_file: str | None = None           # None: the system's CAs
+    check_hostname: bool = True
+    sasl_mechanism: str | None = None    # None: no SASL
+    username: str = ""
+    password: str = ""
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.ca_file)
+        context.check_hostname = self.check_hostname
+        return context
+
+
 class RemoteConnection:
     """One connection to one remote broker."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float = 30.0, security: LinkSecurity | None = None) -> None:
         self.address = (host, port)
+        self._security = security or LinkSecurity()
         self._timeout_s = timeout_s
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -67,6 +105,9 @@ class RemoteConnection:
 
     async def call(self, api: Api, version: int, body: dict) -> Msg:
         await self._connect()
+        return await self._request(api, version, body)
+
+    async def _request(self, api: Api, version: int, body: dict) -> Msg:
         correlation = next(self._ids) & 0x7FFFFFFF
         client_id = REPLICATOR_CLIENT_ID.encode()
         payload = bytearray(struct.pack(">hhih", api.key, version, correlation, len(client_id)) + client_id)
@@ -89,12 +130,45 @@ class RemoteConnection:
         async with self._connecting:
             if self._writer is not None and not self.closed:
                 return
+            context = self._security.ssl_context()
             try:
-                self._reader, self._writer = await asyncio.wait_for(
-                    asyncio.open_connection(*self.address), self._timeout_s)
-            except (OSError, asyncio.TimeoutError) as exc:
+                self._reader, self._writer = await asyncio.wait_for(asyncio.open_connection(
+                    *self.address, ssl=context, server_hostname=self.address[0] if context else None),
+                    self._timeout_s)
+            except (OSError, asyncio.TimeoutError) as exc:   # ssl.SSLError is an OSError
                 raise RemoteError(f"cannot reach {self.address[0]}:{self.address[1]}: {exc or 'timed out'}") from None
             self._reading = asyncio.ensure_future(self._read_responses())
+            if self._security.sasl_mechanism is not None:
+                try:
+                    await self._authenticate(self._security)
+                except BaseException:
+                    self.close()
+                    self._writer = None     # the next call connects again
+                    raise
+
+    async def _authenticate(self, security: LinkSecurity) -> None:
+        mechanism = security.sasl_mechanism
+        handshake = await self._request(SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        check(handshake.error_code, f"SASL {mechanism} with {self.address[0]}:{self.address[1]} "
+                                    f"(it offers {', '.join(handshake.mechanisms) or 'nothing'})")
+        if mechanism == "PLAIN":
+            await self._sasl_step(b"\0" + security.username.encode() + b"\0" + security.password.encode())
+            return
+        client = scramp.ScramClient([mechanism], security.username, security.password)
+        server_first = await self._sasl_step(client.get_client_first().encode())
+        try:
+            client.set_server_first(server_first.decode())
+            server_final = await self._sasl_step(client.get_client_final().encode())
+            client.set_server_final(server_final.decode())
+        except scramp.ScramException as exc:
+            raise RemoteError(f"SASL {mechanism} with {self.address[0]}:{self.address[1]}: {exc}",
+                              ErrorCode.SASL_AUTHENTICATION_FAILED) from None
+
+    async def _sasl_step(self, payload: bytes) -> bytes:
+        answer = await self._request(SASL_AUTHENTICATE, 1, {"auth_bytes": payload})
+        check(answer.error_code, f"SASL authentication with {self.address[0]}:{self.address[1]} "
+                                 f"({answer.error_message or 'no message'})")
+        return bytes(answer.auth_bytes)
 
     async def _read_responses(self) -> None:
         error: BaseException = RemoteError(f"connection to {self.address[0]}:{self.address[1]} closed")
@@ -140,9 +214,11 @@ class RemoteCluster:
     """The remote cluster as the replicator needs it: who leads each partition, topic creation,
     a partition's end, and Produce. Metadata is cached and refreshed after any error."""
 
-    def __init__(self, bootstrap: list[tuple[str, int]], timeout_s: float = 30.0) -> None:
+    def __init__(self, bootstrap: list[tuple[str, int]], timeout_s: float = 30.0,
+                 security: LinkSecurity | None = None) -> None:
         self._bootstrap = bootstrap
         self._timeout_s = timeout_s
+        self._security = security
         self._connections: dict[tuple[str, int], RemoteConnection] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
         self._leaders: dict[tuple[str, int], int] = {}
@@ -150,7 +226,8 @@ class RemoteCluster:
     def _connection(self, address: tuple[str, int]) -> RemoteConnection:
         connection = self._connections.get(address)
         if connection is None or connection.closed:
-            connection = self._connections[address] = RemoteConnection(*address, timeout_s=self._timeout_s)
+            connection = self._connections[address] = RemoteConnection(*address, timeout_s=self._timeout_s,
+                                                                       security=self._security)
         return connection
 
     async def _any(self, api: Api, version: int, body: dict) -> Msg:
@@ -191,6 +268,26 @@ class RemoteCluster:
         code = response.topics[0].error_code
         if code != ErrorCode.TOPIC_ALREADY_EXISTS:
             check(code, f"creating {topic}")
+
+    async def topic_configs(self, topic: str) -> dict[str, str] | None:
+        """The settings set on the remote topic (None: no such topic)."""
+        response = await self._any(DESCRIBE_CONFIGS, 1, {"resources": [{
+            "resource_type": TOPIC_RESOURCE, "resource_name": topic, "configuration_keys": None}],
+            "include_synonyms": False})
+        result = response.results[0]
+        if result.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return None
+        check(result.error_code, f"settings of {topic}")
+        return {c.name: c.value for c in result.configs
+                if c.config_source == DYNAMIC_TOPIC_CONFIG and c.value is not None}
+
+    async def alter_topic_configs(self, topic: str, changed: dict[str, str], removed: list[str]) -> None:
+        """Set `changed` and remove `removed` on the remote topic; the others stay."""
+        configs = [{"name": k, "config_operation": SET, "value": v} for k, v in changed.items()]
+        configs += [{"name": k, "config_operation": DELETE, "value": None} for k in removed]
+        response = await self._any(INCREMENTAL_ALTER_CONFIGS, 0, {"resources": [{
+            "resource_type": TOPIC_RESOURCE, "resource_name": topic, "configs": configs}], "validate_only": False})
+        check(response.responses[0].error_code, f"changing the settings of {topic}")
 
     async def _leader(self, topic: str, partition: int) -> RemoteConnection:
         leader = self._leaders.get((topic, partition))

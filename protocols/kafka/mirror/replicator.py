@@ -14,6 +14,11 @@ each no further than the mirror holds (a consumer there would otherwise start pa
 reset). Offsets need no translation: they are the same on both sides. A group with members on the
 remote keeps its own positions (its coordinator refuses a commit from outside the group).
 
+Topic settings follow too (`sync_configs`): a mirror is created with the settings set on its topic,
+and every CONFIG_SYNC_S the broker serving a topic's partition 0 compares them with the mirror's and
+sets or removes what differs (MirrorMaker 2's sync.topic.configs), except the ones that describe
+this cluster rather than the data (NOT_COPIED).
+
 A copier only reads the local log: a remote that is slow, paused or down never holds back local
 producers. Its copiers retry with backoff, and the lag (records here not yet there) is reported
 per partition. Topics that are themselves mirrors are never copied on (no loops), nor internal
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 
 from core.errors import CoreError, UnknownTopic
@@ -41,6 +47,16 @@ MAX_COPY_BYTES = 1 << 20     # read and sent per request
 BACKOFF_S = (0.2, 5.0)       # first and longest pause after a failure
 GROUP_SYNC_S = 5.0           # how often committed offsets are carried over (MirrorMaker 2: 60 s)
 INTERNAL_PREFIX = "__"       # __consumer_offsets, the delayed-delivery store's: never copied (nor by MirrorMaker)
+CONFIG_SYNC_S = 10.0         # how often topic settings are compared with the mirrors' (MirrorMaker 2: 600 s)
+MIRROR_SOURCE = "mirror.source"
+# Settings of this cluster rather than of the data (MirrorMaker 2 leaves out the same kind); the
+# mirror's own mirror.source names this link.
+NOT_COPIED = frozenset({MIRROR_SOURCE, "min.insync.replicas", "unclean.leader.election.enable",
+                        "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"})
+
+
+def copied_configs(configs: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in configs.items() if name not in NOT_COPIED}
 
 
 @dataclass
@@ -52,14 +68,16 @@ class LinkStats:
     copied_bytes: int = 0
     failures: int = 0
     group_commits: int = 0     # groups whose offsets were committed on the remote
+    config_syncs: int = 0      # mirrors whose settings were changed to match their topic's
 
 
 class Replicator:
     """One `[[replication]]` link: the local namespace's topics matching `topics` to `remote`."""
 
     def __init__(self, core, name: str, remote: RemoteCluster, tenant: str, namespace: str,
-                 topics: str = ".*", groups=None) -> None:
-        """`groups`: the Kafka group coordinator, whose committed offsets are carried over (None: not)."""
+                 topics: str = ".*", groups=None, sync_configs: bool = True) -> None:
+        """`groups`: the Kafka group coordinator, whose committed offsets are carried over (None: not).
+        `sync_configs`: copy topic settings to the mirrors."""
         self.name = name
         self.stats = LinkStats()
         self._core = core
@@ -71,6 +89,8 @@ class Replicator:
         self._groups = groups
         self._syncing: asyncio.Task | None = None
         self._synced: dict[str, dict] = {}     # group -> the offsets last committed there in full
+        self._sync_configs = sync_configs
+        self._configs_synced_at = float("-inf")
 
     def start(self) -> None:
         self._running = asyncio.ensure_future(self._run())
@@ -88,12 +108,20 @@ class Replicator:
     async def _run(self) -> None:
         while True:
             try:
-                await self._scan()
+                leading = await self._scan()
+                if self._sync_configs and time.monotonic() - self._configs_synced_at >= CONFIG_SYNC_S:
+                    self._configs_synced_at = time.monotonic()
+                    await self._sync_topic_configs(leading)
             except CoreError as exc:
                 log.warning("replication %s: listing %s/%s failed: %s", self.name, self._tenant, self._namespace, exc)
+            except RemoteError as exc:
+                self.stats.failures += 1
+                log.warning("replication %s: copying topic settings: %s; retrying", self.name, exc)
             await asyncio.sleep(SCAN_S)
 
-    async def _scan(self) -> None:
+    async def _scan(self) -> list[TopicName]:
+        """Start and stop copiers for the partitions this broker serves; the topics whose
+        partition 0 it serves (it keeps their mirrors' settings in step)."""
         wanted: dict[tuple[str, int], tuple[TopicName, int]] = {}   # -> the topic's name and partition count
         registry = self._core.registry
         for topic in await registry.list_topics(self._tenant, self._namespace):
@@ -104,7 +132,7 @@ class Replicator:
                 info = await registry.get_topic(name)
             except UnknownTopic:     # deleted since it was listed
                 continue
-            if info.configs.get("mirror.source"):
+            if info.configs.get(MIRROR_SOURCE):
                 continue
             for index in range(info.partitions):
                 if self._core.serves(name, index):
@@ -115,13 +143,32 @@ class Replicator:
         for key, (name, partitions) in wanted.items():
             if key not in self._copiers or self._copiers[key].done():
                 self._copiers[key] = asyncio.ensure_future(self._copy(name, key[1], partitions))
+        return [name for (_, index), (name, _) in wanted.items() if index == 0]
+
+    async def _sync_topic_configs(self, topics: list[TopicName]) -> None:
+        for name in topics:
+            try:
+                wanted = copied_configs((await self._core.registry.get_topic(name)).configs)
+            except UnknownTopic:
+                continue
+            there = await self._remote.topic_configs(name.topic)
+            if there is None:
+                continue      # not created yet: created with them
+            there = copied_configs(there)
+            changed = {key: value for key, value in wanted.items() if there.get(key) != value}
+            removed = sorted(there.keys() - wanted.keys())
+            if changed or removed:
+                await self._remote.alter_topic_configs(name.topic, changed, removed)
+                self.stats.config_syncs += 1
+                log.info("replication %s: settings of mirror %s changed: set %s, removed %s", self.name,
+                         name.topic, sorted(changed), removed)
 
     async def _copy(self, name: TopicName, index: int, partitions: int) -> None:
         backoff = BACKOFF_S[0]
         failed_with = None
         while True:
             try:
-                await self._ensure_mirror(name.topic, partitions)
+                await self._ensure_mirror(name, partitions)
                 position = await self._remote.end_offset(name.topic, index)
                 while True:
                     position = await self._copy_from(name, index, position)
@@ -187,10 +234,12 @@ class Replicator:
                 if offsets == committed:      # else the mirror is behind: carried further next time
                     self._synced[key.group_id] = committed
 
-    async def _ensure_mirror(self, topic: str, partitions: int) -> None:
+    async def _ensure_mirror(self, name: TopicName, partitions: int) -> None:
+        topic = name.topic
         remote_partitions = await self._remote.partitions(topic)
         if remote_partitions is None:
-            await self._remote.create_topic(topic, partitions, {"mirror.source": self.name})
+            configs = copied_configs((await self._core.registry.get_topic(name)).configs) if self._sync_configs else {}
+            await self._remote.create_topic(topic, partitions, {**configs, MIRROR_SOURCE: self.name})
         elif remote_partitions < partitions:
             raise RemoteError(f"the remote {topic} has {remote_partitions} partitions, fewer than the {partitions} here")
 
