@@ -19,6 +19,7 @@ import time
 import uuid
 from collections import Counter
 
+import pika
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as ConfluentPartition
@@ -779,6 +780,40 @@ def test_amqp_clients_find_the_queue_owner_and_survive_its_kill9(healthy, worklo
     finish(workloads, "kill9-queue-owner")
     print("AMQP failover after kill -9 of", victim.name, "->",
           describe(failover_times(workloads.amqp_history, "kill9-queue-owner")))
+
+
+def test_a_message_dead_lettered_into_a_queue_of_another_broker_reaches_it(healthy) -> None:
+    """pika declares the dead-letter queue through its owner and the source queue through another
+    broker: a message the source pushes out (x-max-length 1) reaches the other broker's queue."""
+    wait_until_balanced(healthy)
+    tag = uuid.uuid4().hex[:8]
+    names = [f"dlx-{tag}-{i}" for i in range(48)]
+    holders = asyncio.run(_bundle_holders(healthy, [partition_bundle("public", "default", n, 0) for n in names]))
+    source, source_owner = next((n, h) for n, h in zip(names, holders) if h is not None)
+    target, target_owner = next((n, h) for n, h in zip(names, holders) if h not in (None, source_owner))
+    addresses = amqp_addresses(healthy)
+
+    def connect(owner: int) -> pika.BlockingConnection:
+        return pika.BlockingConnection(pika.ConnectionParameters(*addresses[owner], connection_attempts=5,
+                                                                 retry_delay=0.5))
+    with connect(target_owner) as connection:
+        connection.channel().queue_declare(target, durable=True)
+    with connect(source_owner) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare(source, durable=True, arguments={
+            "x-max-length": 1, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": target})
+        for body in (b"pushed-out", b"kept"):
+            channel.basic_publish("", source, body, pika.BasicProperties(delivery_mode=2))
+    with connect(target_owner) as connection:
+        channel = connection.channel()
+        deadline = time.monotonic() + DEADLINE_S
+        while (got := channel.basic_get(target, auto_ack=True))[0] is None:
+            assert time.monotonic() < deadline, "the dead-lettered message never reached the other broker's queue"
+            time.sleep(0.2)
+    _, properties, body = got
+    assert body == b"pushed-out" and properties.headers["x-death"][0]["queue"] == source
+    print("dead-lettered from broker", source_owner, "to broker", target_owner)
 
 
 def test_a_consumer_group_goes_on_when_its_coordinator_dies(healthy) -> None:

@@ -15,6 +15,8 @@ rejection since, is a cycle and is not delivered there (RabbitMQ drops it the sa
 
 Nothing is lost: `DeadLetterer.send` appends the copies to every target durably first; only then is
 the original acknowledged in its queue (at-least-once across a crash). A failed append is retried.
+A target another broker of the cluster owns gets its copies through that broker
+(core/queues/forwarding.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from core.errors import CoreError
@@ -30,6 +32,7 @@ from core.queues import attributes
 from core.records.builder import Record
 
 if TYPE_CHECKING:
+    from core.cluster.bundles import Bundle
     from core.queues.queue import Queue
     from core.queues.subscription import QueuedMessage
 
@@ -147,11 +150,14 @@ def _routing_headers(headers: Headers) -> Mapping[str, Any]:
 
 
 class DeadLetterer:
-    """The dead-letter side of one queue. `route(exchange, routing_key, headers)` is its namespace's."""
+    """The dead-letter side of one queue. `await route(exchange, routing_key, headers)` is its namespace's."""
 
-    def __init__(self, queue: "Queue", route: Callable[..., list["Queue"]]) -> None:
+    def __init__(self, queue: "Queue", route: Callable[..., Awaitable[list["Queue"]]],
+                 deliver: Callable[["Queue", list[Record], "Bundle"], list[Awaitable]]) -> None:
+        """`deliver(target, records, sender)`: appends to a queue here or on the broker owning it."""
         self._queue = queue
         self._route = route
+        self._deliver = deliver
         self._tasks: set[asyncio.Task] = set()
 
     def send(self, messages: list["QueuedMessage"], reason: str, settled: Callable[[list[int]], None]) -> None:
@@ -188,15 +194,15 @@ class DeadLetterer:
         if exchange is None:
             return
         now = queue.clock.now_ms()
-        durable: list[asyncio.Future] = []
+        copies: dict[str, tuple["Queue", list[Record]]] = {}    # by target: one request each if it is elsewhere
         for message in messages:
             record, doc = dead_copy(message.timestamp_ms, message.key, message.value, message.headers,
                                     queue=queue.name, reason=reason, exchange=exchange,
                                     routing_key=policy.dead_letter_routing_key, now_ms=now)
             headers = record.headers
             try:
-                targets = self._route(exchange, record.key.decode("utf-8", "replace") if record.key else "",
-                                      lambda: _routing_headers(headers))
+                targets = await self._route(exchange, record.key.decode("utf-8", "replace") if record.key else "",
+                                            lambda: _routing_headers(headers))
             except CoreError:
                 targets = []      # no such exchange (any more): dropped, as RabbitMQ does
             for target in targets:
@@ -204,7 +210,9 @@ class DeadLetterer:
                     log.warning("message dead-lettered from queue %s to %s dropped: a dead-letter cycle",
                                 queue.name, target.name)
                     continue
-                durable.append(target.publish(record))
+                copies.setdefault(target.name, (target, []))[1].append(record)
+        durable = [waiter for target, records in copies.values()
+                   for waiter in self._deliver(target, records, queue.bundle)]
         if durable:
             results = await asyncio.gather(*durable, return_exceptions=True)
             for result in results:

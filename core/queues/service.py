@@ -14,19 +14,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
 from core.cluster.bundles import Bundle, partition_bundle
-from core.errors import (RESOURCE, CoreError, InequivalentDeclaration, InvalidArgument, NotPermitted, ReservedName,
-                         Resource, ResourceInUse, ResourceLocked, TopicExists, UnknownExchange, UnknownQueue,
-                         UnknownTopic)
+from core.errors import (RESOURCE, CoreError, InequivalentDeclaration, InvalidArgument, NotPermitted, RequestRefused,
+                         ReservedName, Resource, ResourceInUse, ResourceLocked, TopicExists, UnknownExchange,
+                         UnknownQueue, UnknownTopic)
 from core.names import TopicName
 from core.partition import storage_errors
 from core.delayed.held import Target
+from core.delayed.store import SYSTEM_TOPIC as DELAYED_TOPIC
 from core.queues.exchange import Binding, DestinationKind, Exchange, ExchangeType, check_binding, check_exchange
 from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import UnusedQueueTimer
+from core.queues.forwarding import PUBLISH, decode_records, forward
 from core.queues.naming import queue_topic
 from core.queues.policy import QueuePolicy, check_equivalent
 from core.system_topics import refuse_change
@@ -279,7 +281,7 @@ class QueueNamespace:
         timer that deletes it when unused; one with background work (expiry, limits) opens now."""
         policy = queue.policy
         if policy.dead_letter_exchange is not None:
-            queue.dead_letters = DeadLetterer(queue, self._route_dead)
+            queue.dead_letters = DeadLetterer(queue, self._route_dead, self.deliver)
         if policy.expires_ms is not None:
             queue.unused_timer = UnusedQueueTimer(queue, policy.expires_ms, self._core.clock, self._expire_queue)
         if policy.message_ttl_ms is not None or policy.dead_letter_exchange is not None or policy.limits_length:
@@ -287,12 +289,25 @@ class QueueNamespace:
             opening.add_done_callback(lambda done: done.cancelled() or done.exception())
         return queue
 
-    def _route_dead(self, exchange: str, routing_key: str, headers: HeadersFunction) -> list[Queue]:
-        """Where a dead message goes: like a publish, but an internal exchange may take it."""
+    async def _route_dead(self, exchange: str, routing_key: str, headers: HeadersFunction) -> list[Queue]:
+        """Where a dead message goes: like a publish, but an internal exchange may take it. In a
+        cluster a destination this broker has not seen may have been declared through another
+        broker: it is looked up in the store rather than taken for missing (the message would go)."""
         if exchange != DEFAULT_EXCHANGE and exchange not in self.routing.exchanges:
             return []
-        queues = self.queues
-        return [queues[name] for name in self.routing.route(exchange, routing_key, headers, queues)]
+        if self._core.cluster is None:
+            queues = self.queues
+            return [queues[name] for name in self.routing.route(exchange, routing_key, headers, queues)]
+        found = []
+        for name in self.routing.route(exchange, routing_key, headers, _ANY_QUEUE):
+            queue = self.queues.get(name)
+            if queue is None:
+                stored = await self._store.get_queue(name)
+                if stored is not None and stored.durable and not stored.exclusive and name not in self.queues:
+                    queue = self._adopt(stored)
+            if queue is not None:
+                found.append(queue)
+        return found
 
     async def _expire_queue(self, queue: Queue) -> None:
         async with self._lock:
@@ -403,6 +418,14 @@ class QueueNamespace:
         `release` does; the future resolves once it is durably held."""
         return self._core.delayed.hold(self.tenant, self.namespace, record, due_ms, Target(HELD_TARGET, exchange))
 
+    def deliver(self, queue: Queue, records: list[Record], sender: Bundle) -> list[Awaitable]:
+        """Append `records` to `queue`: here, or through the mailbox of the broker that owns it
+        (core/queues/forwarding.py); `sender` is the bundle the messages come from."""
+        cluster = self._core.cluster
+        if cluster is None or cluster.owns(queue.bundle):
+            return [queue.publish(record) for record in records]
+        return [asyncio.ensure_future(forward(self._core, queue.name, queue.bundle, records, sender))]
+
     def release_routes(self, exchange: str, record: Record, headers: HeadersFunction,
                        properties: PropertiesFunction) -> list[tuple[str, int]]:
         """Where a held message that is due goes: its queues' topics (partition 0). An exchange
@@ -414,11 +437,11 @@ class QueueNamespace:
         return [(queues[name].topic.topic, 0)
                 for name in self.routing.route(exchange, routing_key, headers, queues, properties)]
 
-    def publish_released(self, topic: str, records: list[Record]) -> list[asyncio.Future]:
+    def publish_released(self, topic: str, records: list[Record]) -> list[Awaitable]:
         """Append released messages to the queue whose topic is `topic` (UnknownTopic: none is)."""
         for queue in self.queues.values():
             if queue.topic.topic == topic:
-                return [queue.publish(record) for record in records]
+                return self.deliver(queue, records, partition_bundle(self.tenant, self.namespace, DELAYED_TOPIC, 0))
         raise UnknownTopic(f"no queue of {self.tenant}/{self.namespace} has topic {topic}")
 
     async def close(self) -> None:
@@ -427,6 +450,16 @@ class QueueNamespace:
                 await queue.close()
             except Exception as exc:
                 log.warning("closing queue %s failed: %s", queue.name, exc)
+
+
+class _AnyQueue:
+    """Routes to every bound destination, known here or not."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+_ANY_QUEUE = _AnyQueue()
 
 
 class QueueService:
@@ -443,6 +476,24 @@ class QueueService:
         if core.cluster is not None:
             core.cluster.on_release(self._hand_over)
             core.cluster.on_acquire(self._take_over)
+        if core.mailbox is not None:
+            core.mailbox.handle(PUBLISH, self._on_forwarded)
+
+    async def _on_forwarded(self, bundle: Bundle, request: dict) -> dict:
+        """Messages another broker dead-lettered or released into a queue this one owns."""
+        queue = (await self.namespace(bundle.tenant, bundle.namespace)).queues.get(request["queue"])
+        records = decode_records(request["records"])
+        if queue is None:
+            log.warning("%d messages forwarded to queue %s of %s/%s dropped: no such queue", len(records),
+                        request["queue"], bundle.tenant, bundle.namespace)
+            return {"dropped": len(records)}
+        results = await asyncio.gather(*(queue.publish(record) for record in records), return_exceptions=True)
+        for result in results:   # a queue that refused a message (reject-publish) dealt with it
+            if isinstance(result, CoreError) and not getattr(result, "refused", False):
+                raise result
+            if isinstance(result, BaseException) and not isinstance(result, CoreError):
+                raise RequestRefused(f"queue {queue.name}: {result}")
+        return {}
 
     async def _take_over(self, bundle: Bundle) -> None:
         space = self._namespaces.get((bundle.tenant, bundle.namespace))

@@ -241,6 +241,40 @@ async def test_a_queue_declared_through_another_broker_keeps_its_messages_when_t
         await core.close()
 
 
+async def test_a_message_dead_lettered_into_a_queue_of_another_broker_reaches_it(storage) -> None:
+    """The dead-letter queue's bundle is on the other broker, which declared it after this one
+    loaded the namespace: the copy goes through its mailbox and is in the queue there before the
+    original leaves its queue here."""
+    await Registry(storage.metadata, SystemClock()).start()
+    members = [BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2)]
+    cores = [Core(storage.metadata, storage.logs, cluster=member) for member in members]
+    services = [QueueService(core) for core in cores]
+    for core, member in zip(cores, members):
+        await core.start()
+        await member.start()
+    await until(lambda: split_evenly(*members))
+    source = next(f"src{i}" for i in range(200) if members[0].owns(partition_bundle("public", "default", f"src{i}", 0)))
+    target = next(f"dlq{i}" for i in range(200) if members[1].owns(partition_bundle("public", "default", f"dlq{i}", 0)))
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")
+    await there.declare_queue(target)          # through broker 2 only: broker 1 finds it in the store
+    await here.declare_queue(source, arguments={"x-max-length": 1, "x-dead-letter-exchange": "",
+                                                "x-dead-letter-routing-key": target})
+    for value in (b"pushed-out", b"kept"):
+        await here.queues[source].publish(Record(0, value=value))
+    dead = None
+    for _ in range(500):
+        dead = await there.queues[target].get("client", auto_ack=True)
+        if dead is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert dead is not None and dead.value == b"pushed-out"
+    assert await here.queues[source].message_count() == 1
+    for core, member in zip(cores, members):
+        await member.close()
+        await core.close()
+
+
 async def test_a_share_partition_follows_its_bundle_and_keeps_its_acknowledgements(storage) -> None:
     """Broker 1 hands out records of a share group and takes acknowledgements; once broker 2 owns
     the partition, broker 1 refuses the share partition and broker 2 opens it from the cursor: the
