@@ -76,13 +76,14 @@ def create_topic(bootstrap: str, partitions: int) -> str:
 # --- ownership as stored in ZooKeeper -------------------------------------------------------------
 
 
-async def _lease_holders(cluster, topic: str, partitions: int) -> dict[int, int | None]:
+async def _bundle_holders(cluster, bundles) -> list[int | None]:
+    """The broker id holding each bundle's lease (None: nobody)."""
     store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
     try:
-        holders = {}
-        for index in range(partitions):
-            node = await store.get(f"/cluster/leases/{partition_bundle('public', 'default', topic, index).path}")
-            holders[index] = None if node is None else json.loads(node.value)["broker"]
+        holders = []
+        for bundle in bundles:
+            node = await store.get(f"/cluster/leases/{bundle.path}")
+            holders.append(None if node is None else json.loads(node.value)["broker"])
         return holders
     finally:
         await store.close()
@@ -90,7 +91,8 @@ async def _lease_holders(cluster, topic: str, partitions: int) -> dict[int, int 
 
 def lease_holders(cluster, topic: str, partitions: int) -> dict[int, int | None]:
     """Partition -> the broker id holding its bundle's lease (None: nobody)."""
-    return asyncio.run(_lease_holders(cluster, topic, partitions))
+    bundles = [partition_bundle("public", "default", topic, index) for index in range(partitions)]
+    return dict(enumerate(asyncio.run(_bundle_holders(cluster, bundles))))
 
 
 def wait_for_holders(cluster, topic: str, partitions: int, accept) -> dict[int, int | None]:
@@ -545,6 +547,19 @@ def test_a_coordinator_paused_past_its_session_cannot_overwrite_the_next_ones_co
     print("the paused coordinator's late OffsetCommit got error", code)
 
 
+def workloads_with_partition_0_on_broker_0(healthy, workloads_for):
+    """Workloads over 6 partitions, partition 0 placed on broker 0: (workloads, topic, broker 0's partitions)."""
+    workloads = workloads_for([kafka_address(b) for b in healthy.brokers], None, partitions=6)
+    topic = workloads.kafka.topic
+    admin = KafkaAdminClient(bootstrap_servers=[kafka_address(b) for b in healthy.brokers])
+    try:
+        admin.alter_partition_reassignments({TopicPartition(topic, 0): [0]})
+    finally:
+        admin.close()
+    holders = wait_for_holders(healthy, topic, 6, lambda h: h[0] == 0 and None not in h.values())
+    return workloads, topic, [p for p, b in holders.items() if b == 0]
+
+
 def test_an_owner_cut_off_from_zookeeper_but_not_from_clients_stops_serving_and_comes_back(
         healthy, workloads_for) -> None:
     """The owner of the busiest partitions reaches ZooKeeper through a proxy that then drops
@@ -560,14 +575,7 @@ def test_an_owner_cut_off_from_zookeeper_but_not_from_clients_stops_serving_and_
             victim.env = {"GATEWAY_STORAGE_METADATA": f"zk://{proxy.address[0]}:{proxy.address[1]}{ZK_ROOT}"}
             healthy.restart(victim)
             wait_until_balanced(healthy)
-            workloads = workloads_for([kafka_address(b) for b in healthy.brokers], None, partitions=6)
-            topic = workloads.kafka.topic
-            admin = KafkaAdminClient(bootstrap_servers=[kafka_address(b) for b in healthy.brokers])
-            try:        # the victim owns partition 0 at least
-                admin.alter_partition_reassignments({TopicPartition(topic, 0): [0]})
-            finally:
-                admin.close()
-            owned = [p for p, b in wait_for_holders(healthy, topic, 6, lambda h: h[0] == 0).items() if b == 0]
+            workloads, topic, owned = workloads_with_partition_0_on_broker_0(healthy, workloads_for)
             workloads.wait_for_progress(200)
             proxy.drop()
             workloads.fault("zookeeper-partition", broker=victim.name, partitions=owned)
@@ -611,15 +619,7 @@ def test_an_owner_cut_off_from_every_bookie_acknowledges_nothing_and_goes_on_whe
         victim.command = group.wrap(command)
         healthy.restart(victim)
         wait_until_balanced(healthy)
-        workloads = workloads_for([kafka_address(b) for b in healthy.brokers], None, partitions=6)
-        topic = workloads.kafka.topic
-        admin = KafkaAdminClient(bootstrap_servers=[kafka_address(b) for b in healthy.brokers])
-        try:        # the victim owns partition 0 at least
-            admin.alter_partition_reassignments({TopicPartition(topic, 0): [0]})
-        finally:
-            admin.close()
-        holders = wait_for_holders(healthy, topic, 6, lambda h: h[0] == 0 and None not in h.values())
-        owned = [p for p, b in holders.items() if b == 0]
+        workloads, topic, owned = workloads_with_partition_0_on_broker_0(healthy, workloads_for)
         keys = {workloads.kafka.key(p) for p in owned}
         workloads.wait_for_progress(200)
         group.cut(bookie_ports)
@@ -643,18 +643,6 @@ def test_an_owner_cut_off_from_every_bookie_acknowledges_nothing_and_goes_on_whe
         victim.command = command
         healthy.restart(victim)
         group.delete()
-
-
-async def _bundle_holders(cluster, bundles) -> list[int | None]:
-    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
-    try:
-        holders = []
-        for bundle in bundles:
-            node = await store.get(f"/cluster/leases/{bundle.path}")
-            holders.append(None if node is None else json.loads(node.value)["broker"])
-        return holders
-    finally:
-        await store.close()
 
 
 def read_from_start(bootstrap: str, topic: str, partitions: int, isolation: str, expected: int) -> list[tuple]:

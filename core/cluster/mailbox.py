@@ -179,6 +179,9 @@ class Mailbox:
                 log.info("request %s not answered yet: %s", path, exc)
                 return False
             reply = {"error": str(exc)}
+        except Exception as exc:     # a bug: refused, so that the poster does not wait for it forever
+            log.exception("answering request %s failed", path)
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
         try:
             await self._owner_metadata(bundle).put(
                 path, json.dumps({**request, "reply": reply}, separators=(",", ":")).encode(), node.version)
