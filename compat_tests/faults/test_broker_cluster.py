@@ -663,16 +663,23 @@ def read_from_start(bootstrap: str, topic: str, partitions: int, isolation: str,
         consumer.close()
 
 
-def test_a_transaction_over_partitions_and_a_group_of_other_brokers_commits_and_aborts_as_one(healthy) -> None:
-    """The transaction's coordinator, its partitions' owners and its group's coordinator are
-    different brokers: the markers and the committed offsets reach them through their mailboxes,
-    and a read_committed reader sees exactly the committed records, on every partition."""
+def spread_transaction(healthy):
+    """A 9-partition topic spread over the brokers and a transactional id for it: (bootstrap, topic,
+    partition -> owner, transactional id, the broker coordinating that id)."""
     wait_until_balanced(healthy)
     bootstrap = ",".join(kafka_address(b) for b in healthy.brokers)
     topic = create_topic(bootstrap, 9)
     holders = wait_for_holders(healthy, topic, 9, lambda h: None not in h.values())
     transactional_id = f"txn-{topic}"
     coordinator, = asyncio.run(_bundle_holders(healthy, [transaction_bundle("public", "default", transactional_id)]))
+    return bootstrap, topic, holders, transactional_id, coordinator
+
+
+def test_a_transaction_over_partitions_and_a_group_of_other_brokers_commits_and_aborts_as_one(healthy) -> None:
+    """The transaction's coordinator, its partitions' owners and its group's coordinator are
+    different brokers: the markers and the committed offsets reach them through their mailboxes,
+    and a read_committed reader sees exactly the committed records, on every partition."""
+    bootstrap, topic, holders, transactional_id, coordinator = spread_transaction(healthy)
     assert set(holders.values()) - {coordinator}, f"every partition is on the coordinator: {holders}"
     groups = [f"sink-{topic}-{i}" for i in range(32)]
     group_holders = asyncio.run(_bundle_holders(healthy, [group_bundle("public", "default", g) for g in groups]))
@@ -718,12 +725,7 @@ def test_a_commit_whose_partition_owner_dies_completes_on_the_next_owner(healthy
     """The owner of some of a transaction's partitions is killed after the records were
     acknowledged: the commit waits for the partitions' next owner, which finds the marker requests
     when it takes their bundles. Every committed record becomes readable, once."""
-    wait_until_balanced(healthy)
-    bootstrap = ",".join(kafka_address(b) for b in healthy.brokers)
-    topic = create_topic(bootstrap, 9)
-    holders = wait_for_holders(healthy, topic, 9, lambda h: None not in h.values())
-    transactional_id = f"txn-{topic}"
-    coordinator, = asyncio.run(_bundle_holders(healthy, [transaction_bundle("public", "default", transactional_id)]))
+    bootstrap, topic, holders, transactional_id, coordinator = spread_transaction(healthy)
     victim_id = next((b for b in holders.values() if b != coordinator), None)
     assert victim_id is not None, f"every partition is on the coordinator: {holders}"
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
