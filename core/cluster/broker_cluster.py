@@ -104,6 +104,8 @@ class BrokerCluster:
         self._member_watches: dict[int, Callable[[], None]] = {}
         self._on_release: list[BundleCallback] = []
         self._on_acquire: list[BundleCallback] = []
+        self._on_left: list[Callable[[], None]] = []
+        self._on_serving: list[Callable[[Bundle], None]] = []
         self.is_leader = False
         self.leader_id: int | None = None   # the leader as last seen
         self._changed = asyncio.Event()
@@ -140,6 +142,29 @@ class BrokerCluster:
 
     def brokers(self) -> list[BrokerInfo]:
         return [self._brokers[broker_id] for broker_id in sorted(self._brokers)]
+
+    @property
+    def process(self) -> str:
+        """This process: `instance` without its session count."""
+        return self._instance
+
+    async def registered_processes(self) -> frozenset[str]:
+        """The processes of the brokers registered now: read from the store, not as last polled (a
+        broker that registered since must not be taken for gone)."""
+        found = set()
+        for name in await self.metadata.children(BROKERS):
+            node = await self.metadata.get(f"{BROKERS}/{name}")
+            if node is not None:
+                found.add(BrokerInfo.from_json(node.value).instance.split(".")[0])
+        return frozenset(found)
+
+    def on_serving(self, callback: Callable[[Bundle], None]) -> None:
+        """`callback(bundle)` runs once a bundle taken counts as owned (after the on_acquire ones)."""
+        self._on_serving.append(callback)
+
+    def on_broker_left(self, callback: Callable[[], None]) -> None:
+        """`callback()` runs when a broker was seen to leave (what its process declared may go)."""
+        self._on_left.append(callback)
 
     @property
     def assignment(self) -> dict[Bundle, int]:
@@ -285,13 +310,11 @@ class BrokerCluster:
         found: dict[int, BrokerInfo] = {}
         for name in await self.metadata.children(BROKERS):
             broker_id = int(name)
-            known = self._brokers.get(broker_id)
-            if known is None:
-                node = await self.metadata.get(f"{BROKERS}/{name}")
-                if node is None:
-                    continue
-                known = BrokerInfo.from_json(node.value)
-            found[broker_id] = known
+            node = await self.metadata.get(f"{BROKERS}/{name}")   # read again: a restart keeps the id
+            if node is not None:
+                found[broker_id] = BrokerInfo.from_json(node.value)
+        restarted = {broker_id for broker_id, info in found.items()
+                     if broker_id in self._brokers and self._brokers[broker_id].instance != info.instance}
         for broker_id in found.keys() - self._brokers.keys():
             log.info("broker %d joined: %s", broker_id, found[broker_id].describe())
             # Its departure is seen at once (new brokers are found by polling).
@@ -299,7 +322,10 @@ class BrokerCluster:
         for broker_id in self._brokers.keys() - found.keys():
             log.info("broker %d left", broker_id)
             self._member_watches.pop(broker_id)()
+        left = bool(self._brokers.keys() - found.keys() or restarted)
         self._brokers = found
+        for callback in self._on_left if left else ():
+            callback()
 
     async def _elect(self, session: int) -> None:
         if self.is_leader:
@@ -468,6 +494,8 @@ class BrokerCluster:
             return
         self._held.add(bundle)
         log.info("owning bundle %s", bundle)
+        for serving in self._on_serving:
+            serving(bundle)
 
     async def _release(self, bundle: Bundle, *, give_up_lease: bool) -> None:
         self._held.discard(bundle)

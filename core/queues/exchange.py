@@ -62,6 +62,7 @@ class Exchange:
     auto_delete: bool = False
     internal: bool = False
     arguments: Mapping[str, Any] = field(default_factory=dict)
+    declared_by: str = field(default="", compare=False)   # a transient exchange's broker process (cluster)
 
     @property
     def alternate(self) -> str | None:
@@ -90,12 +91,13 @@ class Exchange:
 
     def to_doc(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type.value, "durable": self.durable, "auto_delete": self.auto_delete,
-                "internal": self.internal, "arguments": stored_arguments.to_json(self.arguments)}
+                "internal": self.internal, "arguments": stored_arguments.to_json(self.arguments),
+                **({"declared_by": self.declared_by} if self.declared_by else {})}
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> "Exchange":
         return cls(doc["name"], ExchangeType(doc["type"]), doc["durable"], doc["auto_delete"], doc["internal"],
-                   stored_arguments.from_json(doc["arguments"]))
+                   stored_arguments.from_json(doc["arguments"]), doc.get("declared_by", ""))
 
 
 @dataclass(frozen=True, slots=True)

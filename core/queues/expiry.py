@@ -112,7 +112,9 @@ class UnusedQueueTimer:
         queue = self._queue
         while not queue.deleted:
             self._wake.clear()
-            if queue.consumer_count:      # in use: the countdown starts when the last one leaves
+            if queue.consumer_count or not queue.served_here:
+                # In use (the countdown starts when the last one leaves), or served by another
+                # broker of the cluster, which counts its uses.
                 self.last_used_ms = self._clock.now_ms()
                 await _sleep_or_wake(self._clock, SWEEP_S, self._wake)
                 continue

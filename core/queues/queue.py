@@ -62,16 +62,25 @@ class QueueInfo:
     auto_delete: bool = False
     arguments: Mapping[str, Any] = field(default_factory=dict)
     owns_topic: bool = True      # False: declared over a topic that existed (kept when the queue goes)
+    declared_by: str = ""        # a transient queue's broker process (cluster): it goes with that process
+
+    @property
+    def transient(self) -> bool:
+        return self.exclusive or not self.durable
 
     def to_doc(self) -> dict[str, Any]:
-        return {"name": self.name, "topic": self.topic, "durable": self.durable, "exclusive": self.exclusive,
-                "auto_delete": self.auto_delete, "arguments": stored_arguments.to_json(self.arguments),
-                "owns_topic": self.owns_topic}
+        doc = {"name": self.name, "topic": self.topic, "durable": self.durable, "exclusive": self.exclusive,
+               "auto_delete": self.auto_delete, "arguments": stored_arguments.to_json(self.arguments),
+               "owns_topic": self.owns_topic}
+        if self.declared_by:
+            doc["declared_by"] = self.declared_by
+        return doc
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> "QueueInfo":
         return cls(doc["name"], doc["topic"], doc["durable"], doc["exclusive"], doc["auto_delete"],
-                   stored_arguments.from_json(doc["arguments"]), doc.get("owns_topic", True))
+                   stored_arguments.from_json(doc["arguments"]), doc.get("owns_topic", True),
+                   doc.get("declared_by", ""))
 
 
 class Queue:
@@ -197,6 +206,12 @@ class Queue:
         else:
             opening = asyncio.ensure_future(self.open())
             opening.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    @property
+    def served_here(self) -> bool:
+        """This broker serves the queue (in a cluster: owns its bundle)."""
+        cluster = self._core.cluster
+        return cluster is None or cluster.owns(self.bundle)
 
     # --- publishing -----------------------------------------------------------------------------
 

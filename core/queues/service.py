@@ -40,6 +40,8 @@ from core.records.builder import Record
 log = logging.getLogger("gateway.core")
 
 RESERVED_PREFIX = "amq."
+FOLLOW_RETRY_S = 1.0
+LOCAL_NAME_TRIES = 200   # names tried for a server-named queue on a bundle of this broker (1/16 each at worst)
 PREDECLARED_EXCHANGES = (
     Exchange("amq.direct", ExchangeType.DIRECT),
     Exchange("amq.fanout", ExchangeType.FANOUT),
@@ -59,6 +61,10 @@ class QueueNamespace:
         self.routing = RoutingTable()
         self.queues: dict[str, Queue] = {}
         self._lock = asyncio.Lock()
+        self._unwatch: Callable[[], None] = lambda: None
+        self._following: asyncio.Future | None = None
+        self._follow_again = False
+        self._closed = False
 
     def _topic(self, info: QueueInfo) -> TopicName:
         return TopicName(self.tenant, self.namespace, info.topic)
@@ -66,29 +72,98 @@ class QueueNamespace:
     # --- loading --------------------------------------------------------------------------------
 
     async def load(self) -> None:
-        stored = await self._store.load()
         for exchange in PREDECLARED_EXCHANGES:
             self.routing.put_exchange(exchange)
+        if self._core.cluster is not None:
+            self._unwatch = self._store.watch(self.changed_elsewhere)
+        await self._follow_store()
+
+    async def _follow_store(self) -> None:
+        """Make the exchanges, queues and bindings in memory those of the store. Transient ones left
+        behind by a process that is gone (this one's last run; in a cluster, any broker's) are deleted."""
+        stored = await self._store.load()
+        left_behind = await self._left_behind()
+        exchanges: dict[str, Exchange] = {}
         for exchange in stored.exchanges:
-            if exchange.durable and exchange.name not in _PREDECLARED:
-                self.routing.put_exchange(exchange)
-            elif exchange.name not in _PREDECLARED:
+            if exchange.name in _PREDECLARED:
+                continue
+            if exchange.durable or not left_behind(exchange.declared_by):
+                exchanges[exchange.name] = exchange
+            else:
                 await self._store.delete_exchange(exchange.name)
+        for name in [name for name in self.routing.exchanges if name not in exchanges and name not in _PREDECLARED]:
+            self.routing.remove_exchange(name)
+        for exchange in exchanges.values():
+            if exchange.name not in self.routing.exchanges:
+                self.routing.put_exchange(exchange)
+        queues: dict[str, QueueInfo] = {}
         for info in stored.queues:
-            if info.durable and not info.exclusive:
-                self.queues[info.name] = self._attach(
-                    Queue(self._core, info, self._topic(info), self._core.clock, restored=True))
-            else:   # transient: gone with the process that declared it
+            if info.transient and left_behind(info.declared_by):
                 await self._store.delete_queue(info.name)
                 await self._delete_topic(info)
-        for binding in stored.bindings:
-            source_ok = binding.source in self.routing.exchanges
-            destination_ok = (binding.destination in self.queues if binding.kind is DestinationKind.QUEUE
-                              else binding.destination in self.routing.exchanges)
-            if source_ok and destination_ok:
-                self.routing.add_binding(binding)
             else:
+                queues[info.name] = info
+        for name, queue in list(self.queues.items()):
+            if queues.get(name) != queue.info:    # deleted (or deleted and declared anew) elsewhere
+                self._forget(queue)
+        for info in queues.values():
+            if info.name not in self.queues:
+                self._adopt(info)
+        removed = {binding.binding_id for bindings in self.routing.bindings.values() for binding in bindings.values()}
+        for binding in stored.bindings:
+            known = (binding.destination in queues if binding.kind is DestinationKind.QUEUE
+                     else binding.destination in exchanges or binding.destination in _PREDECLARED)
+            if known and (binding.source in exchanges or binding.source in _PREDECLARED):
+                self.routing.add_binding(binding)
+                removed.discard(binding.binding_id)
+            elif self._core.cluster is None:
+                # One broker: an end that is not there went before the binding did (a crash between).
+                # In a cluster the binding may be newer than the rows read before it.
                 await self._store.delete_binding(binding)
+        for bindings in list(self.routing.bindings.values()):
+            for binding in list(bindings.values()):
+                if binding.binding_id in removed:
+                    self.routing.remove_binding(binding)
+
+    async def _left_behind(self) -> Callable[[str], bool]:
+        """Whether a transient object declared by a process went with it."""
+        cluster = self._core.cluster
+        if cluster is None:
+            return lambda _declared_by: True     # one broker: it is from this process's last run
+        with storage_errors():
+            live = await cluster.registered_processes() | {cluster.process}
+        return lambda declared_by: declared_by not in live
+
+    def changed_elsewhere(self, _path: str = "") -> None:
+        """The namespace's rows changed (a broker of the cluster announced it, or one left): read them
+        again; changes during a pass make one more."""
+        self._follow_again = True
+        if self._following is None:
+            self._following = asyncio.ensure_future(self._follow())
+
+    async def _follow(self) -> None:
+        try:
+            while self._follow_again and not self._closed:
+                self._follow_again = False
+                try:
+                    async with self._lock:
+                        await self._follow_store()
+                except CoreError as exc:
+                    log.warning("reading the exchanges and queues of %s/%s failed, will retry: %s",
+                                self.tenant, self.namespace, exc)
+                    await asyncio.sleep(FOLLOW_RETRY_S)
+                    self._follow_again = True
+        finally:
+            self._following = None
+
+    async def _announce(self) -> None:
+        if self._core.cluster is not None:
+            await self._store.announce()
+
+    @property
+    def _declared_by(self) -> str:
+        cluster = self._core.cluster
+        return "" if cluster is None else cluster.process
 
     # --- exchanges ------------------------------------------------------------------------------
 
@@ -104,7 +179,8 @@ class QueueNamespace:
         _not_default(name)
         if passive:
             return self.exchange(name)
-        wanted = Exchange(name, exchange_type, durable, auto_delete, internal, dict(arguments or {}))
+        wanted = Exchange(name, exchange_type, durable, auto_delete, internal, dict(arguments or {}),
+                          declared_by="" if durable else self._declared_by)
         async with self._lock:
             existing = self.routing.exchanges.get(name)
             if existing is not None:
@@ -118,6 +194,7 @@ class QueueNamespace:
                 raise InvalidArgument(str(exc)) from None
             await self._store.put_exchange(wanted)
             self.routing.put_exchange(wanted)
+            await self._announce()
             return wanted
 
     async def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
@@ -130,6 +207,7 @@ class QueueNamespace:
             if if_unused and self.routing.bindings_from(name):
                 raise ResourceInUse.about(Resource.exchange(name), f"{RESOURCE} in use")
             await self._remove_exchange(name)
+            await self._announce()
 
     async def _remove_exchange(self, name: str) -> None:
         await self._store.delete_exchange(name)
@@ -158,6 +236,7 @@ class QueueNamespace:
                 return
             await self._store.put_binding(binding)
             self.routing.add_binding(binding)
+            await self._announce()
 
     async def unbind(self, binding: Binding, *, owner: Hashable | None = None) -> None:
         """Removing a binding whose queue, exchanges or itself is not there is no error (RabbitMQ
@@ -173,6 +252,7 @@ class QueueNamespace:
                 return
             await self._store.delete_binding(binding)
             await self._auto_delete_sources([binding])
+            await self._announce()
 
     def _check_binding_ends(self, binding: Binding, owner: Hashable | None) -> None:
         _not_default(binding.source)
@@ -184,6 +264,20 @@ class QueueNamespace:
         self.exchange(binding.source)
 
     # --- queues ---------------------------------------------------------------------------------
+
+    def local_name(self, generate: Callable[[], str]) -> str:
+        """A name from `generate` for a new server-named queue. In a cluster it is one whose bundle
+        this broker holds (if it holds any of the namespace's), so that the queue is served where the
+        connection that declared it is: exclusive reply queues then never need another broker."""
+        cluster = self._core.cluster
+        held = [] if cluster is None else [b for b in cluster.held
+                                           if (b.tenant, b.namespace) == (self.tenant, self.namespace)]
+        name = generate()
+        for _ in range(LOCAL_NAME_TRIES if held else 0):
+            if partition_bundle(self.tenant, self.namespace, queue_topic(name), 0) in held:
+                break
+            name = generate()
+        return name
 
     def queue(self, name: str, owner: Hashable | None = None) -> Queue:
         """The queue, if `owner` may use it (an exclusive queue only by its owner)."""
@@ -228,13 +322,15 @@ class QueueNamespace:
                 raise ReservedName(f"queue name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'")
             refuse_change(queue_topic(name))   # a queue over a system topic would read held messages
             policy = QueuePolicy.of(name, arguments, durable=durable, exclusive=exclusive, auto_delete=auto_delete)
-            info = QueueInfo(name, queue_topic(name), durable, exclusive, auto_delete, arguments)
+            info = QueueInfo(name, queue_topic(name), durable, exclusive, auto_delete, arguments,
+                             declared_by=self._declared_by if exclusive or not durable else "")
             created = await self._create_topic(info)
             info = replace(info, owns_topic=created)
             queue = self._attach(Queue(self._core, info, self._topic(info), self._core.clock,
                                        owner=owner if exclusive else None, policy=policy))
             await self._store.put_queue(info)
             self.queues[name] = queue
+            await self._announce()
             return queue
 
     def _adopt(self, info: QueueInfo) -> Queue:
@@ -243,21 +339,16 @@ class QueueNamespace:
         return queue
 
     async def take_over(self, bundle: Bundle) -> None:
-        """This broker now serves `bundle`: what other brokers declared since this namespace was
-        loaded (the bundle's queues, exchanges, bindings) is read from the store and added."""
-        stored = await self._store.load()
-        for exchange in stored.exchanges:
-            if exchange.durable and exchange.name not in self.routing.exchanges:
-                self.routing.put_exchange(exchange)
-        for info in stored.queues:
-            if info.durable and not info.exclusive and info.name not in self.queues \
-                    and partition_bundle(self.tenant, self.namespace, info.topic, 0) == bundle:
-                self._adopt(info)
-        for binding in stored.bindings:
-            known = (binding.destination in self.queues if binding.kind is DestinationKind.QUEUE
-                     else binding.destination in self.routing.exchanges)
-            if known and binding.source in self.routing.exchanges:
-                self.routing.add_binding(binding)
+        """This broker now serves `bundle`: what other brokers declared is read from the store first
+        (a watch may not have told yet)."""
+        async with self._lock:
+            await self._follow_store()
+
+    def serving(self, bundle: Bundle) -> None:
+        """The bundle counts as owned now: its queues' background work starts here."""
+        for queue in self.queues.values():
+            if queue.bundle == bundle:
+                _start_background(queue)
 
     async def hand_over(self, bundle: Bundle) -> None:
         """Another broker serves the queues of `bundle` now: each is replaced by a fresh, unopened
@@ -284,9 +375,8 @@ class QueueNamespace:
             queue.dead_letters = DeadLetterer(queue, self._route_dead, self.deliver)
         if policy.expires_ms is not None:
             queue.unused_timer = UnusedQueueTimer(queue, policy.expires_ms, self._core.clock, self._expire_queue)
-        if policy.message_ttl_ms is not None or policy.dead_letter_exchange is not None or policy.limits_length:
-            opening = asyncio.ensure_future(queue.open())
-            opening.add_done_callback(lambda done: done.cancelled() or done.exception())
+        if queue.served_here:
+            _start_background(queue)
         return queue
 
     async def _route_dead(self, exchange: str, routing_key: str, headers: HeadersFunction) -> list[Queue]:
@@ -352,18 +442,22 @@ class QueueNamespace:
             return count
 
     async def _remove_queue(self, queue: Queue) -> None:
-        name = queue.name
-        consumers = list(queue.subscription.consumers) if queue.subscription is not None else []
-        del self.queues[name]
-        queue.discard()
-        for consumer in consumers:
-            consumer.queue_deleted()
-        removed = self.routing.remove_destination(DestinationKind.QUEUE, name)
-        await self._store.delete_queue(name)
+        removed = self._forget(queue)
+        await self._store.delete_queue(queue.name)
         for binding in removed:
             await self._store.delete_binding(binding)
         await self._delete_topic(queue.info)
         await self._auto_delete_sources(removed)
+        await self._announce()
+
+    def _forget(self, queue: Queue) -> list[Binding]:
+        """Drop the queue from memory: its consumers are cancelled; returns its bindings."""
+        consumers = list(queue.subscription.consumers) if queue.subscription is not None else []
+        del self.queues[queue.name]
+        queue.discard()
+        for consumer in consumers:
+            consumer.queue_deleted()
+        return self.routing.remove_destination(DestinationKind.QUEUE, queue.name)
 
     async def _delete_topic(self, info: QueueInfo) -> None:
         """The queue's messages go with it: its topic, or only its cursor on a topic it took over."""
@@ -445,6 +539,10 @@ class QueueNamespace:
         raise UnknownTopic(f"no queue of {self.tenant}/{self.namespace} has topic {topic}")
 
     async def close(self) -> None:
+        self._closed = True
+        self._unwatch()
+        if self._following is not None:
+            self._following.cancel()
         for queue in list(self.queues.values()):
             try:
                 await queue.close()
@@ -476,6 +574,8 @@ class QueueService:
         if core.cluster is not None:
             core.cluster.on_release(self._hand_over)
             core.cluster.on_acquire(self._take_over)
+            core.cluster.on_broker_left(self._broker_left)
+            core.cluster.on_serving(self._serving)
         if core.mailbox is not None:
             core.mailbox.handle(PUBLISH, self._on_forwarded)
 
@@ -499,6 +599,15 @@ class QueueService:
         space = self._namespaces.get((bundle.tenant, bundle.namespace))
         if space is not None:   # else loaded from the store when first used
             await space.take_over(bundle)
+
+    def _serving(self, bundle: Bundle) -> None:
+        space = self._namespaces.get((bundle.tenant, bundle.namespace))
+        if space is not None:
+            space.serving(bundle)
+
+    def _broker_left(self) -> None:
+        for space in self._namespaces.values():    # its transient queues and exchanges go
+            space.changed_elsewhere()
 
     async def _hand_over(self, bundle: Bundle) -> None:
         space = self._namespaces.get((bundle.tenant, bundle.namespace))
@@ -573,6 +682,14 @@ MessageFacts = Callable[[Record], tuple[HeadersFunction, PropertiesFunction]]
 
 def _no_facts(record: Record) -> tuple[HeadersFunction, PropertiesFunction]:
     return no_properties, no_properties
+
+
+def _start_background(queue: Queue) -> None:
+    """A queue whose policy has background work (expiry, limits) opens at once where it is served."""
+    policy = queue.policy
+    if policy.message_ttl_ms is not None or policy.dead_letter_exchange is not None or policy.limits_length:
+        opening = asyncio.ensure_future(queue.open())
+        opening.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 def publish(queues: list[Queue], record: Record) -> list[asyncio.Future]:

@@ -3,6 +3,8 @@
     /exchanges/<tenant>/<namespace>/<storage key>   Exchange.to_doc()
     /queues/<tenant>/<namespace>/<storage key>      QueueInfo.to_doc()
     /bindings/<tenant>/<namespace>/<binding id>     Binding.to_doc()
+    /topology/<tenant>/<namespace>                  rewritten after every change (a cluster's
+                                                    brokers watch it and read the rows again)
 
 Storage keys are naming.storage_key(name); a binding's id is a hash of all its fields, so binding
 the same thing twice writes one row. Every write is durable when it returns.
@@ -11,6 +13,7 @@ the same thing twice writes one row. Every write is durable when it returns.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.partition import storage_errors
@@ -56,6 +59,14 @@ class NamespaceStore:
 
     async def delete_exchange(self, name: str) -> None:
         await self._delete("exchanges", storage_key(name))
+
+    async def announce(self) -> None:
+        """Tell the brokers that watch this namespace that its rows changed."""
+        with storage_errors():
+            await self._metadata.put(f"/topology/{self._suffix}", b"")
+
+    def watch(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        return self._metadata.watch(f"/topology/{self._suffix}", callback)
 
     async def get_queue(self, name: str) -> QueueInfo | None:
         with storage_errors():

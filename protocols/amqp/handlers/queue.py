@@ -39,7 +39,7 @@ async def declare(channel: Channel, args: Mapping[str, Any]) -> None:
     name = args["queue"]
     server_named = not name and not args["passive"]
     if server_named:
-        name = generated_name(SERVER_NAMED_PREFIX)
+        name = session.space.local_name(lambda: generated_name(SERVER_NAMED_PREFIX))
     elif not name:
         name = queue_name(channel, name, "queue.declare")
     if not args["passive"]:

@@ -1,0 +1,108 @@
+"""Exchanges, queues and bindings in a cluster: every broker routes by what any broker declared,
+bound or deleted (the store is the truth, a watched node says when it changed), transient objects
+live as long as the broker process that declared them, and a server-named queue is named into a
+bundle of the broker whose client declared it.
+
+Two brokers on one embedded (SQLite) store, in one process."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.cluster.broker_cluster import BrokerCluster
+from core.cluster.bundles import partition_bundle
+from core.clock import SystemClock
+from core.errors import ResourceLocked
+from core.queues.exchange import Binding, DestinationKind, ExchangeType
+from core.queues.naming import queue_topic
+from core.queues.routing import no_properties as no_headers
+from core.queues.service import QueueService
+from core.queues.store import NamespaceStore
+from core.registry import Registry
+from core.service import Core
+from tests.core.cluster.test_cluster_membership import POLL_S, broker, split_evenly, storage, until  # noqa: F401
+
+
+@pytest.fixture
+async def brokers(storage):  # noqa: F811
+    await Registry(storage.metadata, SystemClock()).start()
+    members = [BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2)]
+    cores = [Core(storage.metadata, storage.logs, cluster=member) for member in members]
+    services = [QueueService(core) for core in cores]
+    for core, member in zip(cores, members):
+        await core.start()
+        await member.start()
+    await until(lambda: split_evenly(*members))
+    yield members, services
+    for core, member in zip(cores, members):
+        await member.close()
+        await core.close()
+
+
+def served_by(member: BrokerCluster, prefix: str) -> str:
+    """A queue name whose bundle `member` owns (a queue is declared through its owner)."""
+    return next(f"{prefix}{i}" for i in range(500)
+                if member.owns(partition_bundle("public", "default", queue_topic(f"{prefix}{i}"), 0)))
+
+
+def routed(space, exchange: str, key: str) -> list[str]:
+    try:
+        return [queue.name for queue in space.route(exchange, key, no_headers)]
+    except Exception:       # the exchange is not known (yet, or any more)
+        return []
+
+
+async def test_what_one_broker_declares_binds_and_deletes_the_other_routes_by(brokers) -> None:
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")     # loaded before any of it exists
+    paid = served_by(members[0], "paid")
+    await here.declare_exchange("orders", ExchangeType.DIRECT)
+    await here.declare_queue(paid)
+    binding = Binding("orders", paid, DestinationKind.QUEUE, "paid")
+    await here.bind(binding)
+    await until(lambda: routed(there, "orders", "paid") == [paid])
+
+    await here.unbind(binding)
+    await until(lambda: routed(there, "orders", "paid") == [] and "orders" in there.routing.exchanges)
+    await there.bind(binding)                                      # the other way round too
+    await until(lambda: routed(here, "orders", "paid") == [paid])
+
+    await here.delete_queue(paid)
+    await until(lambda: paid not in there.queues and not there.routing.bindings_from("orders"))
+    await here.delete_exchange("orders")
+    await until(lambda: "orders" not in there.routing.exchanges)
+
+
+async def test_a_transient_queue_lives_as_long_as_the_broker_process_that_declared_it(brokers, storage) -> None:  # noqa: F811
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    reply_to = served_by(members[0], "reply-to")
+    connection = object()
+    await here.declare_queue(reply_to, exclusive=True, owner=connection)
+    await here.declare_exchange("scratch", ExchangeType.FANOUT, durable=False)
+    await here.bind(Binding("scratch", reply_to, DestinationKind.QUEUE, ""), owner=connection)
+
+    # The other broker loads the namespace now: it keeps them (before, loading deleted every
+    # transient row as left over from an earlier run), routes to the queue, and locks it.
+    there = await services[1].namespace("public", "default")
+    assert routed(there, "scratch", "") == [reply_to]
+    with pytest.raises(ResourceLocked):
+        await there.declare_queue(reply_to, exclusive=True, owner=object())
+    store = NamespaceStore(storage.metadata, "public", "default")
+    assert await store.get_queue(reply_to) is not None
+
+    await members[0].close()        # the declaring broker goes: so do its transient queue and exchange
+    await until(lambda: reply_to not in there.queues and "scratch" not in there.routing.exchanges)
+    assert await store.get_queue(reply_to) is None
+    assert not any(exchange.name == "scratch" for exchange in (await store.load()).exchanges)
+
+
+async def test_a_server_named_queue_is_named_into_a_bundle_its_broker_owns(brokers) -> None:
+    members, services = brokers
+    for member, service in zip(members, services):
+        space = await service.namespace("public", "default")
+        counter = iter(range(10_000))
+        for _ in range(20):
+            name = space.local_name(lambda: f"amq.gen-{next(counter)}")
+            assert member.owns(partition_bundle("public", "default", queue_topic(name), 0))
