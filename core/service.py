@@ -19,6 +19,7 @@ from core.cluster.bundles import Bundle, partition_bundle
 from core.cluster.guarded import GuardedMetadata
 from core.cluster.mailbox import Mailbox
 from core.cluster.members import READ_ONLY
+from core.cluster.peers import PeerService
 from core.connections import ClientConnections
 from core.cursor import Cursor
 from core.delayed.service import DelayedService
@@ -49,15 +50,17 @@ RETENTION_CHECK_S = 60.0
 class Core:
     def __init__(self, metadata: MetadataStore, logs: ManagedLogFactory, clock: Clock | None = None,
                  cluster: BrokerCluster | None = None, retention_check_s: float = RETENTION_CHECK_S, *,
-                 delayed_memory_keys: int | None = None) -> None:
+                 delayed_memory_keys: int | None = None, peers: PeerService | None = None) -> None:
         """`cluster`: this broker's membership when several brokers share the storage; None (one
-        process) owns every partition. `retention_check_s`: how often retention and backlog quotas
+        process) owns every partition. `peers`: its links with the other brokers (a cluster's data
+        path: publishes into queues they serve). `retention_check_s`: how often retention and backlog quotas
         are enforced. `delayed_memory_keys`: held (delayed) messages each namespace keeps in memory;
         the rest wait on storage (None: the default, core/delayed/store.py)."""
         self.metadata = metadata
         self.logs = logs
         self.clock = clock or SystemClock()
         self.cluster = cluster
+        self.peers = peers
         if cluster is not None:
             # A partition is open only while its bundle is owned: closed on release, and anything
             # still cached when a bundle is taken (again) is stale.

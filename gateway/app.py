@@ -24,6 +24,7 @@ from typing import Protocol, TextIO
 from core.auth import Permission, UserStore
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.members import SERVING, BrokerInfo
+from core.cluster.peers import PeerService
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from core.service import Core
 from core.shares.coordinator import ShareSettings
@@ -172,6 +173,7 @@ class Gateway:
         self._storage: EmbeddedStorage | ReplicatedStorage | None = None
         self._core: Core | None = None
         self._cluster: BrokerCluster | None = None
+        self._peers: PeerService | None = None
         self._broker_id = 0
         self._unserved_sockets: dict[str, socket.socket] = {}  # bound, not yet owned by a server
         self._servers: list[_Server] = []
@@ -207,7 +209,10 @@ class Gateway:
     async def _start(self) -> None:
         config = self.config
         # Bind first: a port conflict is reported before the data directory is touched.
-        for name, port in (("kafka", config.kafka_port), ("amqp", config.amqp_port), ("admin", config.admin_port)):
+        ports = [("kafka", config.kafka_port), ("amqp", config.amqp_port), ("admin", config.admin_port)]
+        if config.storage.mode == REPLICATED:
+            ports.append(("peer", config.peer_port))
+        for name, port in ports:
             try:
                 self._unserved_sockets[name] = bind_socket(config.host, port)
             except OSError as exc:
@@ -231,9 +236,10 @@ class Gateway:
             self._cluster = BrokerCluster(self._storage.metadata, self._local_broker(),
                                           shed_interval_s=shed_s, report_interval_s=min(5.0, shed_s / 3 or 5.0),
                                           shed_threshold=config.load_shed_threshold_percent / 100)
+            self._peers = PeerService(config.storage.secret.encode())
         self._core = Core(self._storage.metadata, self._storage.logs, cluster=self._cluster,
                           retention_check_s=config.retention_check_interval_ms / 1000,
-                          delayed_memory_keys=config.delayed_memory_keys)
+                          delayed_memory_keys=config.delayed_memory_keys, peers=self._peers)
         await self._core.start()
         if self._cluster is not None:
             self._cluster.traffic = self._core.bundle_traffic
@@ -272,6 +278,7 @@ class Gateway:
         for server in (*listeners, admin):
             await server.start()
         if self._cluster is not None:   # listening first: the registration tells clients to come
+            await self._peers.start(self._unserved_sockets.pop("peer"))
             await self._cluster.start()
         for link in config.replication:
             tenant, namespace = link.namespace.split("/")
@@ -291,8 +298,9 @@ class Gateway:
         host = advertised_host(config.kafka, config.host)
         kafka_port = config.kafka.advertised_port or self._unserved_sockets["kafka"].getsockname()[1]
         amqp_port = self._unserved_sockets["amqp"].getsockname()[1]
+        peer_port = self._unserved_sockets["peer"].getsockname()[1]
         return BrokerInfo(self._broker_id, host, kafka_port, f"{host}:{amqp_port}", config.rack, config.role,
-                          instance=uuid.uuid4().hex)
+                          instance=uuid.uuid4().hex, peer=f"{host}:{peer_port}")
 
     def _check_stop(self) -> None:
         if self._stop_requested.is_set():
@@ -347,6 +355,8 @@ class Gateway:
             clean &= await _close_step("cluster membership", self._cluster.close)
         if self._core is not None:
             clean &= await _close_step("core", self._core.close)
+        if self._peers is not None:
+            clean &= await _close_step("peer links", self._peers.close)
         if self._storage is not None:
             clean &= await _close_step("storage", self._storage.close)
         self._transition(State.STOPPED)

@@ -36,6 +36,10 @@ def serve(
     kafka_port: Annotated[int | None, typer.Option(help="Kafka port; 0 picks a free one.", show_default="9092")] = None,
     amqp_port: Annotated[int | None, typer.Option(help="AMQP port; 0 picks a free one.", show_default="5672")] = None,
     admin_port: Annotated[int | None, typer.Option(help="Admin HTTP port; 0 picks a free one.", show_default="8080")] = None,
+    peer_port: Annotated[
+        int | None, typer.Option(help="In a cluster, the port of this broker's links with the other brokers; 0 picks "
+                                      "a free one (registered with the broker).", show_default="0")
+    ] = None,
     log_level: Annotated[
         str | None, typer.Option(help="critical, error, warning, info or debug.", show_default="info")
     ] = None,
@@ -162,6 +166,7 @@ def serve(
         "kafka_port": kafka_port,
         "amqp_port": amqp_port,
         "admin_port": admin_port,
+        "peer_port": peer_port,
         "log_level": log_level,
         "broker_id": broker_id,
         "rack": rack,

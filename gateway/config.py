@@ -31,6 +31,7 @@ ENV_VARS: Mapping[str, str] = {
     "kafka_port": "GATEWAY_KAFKA_PORT",
     "amqp_port": "GATEWAY_AMQP_PORT",
     "admin_port": "GATEWAY_ADMIN_PORT",
+    "peer_port": "GATEWAY_PEER_PORT",
     "log_level": "GATEWAY_LOG_LEVEL",
     "broker_id": "GATEWAY_BROKER_ID",
     "rack": "GATEWAY_RACK",
@@ -43,7 +44,7 @@ ENV_VARS: Mapping[str, str] = {
     "load_shed_threshold_percent": "GATEWAY_LOAD_SHED_THRESHOLD_PERCENT",
     "role": "GATEWAY_ROLE",
 }
-PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port")
+PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port", "peer_port")
 INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
                 "delayed_memory_keys", "load_shed_interval_ms", "load_shed_threshold_percent")
 STORAGE_TABLE = "storage"
@@ -341,6 +342,9 @@ class GatewayConfig:
     kafka_port: int = 9092
     amqp_port: int = 5672
     admin_port: int = 8080
+    # In a cluster: the port of this broker's links with the other brokers (publishes into queues
+    # they serve); 0 picks a free one, registered with the broker.
+    peer_port: int = 0
     log_level: str = "info"
     storage: StorageConfig = field(default_factory=StorageConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)

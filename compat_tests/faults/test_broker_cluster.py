@@ -806,6 +806,69 @@ def test_a_message_dead_lettered_into_a_queue_of_another_broker_reaches_it(healt
     print("dead-lettered from broker", source_owner, "to broker", target_owner)
 
 
+def test_pika_publishes_through_any_broker_into_queues_other_brokers_serve(healthy) -> None:
+    """A publisher connected to one broker declares a queue, an exchange and a binding whose queue
+    another broker serves, and publishes with confirms: each confirm comes once the message is
+    durable at the owner, and a consumer there gets every message once, in publish order."""
+    wait_until_balanced(healthy)
+    tag = uuid.uuid4().hex[:8]
+    names = [f"orders-{tag}-{i}" for i in range(48)]
+    holders = asyncio.run(_bundle_holders(healthy, [partition_bundle("public", "default", n, 0) for n in names]))
+    queue, owner = next((n, h) for n, h in zip(names, holders) if h is not None)
+    elsewhere = next(b for b in range(len(healthy.brokers)) if b != owner)
+    addresses = amqp_addresses(healthy)
+    with pika.BlockingConnection(pika.ConnectionParameters(*addresses[elsewhere])) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.exchange_declare(f"payments-{tag}", "direct", durable=True)
+        declared = channel.queue_declare(queue, durable=True)
+        assert declared.method.message_count == 0
+        channel.queue_bind(queue, f"payments-{tag}", "settled")
+        for i in range(300):    # BlockingChannel: each returns once confirmed (a nack raises)
+            channel.basic_publish(f"payments-{tag}", "settled", b"%d" % i, pika.BasicProperties(delivery_mode=2),
+                                  mandatory=True)
+        assert channel.queue_declare(queue, passive=True).method.message_count == 300
+    with pika.BlockingConnection(pika.ConnectionParameters(*addresses[owner])) as connection:
+        channel = connection.channel()
+        got = [channel.basic_get(queue, auto_ack=True)[2] for _ in range(301)]
+    assert got == [b"%d" % i for i in range(300)] + [None]
+    print("300 confirmed publishes through broker", elsewhere, "into a queue of broker", owner)
+
+
+def test_an_rpc_reply_reaches_a_client_of_another_broker(healthy) -> None:
+    """The RabbitMQ RPC pattern across brokers: the client's server-named exclusive reply queue is
+    served by its own broker; the request is published through it into the server's queue on
+    another broker, and the server's reply, published through that broker, comes back."""
+    wait_until_balanced(healthy)
+    tag = uuid.uuid4().hex[:8]
+    names = [f"rpc-{tag}-{i}" for i in range(48)]
+    holders = asyncio.run(_bundle_holders(healthy, [partition_bundle("public", "default", n, 0) for n in names]))
+    requests, server_broker = next((n, h) for n, h in zip(names, holders) if h is not None)
+    client_broker = next(b for b in range(len(healthy.brokers)) if b != server_broker)
+    addresses = amqp_addresses(healthy)
+    with pika.BlockingConnection(pika.ConnectionParameters(*addresses[server_broker])) as server, \
+            pika.BlockingConnection(pika.ConnectionParameters(*addresses[client_broker])) as client:
+        server_channel = server.channel()
+        server_channel.queue_declare(requests, durable=True)
+        client_channel = client.channel()
+        reply_to = client_channel.queue_declare("", exclusive=True).method.queue
+        for i in range(5):
+            client_channel.basic_publish("", requests, b"ping-%d" % i, pika.BasicProperties(
+                reply_to=reply_to, correlation_id=str(i)))
+            deadline = time.monotonic() + DEADLINE_S
+            while (request := server_channel.basic_get(requests, auto_ack=True))[0] is None:
+                assert time.monotonic() < deadline, "the request never reached the server's broker"
+                server.sleep(0.02)
+            _, properties, body = request
+            server_channel.basic_publish("", properties.reply_to, body.replace(b"ping", b"pong"),
+                                         pika.BasicProperties(correlation_id=properties.correlation_id))
+            while (reply := client_channel.basic_get(reply_to, auto_ack=True))[0] is None:
+                assert time.monotonic() < deadline, "the reply never reached the client's broker"
+                client.sleep(0.02)
+            assert reply[2] == b"pong-%d" % i and reply[1].correlation_id == str(i)
+    print("5 RPC round trips: client on broker", client_broker, "server on broker", server_broker)
+
+
 def test_a_consumer_group_goes_on_when_its_coordinator_dies(healthy) -> None:
     bootstrap = ",".join(kafka_address(b) for b in healthy.brokers)
     topic = create_topic(bootstrap, 3)

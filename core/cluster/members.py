@@ -19,6 +19,7 @@ class BrokerInfo:
     rack: str | None = None
     role: str = SERVING
     instance: str = ""        # unique per process and session: tells its nodes from older ones
+    peer: str = ""            # "host:port" of its links with the other brokers (core/cluster/peers.py)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

@@ -1,7 +1,14 @@
-"""Messages for a queue another broker of the cluster owns: dead-lettered into it, or released into
-it by the delayed store. They go to the owner through its mailbox (core/cluster/mailbox.py), which
-appends them as a publish of its own would be (length limits, consumers) and answers once they are
-durable there; only then does the sender count them as delivered.
+"""Messages for a queue another broker of the cluster serves.
+
+Published by a client of this broker: they go over the peer link to the owner
+(core/cluster/peers.py), in order, one request in flight per queue (`RemotePublisher`); the owner
+appends them as a publish of its own (length limits, consumers) and answers once they are durable
+there, each message with its own outcome (a full reject-publish queue refuses some). A declare or a
+message count of such a queue is asked of the owner the same way.
+
+Dead-lettered into it, or released into it by the delayed store: they go to the owner through its
+mailbox (core/cluster/mailbox.py), which outlives both brokers; only once they are durable there
+does the sender count them as delivered.
 
 A request carries up to MAX_REQUEST_BYTES of records (base64 in JSON, under the metadata store's
 value limit); a single record larger than that cannot be forwarded, and its sender keeps retrying
@@ -11,16 +18,25 @@ sender asking again after a failure finds the first one, answered or not.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from core.cluster.bundles import Bundle
+from core.errors import CoreError, NotOwner
+from core.queues import arguments as stored_arguments
+from core.queues.limits import PublishRefused
 from core.records.builder import Record
 
 PUBLISH = "queue-publish"
+DECLARE = "queue-declare"
+COUNTS = "queue-counts"
 MAX_REQUEST_BYTES = 512 << 10
+MAX_PEER_BATCH = 4096             # messages of one publish request over a peer link
+MAX_PEER_WAITING = 4 * MAX_PEER_BATCH   # messages waiting for the link before publishers wait
 
 
 def _text(data: bytes | None) -> str | None:
@@ -67,3 +83,91 @@ async def forward(core, queue: str, to: Bundle, records: list[Record], sender: B
     `sender` (the queue or delayed store the messages come from). Durable there when it returns."""
     for name, request in _requests(queue, records):
         await core.mailbox.ask(to, name, request, core.owner_metadata(sender))
+
+
+# --- over the peer links -----------------------------------------------------------------------
+
+
+def _owner(core, bundle: Bundle) -> Any:
+    owner = core.cluster.owner(bundle)
+    if owner is None or owner.id == core.cluster.local.id:
+        raise NotOwner(f"bundle {bundle} has no other live owner now (it is moving)")
+    return owner
+
+
+def _head(kind: str, bundle: Bundle, queue: str, **fields: Any) -> dict:
+    return {"kind": kind, "tenant": bundle.tenant, "namespace": bundle.namespace, "queue": queue, **fields}
+
+
+class RemotePublisher:
+    """Publishes into a queue another broker serves. One request is in flight at a time, and what is
+    published meanwhile goes in the next one: the owner appends in publish order. Each future is
+    done once its message is durable there (or failed: a broken link leaves it unknown, as a lost
+    connection does for a RabbitMQ publisher)."""
+
+    def __init__(self, core, queue) -> None:
+        self._core = core
+        self._queue = queue
+        self._waiting: list[tuple[Record, asyncio.Future]] = []
+        self._sending: asyncio.Task | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    @property
+    def writable(self) -> bool:
+        """False while MAX_PEER_WAITING messages wait: a connection publishing here stops reading."""
+        return self._writable.is_set()
+
+    async def wait_writable(self) -> None:
+        await self._writable.wait()
+
+    def publish(self, record: Record) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append((record, future))
+        if len(self._waiting) >= MAX_PEER_WAITING:
+            self._writable.clear()
+        if self._sending is None:
+            self._sending = asyncio.ensure_future(self._send())
+        return future
+
+    async def _send(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting[:MAX_PEER_BATCH], self._waiting[MAX_PEER_BATCH:]
+                if len(self._waiting) < MAX_PEER_WAITING:
+                    self._writable.set()
+                try:
+                    bundle = self._queue.bundle
+                    answer, _ = await self._core.peers.ask(
+                        _owner(self._core, bundle), _head(PUBLISH, bundle, self._queue.name),
+                        json.dumps(encode_records([record for record, _ in batch])).encode())
+                except CoreError as exc:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                refused = dict(answer.get("refused", {}))
+                for index, (_, future) in enumerate(batch):
+                    if future.done():
+                        continue
+                    if str(index) in refused:
+                        future.set_exception(PublishRefused(refused[str(index)]))
+                    else:
+                        future.set_result(None)
+        finally:
+            self._sending = None
+
+
+async def declare_remote(core, bundle: Bundle, name: str, *, durable: bool, auto_delete: bool,
+                         arguments: Mapping[str, Any]) -> dict:
+    """Declare queue `name` (of `bundle`, served by another broker) at its owner: returns the stored
+    QueueInfo document."""
+    answer, _ = await core.peers.ask(_owner(core, bundle), _head(
+        DECLARE, bundle, name, durable=durable, auto_delete=auto_delete, arguments=stored_arguments.to_json(arguments)))
+    return answer["info"]
+
+
+async def remote_counts(core, queue) -> tuple[int, int]:
+    """(ready messages, consumers) of `queue` as its owner counts them."""
+    answer, _ = await core.peers.ask(_owner(core, queue.bundle), _head(COUNTS, queue.bundle, queue.name))
+    return answer["messages"], answer["consumers"]

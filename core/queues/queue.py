@@ -27,6 +27,7 @@ from core.partition import Partition
 from core.queues import arguments as stored_arguments
 from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import ExpirySweeper, UnusedQueueTimer
+from core.queues.forwarding import RemotePublisher, remote_counts
 from core.queues.limits import LengthLimit
 from core.queues.policy import QueuePolicy
 from core.queues.publisher import BatchPublisher
@@ -118,6 +119,8 @@ class Queue:
         self._sweeper: ExpirySweeper | None = None
         self._sweep_wanted = False
         self._last_partition: Partition | None = None
+        self._remote: RemotePublisher | None = None    # publishes while another broker serves it
+        self._remote_consumers = 0                     # its consumers there, as last asked
 
     @property
     def clock(self) -> Clock:
@@ -208,6 +211,12 @@ class Queue:
             opening.add_done_callback(lambda done: done.cancelled() or done.exception())
 
     @property
+    def intake(self) -> "BatchPublisher | RemotePublisher":
+        """What this broker's publishes to the queue wait on for room (`writable`, `wait_writable`):
+        its publisher, or the link to the broker serving it."""
+        return self._remote if self._remote is not None and not self.served_here else self.publisher
+
+    @property
     def served_here(self) -> bool:
         """This broker serves the queue (in a cluster: owns its bundle)."""
         cluster = self._core.cluster
@@ -217,8 +226,12 @@ class Queue:
 
     def publish(self, record: Record) -> asyncio.Future:
         cluster = self._core.cluster
-        if cluster is not None and not cluster.owns(self.bundle):   # refused now, not nacked later
-            raise self._core.not_owner(self.topic, 0)
+        if cluster is not None and not cluster.owns(self.bundle):
+            if self._core.peers is None:     # refused now, not nacked later
+                raise self._core.not_owner(self.topic, 0)
+            if self._remote is None:
+                self._remote = RemotePublisher(self._core, self)
+            return self._remote.publish(record)
         if self.length_limit is not None:
             return self.length_limit.publish(record)
         return self.publisher.publish(record)
@@ -253,13 +266,18 @@ class Queue:
 
     @property
     def consumer_count(self) -> int:
-        return len(self.subscription.consumers) if self.subscription is not None else 0
+        if self.subscription is not None:
+            return len(self.subscription.consumers)
+        return 0 if self.served_here else self._remote_consumers
 
     async def get(self, owner: Hashable, *, auto_ack: bool) -> QueuedMessage | None:
         self.touch()
         return await (await self.open()).get(owner, auto_ack=auto_ack)
 
     async def message_count(self) -> int:
+        if not self.served_here and self._core.peers is not None:
+            count, self._remote_consumers = await remote_counts(self._core, self)
+            return count
         subscription = await self.open()
         subscription.note_high_watermark((await self.partition()).high_watermark)
         return subscription.ready_count

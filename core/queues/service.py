@@ -12,6 +12,7 @@ it is visible. Routing and publishing take no lock: they read the in-memory rout
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import replace
 from collections.abc import Awaitable, Callable, Hashable, Mapping
@@ -19,7 +20,7 @@ from typing import Any
 
 from core.cluster.bundles import Bundle, partition_bundle
 from core.errors import (RESOURCE, CoreError, InequivalentDeclaration, InvalidArgument, NotPermitted, RequestRefused,
-                         ReservedName, Resource, ResourceInUse, ResourceLocked, TopicExists, UnknownExchange,
+                         NotOwner, ReservedName, Resource, ResourceInUse, ResourceLocked, TopicExists, UnknownExchange,
                          UnknownQueue, UnknownTopic)
 from core.names import TopicName
 from core.partition import storage_errors
@@ -28,7 +29,8 @@ from core.delayed.store import SYSTEM_TOPIC as DELAYED_TOPIC
 from core.queues.exchange import Binding, DestinationKind, Exchange, ExchangeType, check_binding, check_exchange
 from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import UnusedQueueTimer
-from core.queues.forwarding import PUBLISH, decode_records, forward
+from core.queues import arguments as stored_arguments
+from core.queues.forwarding import COUNTS, DECLARE, PUBLISH, declare_remote, decode_records, forward
 from core.queues.naming import queue_topic
 from core.queues.policy import QueuePolicy, check_equivalent
 from core.system_topics import refuse_change
@@ -322,6 +324,15 @@ class QueueNamespace:
                 raise ReservedName(f"queue name '{name}' contains reserved prefix '{RESERVED_PREFIX}*'")
             refuse_change(queue_topic(name))   # a queue over a system topic would read held messages
             policy = QueuePolicy.of(name, arguments, durable=durable, exclusive=exclusive, auto_delete=auto_delete)
+            bundle = partition_bundle(self.tenant, self.namespace, queue_topic(name), 0)
+            cluster = self._core.cluster
+            if cluster is not None and self._core.peers is not None and not exclusive and not cluster.owns(bundle):
+                # Another broker serves it: declared there (its topic starts at the owner's end).
+                doc = await declare_remote(self._core, bundle, name, durable=durable, auto_delete=auto_delete,
+                                           arguments=arguments)
+                queue = self._adopt(QueueInfo.from_doc(doc))
+                queue.touch()
+                return queue
             info = QueueInfo(name, queue_topic(name), durable, exclusive, auto_delete, arguments,
                              declared_by=self._declared_by if exclusive or not durable else "")
             created = await self._create_topic(info)
@@ -390,11 +401,7 @@ class QueueNamespace:
             return [queues[name] for name in self.routing.route(exchange, routing_key, headers, queues)]
         found = []
         for name in self.routing.route(exchange, routing_key, headers, _ANY_QUEUE):
-            queue = self.queues.get(name)
-            if queue is None:
-                stored = await self._store.get_queue(name)
-                if stored is not None and stored.durable and not stored.exclusive and name not in self.queues:
-                    queue = self._adopt(stored)
+            queue = self.queues.get(name) or await self._stored_queue(name)
             if queue is not None:
                 found.append(queue)
         return found
@@ -503,6 +510,31 @@ class QueueNamespace:
         queues = self.queues
         return [queues[name] for name in self.routing.route(exchange, routing_key, headers, queues, properties)]
 
+    @property
+    def clustered(self) -> bool:
+        return self._core.cluster is not None
+
+    async def route_after_lookup(self, exchange: str, routing_key: str, headers: HeadersFunction,
+                                 properties: PropertiesFunction = no_properties) -> list[Queue]:
+        """`route`, for a publish that found its exchange, or its queue through the default exchange,
+        missing here: in a cluster it may have been declared through another broker a moment ago,
+        before this one followed (an RPC reply to a reply queue just declared elsewhere)."""
+        if self._core.cluster is not None:
+            if exchange == DEFAULT_EXCHANGE:
+                if routing_key not in self.queues:
+                    await self._stored_queue(routing_key)
+            elif exchange not in self.routing.exchanges and await self._store.get_exchange(exchange) is not None:
+                async with self._lock:
+                    await self._follow_store()
+        return self.route(exchange, routing_key, headers, properties)
+
+    async def _stored_queue(self, name: str) -> Queue | None:
+        """The queue as declared through another broker and not followed here yet (None: none)."""
+        stored = await self._store.get_queue(name)
+        if stored is None:
+            return None
+        return self.queues.get(name) or self._adopt(stored)
+
     def held(self):
         """The namespace's store of held messages (its `publisher.wait_writable()` is back-pressure)."""
         return self._core.delayed.store(self.tenant, self.namespace)
@@ -578,6 +610,53 @@ class QueueService:
             core.cluster.on_serving(self._serving)
         if core.mailbox is not None:
             core.mailbox.handle(PUBLISH, self._on_forwarded)
+        if core.peers is not None:
+            core.peers.handle(PUBLISH, self._on_peer_publish)
+            core.peers.handle(DECLARE, self._on_peer_declare)
+            core.peers.handle(COUNTS, self._on_peer_counts)
+
+    # --- what other brokers' clients ask of the queues this one serves (core/queues/forwarding.py) ---
+
+    async def _served(self, head: dict) -> tuple[QueueNamespace, Bundle]:
+        """The namespace of a peer request, if this broker serves the queue's bundle (else NotOwner:
+        asked while the bundle moves; the asking broker fails the request, its client retries)."""
+        space = await self.namespace(head["tenant"], head["namespace"])
+        bundle = partition_bundle(space.tenant, space.namespace, queue_topic(head["queue"]), 0)
+        if not self._core.cluster.owns(bundle):
+            raise NotOwner(f"broker {self._core.cluster.local.id} does not serve bundle {bundle}")
+        return space, bundle
+
+    async def _served_queue(self, head: dict) -> Queue:
+        space, _ = await self._served(head)
+        name = head["queue"]
+        queue = space.queues.get(name) or await space._stored_queue(name)   # not followed here yet?
+        if queue is None:
+            raise UnknownQueue.about(Resource.queue(name), f"no {RESOURCE}")
+        return queue
+
+    async def _on_peer_declare(self, head: dict, _payload: bytes) -> tuple[dict, bytes]:
+        space, _ = await self._served(head)
+        queue = await space.declare_queue(head["queue"], durable=head["durable"], auto_delete=head["auto_delete"],
+                                          arguments=stored_arguments.from_json(head["arguments"]))
+        return {"info": queue.info.to_doc()}, b""
+
+    async def _on_peer_counts(self, head: dict, _payload: bytes) -> tuple[dict, bytes]:
+        queue = await self._served_queue(head)
+        return {"messages": await queue.message_count(), "consumers": queue.consumer_count}, b""
+
+    async def _on_peer_publish(self, head: dict, payload: bytes) -> tuple[dict, bytes]:
+        """Messages a client of another broker published: appended in the order sent, answered once
+        each is durable; those a full queue refused are named (index -> reason)."""
+        queue = await self._served_queue(head)
+        records = decode_records(json.loads(payload))
+        results = await asyncio.gather(*[queue.publish(record) for record in records], return_exceptions=True)
+        refused = {}
+        for index, result in enumerate(results):
+            if isinstance(result, BaseException):
+                if not getattr(result, "refused", False):
+                    raise result if isinstance(result, CoreError) else RequestRefused(f"queue {queue.name}: {result}")
+                refused[str(index)] = str(result)
+        return {"refused": refused}, b""
 
     async def _on_forwarded(self, bundle: Bundle, request: dict) -> dict:
         """Messages another broker dead-lettered or released into a queue this one owns."""

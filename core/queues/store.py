@@ -68,6 +68,11 @@ class NamespaceStore:
     def watch(self, callback: Callable[[str], None]) -> Callable[[], None]:
         return self._metadata.watch(f"/topology/{self._suffix}", callback)
 
+    async def get_exchange(self, name: str) -> Exchange | None:
+        with storage_errors():
+            node = await self._metadata.get(self._path("exchanges", storage_key(name)))
+        return None if node is None else Exchange.from_doc(json.loads(node.value))
+
     async def get_queue(self, name: str) -> QueueInfo | None:
         with storage_errors():
             node = await self._metadata.get(self._path("queues", storage_key(name)))

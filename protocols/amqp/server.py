@@ -38,6 +38,7 @@ import asyncio
 import inspect
 import logging
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from core.auth import Principal, User, UserStore
@@ -335,14 +336,21 @@ class AmqpConnection:
         self.write(self.machine.send_method(0, "connection.update-secret-ok"))
 
     def _content(self, event: ContentReceived):
-        """basic.publish, synchronously (publishes never wait); the error path is returned to await."""
+        """basic.publish, synchronously (publishes never wait); the error path, or a publish that must
+        look at the store before it can be routed, is returned to await."""
         if self._ignored(event.channel, event.method_name):
             return None
         try:
-            HANDLERS[event.method_name](self.channels[event.channel], event)
+            later = HANDLERS[event.method_name](self.channels[event.channel], event)
         except Exception as exc:
             return self._failed(event.channel, event.method.key, exc)
-        return None
+        return None if later is None else self._content_later(event, later)
+
+    async def _content_later(self, event: ContentReceived, later: Awaitable[None]) -> None:
+        try:
+            await later
+        except Exception as exc:
+            await self._failed(event.channel, event.method.key, exc)
 
     async def _failed(self, number: int, method_key: tuple[int, int], exc: Exception) -> None:
         if isinstance(exc, CoreError):
@@ -464,9 +472,10 @@ class AmqpConnection:
         if session.published:
             published, session.published = session.published, set()
             for queue in published:
-                if not queue.publisher.writable:
+                intake = queue.intake
+                if not intake.writable:
                     self._set_blocked(True)
-                await queue.publisher.wait_writable()
+                await intake.wait_writable()
             self._set_blocked(False)
             if self.meter is not None and self.meter.publish_limit is not None:
                 await self._wait_for_publish_rate()

@@ -23,10 +23,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
+from core.errors import UnknownExchange
 from core.queues.policy import field_type
+from core.queues.queue import Queue
 from core.queues.service import publish as publish_to
 from protocols.amqp.channel import Channel, ChannelConsumer, generated_name
 from protocols.amqp.codec.properties import ContentProperties
@@ -95,7 +97,8 @@ async def cancel(channel: Channel, args: Mapping[str, Any]) -> None:
         channel.send("basic.cancel-ok", consumer_tag=tag)
 
 
-def publish(channel: Channel, event: ContentReceived) -> None:
+def publish(channel: Channel, event: ContentReceived) -> Awaitable[None] | None:
+    """Synchronous, unless routing needs a look at the store first (the awaitable to wait for)."""
     args = event.args
     session = channel.session
     if args["immediate"]:
@@ -112,9 +115,32 @@ def publish(channel: Channel, event: ContentReceived) -> None:
         exchange = ""
     session.access.write_exchange(exchange)
     if hold_if_delayed(channel, event, exchange, routing_key):
-        return
-    queues = session.space.route(exchange, routing_key, lambda: properties.decoded.headers or {},
-                                    lambda: properties.decoded.present())
+        return None
+    space = session.space
+    headers, present = (lambda: properties.decoded.headers or {}), (lambda: properties.decoded.present())
+    try:
+        queues = space.route(exchange, routing_key, headers, present)
+    except UnknownExchange:
+        if not space.clustered:
+            raise
+        queues = None
+    if queues is None or (not queues and not exchange and space.clustered):
+        # Declared through another broker a moment ago? Looked up first; the channel's next methods wait.
+        return _publish_after_lookup(channel, event, exchange, routing_key, headers, present)
+    _publish_routed(channel, event, exchange, routing_key, queues)
+    return None
+
+
+async def _publish_after_lookup(channel: Channel, event: ContentReceived, exchange: str, routing_key: str,
+                                headers, present) -> None:
+    queues = await channel.session.space.route_after_lookup(exchange, routing_key, headers, present)
+    _publish_routed(channel, event, exchange, routing_key, queues)
+
+
+def _publish_routed(channel: Channel, event: ContentReceived, exchange: str, routing_key: str,
+                    queues: list[Queue]) -> None:
+    args, session, properties = event.args, channel.session, event.properties
+    raw = properties.raw
     if channel.tx is not None:      # routed now, stored (or returned) at tx.commit
         if queues:
             channel.tx.publish(queues, to_record(exchange, routing_key, raw, event.body, session.clock.now_ms()))

@@ -1,0 +1,102 @@
+"""A client of one broker uses a queue another broker serves: the declare, the message count and
+the publishes go over the peer link to the owner (core/queues/forwarding.py), in order, each
+publish done once durable there; a full reject-publish queue refuses exactly the messages over its
+limit. Two brokers on one embedded store, in one process, each with its peer link listening."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import replace
+
+import pytest
+
+from core.cluster.broker_cluster import BrokerCluster
+from core.clock import SystemClock
+from core.cluster.peers import PeerService
+from core.queues.limits import PublishRefused
+from core.records.builder import Record
+from core.queues.service import QueueService
+from core.registry import Registry
+from core.service import Core
+from tests.core.cluster.test_cluster_membership import POLL_S, broker, split_evenly, storage, until  # noqa: F401
+from tests.core.cluster.test_queue_topology import served_by
+
+SECRET = b"test-secret"
+
+
+def listening() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+@pytest.fixture
+async def brokers(storage):  # noqa: F811
+    await Registry(storage.metadata, SystemClock()).start()
+    peers, members = [], []
+    for i in (1, 2):
+        sock, service = listening(), PeerService(SECRET)
+        await service.start(sock)
+        peers.append(service)
+        members.append(BrokerCluster(storage.metadata, replace(broker(i), peer=f"127.0.0.1:{sock.getsockname()[1]}"),
+                                     poll_s=POLL_S))
+    cores = [Core(storage.metadata, storage.logs, cluster=member, peers=service)
+             for member, service in zip(members, peers)]
+    services = [QueueService(core) for core in cores]
+    for core, member in zip(cores, members):
+        await core.start()
+        await member.start()
+    await until(lambda: split_evenly(*members))
+    yield members, services
+    for core, member, service in zip(cores, members, peers):
+        await member.close()
+        await core.close()
+        await service.close()
+
+
+async def test_a_queue_of_the_other_broker_is_declared_counted_and_published_to_through_this_one(brokers) -> None:
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")
+    name = served_by(members[1], "orders")
+    queue = await here.declare_queue(name, arguments={"x-max-length": 3, "x-overflow": "reject-publish"})
+    assert not queue.served_here and name in there.queues          # declared at its owner
+
+    outcomes = await asyncio.gather(*(queue.publish(Record(0, value=b"%d" % i)) for i in range(5)),
+                                    return_exceptions=True)
+    assert outcomes[:3] == [None] * 3
+    assert all(isinstance(outcome, PublishRefused) for outcome in outcomes[3:])
+    assert await queue.message_count() == 3                         # as the owner counts them
+    got = [await there.queues[name].get("client", auto_ack=True) for _ in range(3)]
+    assert [m.value for m in got] == [b"0", b"1", b"2"]             # in publish order
+
+    again = await here.declare_queue(name, arguments={"x-max-length": 3, "x-overflow": "reject-publish"})
+    assert again is queue and await again.message_count() == 0
+
+
+async def test_a_peer_with_the_wrong_secret_is_not_answered(brokers) -> None:
+    members, _ = brokers
+    stranger = PeerService(b"not-the-secret")
+    try:
+        with pytest.raises(Exception, match="cannot link|lost"):
+            await stranger.ask(members[1].local, {"kind": "queue-counts", "tenant": "public",
+                                                  "namespace": "default", "queue": "x"})
+    finally:
+        await stranger.close()
+
+
+async def test_a_reply_published_through_the_other_broker_reaches_an_exclusive_reply_queue(brokers) -> None:
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")
+    connection = object()
+    name = here.local_name(lambda: f"amq.gen-{__import__('os').urandom(8).hex()}")
+    await here.declare_queue(name, exclusive=True, owner=connection, server_named=True)
+    await until(lambda: name in there.queues)
+    routed = there.route("", name, dict)
+    assert [queue.name for queue in routed] == [name]
+    await routed[0].publish(Record(0, value=b"pong"))
+    got = await here.queue(name, connection).get(connection, auto_ack=True)
+    assert got is not None and got.value == b"pong"
