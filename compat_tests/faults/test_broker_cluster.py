@@ -752,8 +752,10 @@ def amqp_addresses(cluster) -> list[tuple[str, int]]:
 
 
 def test_amqp_clients_find_the_queue_owner_and_survive_its_kill9(healthy, workloads_for) -> None:
-    """A connection whose queue another broker owns is closed (CONNECTION_FORCED, naming the owner);
-    the clients cycle through the brokers' addresses until they reach the owner, and again when it dies."""
+    """Publishers connected to any broker publish through it (forwarded to the queue's owner, held
+    while the queue fails over); a consumer's connection to a broker that does not serve its queue is
+    closed (CONNECTION_FORCED, naming the owner), so consumers cycle through the brokers' addresses
+    until they reach the owner, and again when it dies."""
     wait_until_balanced(healthy)
     workloads = workloads_for(None, amqp_addresses(healthy))
     workloads.wait_for_progress(200)

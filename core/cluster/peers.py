@@ -19,11 +19,15 @@ from collections.abc import Awaitable, Callable
 
 from core.cluster import peer_frames as frames
 from core.cluster.members import BrokerInfo
-from core.errors import CoreError, RequestRefused, StorageUnavailable
+from core.errors import CoreError, NotOwner, RequestRefused, StorageUnavailable
 
 log = logging.getLogger("gateway.cluster.peers")
 
 Handler = Callable[[dict, bytes], Awaitable[tuple[dict, bytes]]]
+
+
+class NotSent(StorageUnavailable):
+    """The request never left this broker (no link could be made): asking again is safe."""
 
 REQUEST_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
@@ -100,7 +104,7 @@ class PeerService:
                 raise RequestRefused(f"no handler for peer requests of kind {head.get('kind')!r}")
             answer, answer_payload = await handler(head, payload)
         except CoreError as exc:
-            answer = {"error": str(exc), "retriable": exc.retriable}
+            answer = {"error": str(exc), "retriable": exc.retriable, "not_owner": isinstance(exc, NotOwner)}
         except Exception as exc:     # a bug: refused, so that the asking broker does not wait for it
             log.exception("answering a peer request of kind %s failed", head.get("kind"))
             answer = {"error": f"{type(exc).__name__}: {exc}", "retriable": False}
@@ -112,15 +116,18 @@ class PeerService:
     async def ask(self, broker: BrokerInfo, head: dict, payload: bytes = b"",
                   timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[dict, bytes]:
         """Send a request to `broker` and return its answer (head, payload). A refusal raises
-        RequestRefused, or StorageUnavailable when it is retriable, as does a broken link."""
+        NotOwner (the broker does not serve what was asked: nothing was done), RequestRefused, or
+        StorageUnavailable when it is retriable, as does a broken link (done or not: unknown);
+        NotSent when no link could be made."""
         if not broker.peer:
-            raise StorageUnavailable(f"broker {broker.id} has no peer address (an older version?)")
+            raise NotSent(f"broker {broker.id} has no peer address (an older version?)")
         link = self._links.get(broker.peer)
         if link is None or link.broken:
             link = self._links[broker.peer] = _Link(broker, self._secret)
         answer, answer_payload = await link.ask(head, payload, timeout_s)
         if "error" in answer:
-            error = StorageUnavailable if answer.get("retriable") else RequestRefused
+            error = NotOwner if answer.get("not_owner") else \
+                StorageUnavailable if answer.get("retriable") else RequestRefused
             raise error(f"broker {broker.id}: {answer['error']}")
         return answer, answer_payload
 
@@ -152,7 +159,7 @@ class _Link:
                     writer.close()
                     raise StorageUnavailable(f"broker {self._broker.id} failed the peer link's authentication")
         except (OSError, TimeoutError, asyncio.IncompleteReadError, frames.FrameError, KeyError, ValueError) as exc:
-            self.close(StorageUnavailable(f"cannot link to broker {self._broker.id} at {self._broker.peer}: "
+            self.close(NotSent(f"cannot link to broker {self._broker.id} at {self._broker.peer}: "
                                           f"{exc or type(exc).__name__}"))
             raise self._error from None
         self._writer = writer

@@ -22,10 +22,12 @@ import asyncio
 import base64
 import hashlib
 import json
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from core.cluster.bundles import Bundle
+from core.cluster.peers import NotSent
 from core.errors import CoreError, NotOwner
 from core.queues import arguments as stored_arguments
 from core.queues.limits import PublishRefused
@@ -37,6 +39,8 @@ COUNTS = "queue-counts"
 MAX_REQUEST_BYTES = 512 << 10
 MAX_PEER_BATCH = 4096             # messages of one publish request over a peer link
 MAX_PEER_WAITING = 4 * MAX_PEER_BATCH   # messages waiting for the link before publishers wait
+OWNER_WAIT_S = 30.0               # how long publishes wait for a queue's owner (failover) before failing
+RETRY_FIRST_S, RETRY_MAX_S = 0.05, 1.0
 
 
 def _text(data: bytes | None) -> str | None:
@@ -137,10 +141,7 @@ class RemotePublisher:
                 if len(self._waiting) < MAX_PEER_WAITING:
                     self._writable.set()
                 try:
-                    bundle = self._queue.bundle
-                    answer, _ = await self._core.peers.ask(
-                        _owner(self._core, bundle), _head(PUBLISH, bundle, self._queue.name),
-                        json.dumps(encode_records([record for record, _ in batch])).encode())
+                    answer = await self._ask(json.dumps(encode_records([record for record, _ in batch])).encode())
                 except CoreError as exc:
                     for _, future in batch:
                         if not future.done():
@@ -156,6 +157,25 @@ class RemotePublisher:
                         future.set_result(None)
         finally:
             self._sending = None
+
+    async def _ask(self, payload: bytes) -> dict:
+        """One publish request. While the queue has no owner, or its owner cannot be reached or
+        does not serve it yet (a failover), nothing was appended: asked again, for up to
+        OWNER_WAIT_S, as a RabbitMQ channel holds its publishes while a queue elects a leader."""
+        bundle, deadline, pause = self._queue.bundle, time.monotonic() + OWNER_WAIT_S, RETRY_FIRST_S
+        while True:
+            try:
+                answer, _ = await self._core.peers.ask(_owner(self._core, bundle),
+                                                       _head(PUBLISH, bundle, self._queue.name), payload)
+                return answer
+            except (NotOwner, NotSent):
+                if time.monotonic() + pause > deadline or self._queue.deleted:
+                    raise
+            if self._core.cluster.owns(bundle):
+                raise NotOwner(f"queue '{self._queue.name}' came to this broker with publishes on their way "
+                               "to the previous owner")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_MAX_S)
 
 
 async def declare_remote(core, bundle: Bundle, name: str, *, durable: bool, auto_delete: bool,
