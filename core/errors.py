@@ -116,6 +116,11 @@ class StorageUnavailable(CoreError):
     retriable = True
 
 
+class NotSent(StorageUnavailable):
+    """A request for another broker of the cluster never left this one (no link to it could be
+    made): asking again is safe."""
+
+
 class RequestRefused(CoreError):
     """Another broker refused what this one asked it to do for state it owns (core/cluster/mailbox.py)."""
 

@@ -837,6 +837,48 @@ def test_pika_publishes_through_any_broker_into_queues_other_brokers_serve(healt
     print("300 confirmed publishes through broker", elsewhere, "into a queue of broker", owner)
 
 
+def test_pika_consumes_through_any_broker_from_queues_other_brokers_serve(healthy) -> None:
+    """A consumer connected to a broker that does not serve its queue gets every message in order
+    within its prefetch window; acks, a nack that requeues, basic.get, purge and delete through
+    that broker act on the queue at its owner."""
+    wait_until_balanced(healthy)
+    tag = uuid.uuid4().hex[:8]
+    names = [f"work-{tag}-{i}" for i in range(48)]
+    holders = asyncio.run(_bundle_holders(healthy, [partition_bundle("public", "default", n, 0) for n in names]))
+    queue, owner = next((n, h) for n, h in zip(names, holders) if h is not None)
+    elsewhere = next(b for b in range(len(healthy.brokers)) if b != owner)
+    with pika.BlockingConnection(pika.ConnectionParameters(*amqp_addresses(healthy)[elsewhere])) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare(queue, durable=True)
+        for i in range(200):
+            channel.basic_publish("", queue, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+        channel.basic_qos(prefetch_count=10)
+        got, redelivered = [], []
+        for method, properties, body in channel.consume(queue, inactivity_timeout=DEADLINE_S):
+            assert method is not None, "deliveries stopped"
+            if body == b"50" and not method.redelivered:
+                channel.basic_nack(method.delivery_tag, requeue=True)     # comes again, flagged
+                continue
+            if method.redelivered:
+                redelivered.append(body)
+            got.append(body)
+            channel.basic_ack(method.delivery_tag)
+            if len(got) == 150:
+                break
+        channel.cancel()
+        channel.close()     # what was still on its way to the cancelled consumer goes back
+        assert sorted(got, key=int) == [b"%d" % i for i in range(150)] and redelivered == [b"50"]
+        assert got[:50] == [b"%d" % i for i in range(50)]       # in order up to the requeued one
+        channel = connection.channel()
+        method, _, body = channel.basic_get(queue)
+        assert int(body) >= 150 and method.message_count == 49
+        channel.basic_ack(method.delivery_tag)
+        assert channel.queue_purge(queue).method.message_count == 49
+        assert channel.queue_delete(queue).method.message_count == 0
+    print("150 consumed, 1 requeued, 49 purged through broker", elsewhere, "from a queue of broker", owner)
+
+
 def test_an_rpc_reply_reaches_a_client_of_another_broker(healthy) -> None:
     """The RabbitMQ RPC pattern across brokers: the client's server-named exclusive reply queue is
     served by its own broker; the request is published through it into the server's queue on

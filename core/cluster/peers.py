@@ -19,15 +19,32 @@ from collections.abc import Awaitable, Callable
 
 from core.cluster import peer_frames as frames
 from core.cluster.members import BrokerInfo
-from core.errors import CoreError, NotOwner, RequestRefused, StorageUnavailable
+from core import errors
+from core.errors import CoreError, NotSent, RequestRefused, StorageUnavailable
 
 log = logging.getLogger("gateway.cluster.peers")
 
-Handler = Callable[[dict, bytes], Awaitable[tuple[dict, bytes]]]
+Handler = Callable[[dict, bytes, "PeerConnection"], Awaitable[tuple[dict, bytes]]]
 
 
-class NotSent(StorageUnavailable):
-    """The request never left this broker (no link could be made): asking again is safe."""
+class PeerConnection:
+    """A link another broker opened to this one, as its request handlers see it: state they keep for
+    that broker (its consumers, what it holds) is dropped by `on_close` callbacks."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self._on_close: list[Callable[[], None]] = []
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        self._on_close.append(callback)
+
+    def closed(self) -> None:
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("cleaning up after a peer link failed")
 
 REQUEST_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
@@ -50,10 +67,11 @@ class PeerService:
         self._server: asyncio.AbstractServer | None = None
         self._links: dict[str, _Link] = {}           # peer address -> link
         self._served: set[asyncio.Task] = set()
+        self._connections = 0
 
     def handle(self, kind: str, handler: Handler) -> None:
-        """`handler(head, payload) -> (head, payload)` answers requests of `kind`; a CoreError it
-        raises is the answer (retriable or not, as the error says)."""
+        """`handler(head, payload, connection) -> (head, payload)` answers requests of `kind`; a
+        CoreError it raises is the answer (retriable or not, as the error says)."""
         self._handlers[kind] = handler
 
     # --- listening --------------------------------------------------------------------------------
@@ -73,6 +91,8 @@ class PeerService:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._served.add(task)
+        self._connections += 1
+        connection = PeerConnection(f"{self._connections}")
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
                 nonce = os.urandom(frames.NONCE_BYTES)
@@ -85,7 +105,7 @@ class PeerService:
                 writer.writelines(frames.encode(0, {"proof": frames.proof(self._secret, theirs, nonce)}))
             while True:
                 request_id, head, payload = await _read_frame(reader)
-                answering = asyncio.ensure_future(self._answer(writer, request_id, head, payload))
+                answering = asyncio.ensure_future(self._answer(writer, request_id, head, payload, connection))
                 self._served.add(answering)
                 answering.add_done_callback(self._served.discard)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
@@ -95,16 +115,20 @@ class PeerService:
         finally:
             self._served.discard(task)
             writer.close()
+            connection.closed()
 
-    async def _answer(self, writer: asyncio.StreamWriter, request_id: int, head: dict, payload: bytes) -> None:
+    async def _answer(self, writer: asyncio.StreamWriter, request_id: int, head: dict, payload: bytes,
+                      connection: PeerConnection) -> None:
         handler = self._handlers.get(head.get("kind"))
         answer_payload = b""
         try:
             if handler is None:
                 raise RequestRefused(f"no handler for peer requests of kind {head.get('kind')!r}")
-            answer, answer_payload = await handler(head, payload)
-        except CoreError as exc:
-            answer = {"error": str(exc), "retriable": exc.retriable, "not_owner": isinstance(exc, NotOwner)}
+            answer, answer_payload = await handler(head, payload, connection)
+        except CoreError as exc:    # carried whole: the asking broker raises the same error
+            answer = {"error": exc.args[0] if exc.args else "", "type": type(exc).__name__,
+                      "retriable": exc.retriable,
+                      "resource": None if exc.resource is None else [exc.resource.kind, exc.resource.name]}
         except Exception as exc:     # a bug: refused, so that the asking broker does not wait for it
             log.exception("answering a peer request of kind %s failed", head.get("kind"))
             answer = {"error": f"{type(exc).__name__}: {exc}", "retriable": False}
@@ -126,10 +150,20 @@ class PeerService:
             link = self._links[broker.peer] = _Link(broker, self._secret)
         answer, answer_payload = await link.ask(head, payload, timeout_s)
         if "error" in answer:
-            error = NotOwner if answer.get("not_owner") else \
-                StorageUnavailable if answer.get("retriable") else RequestRefused
-            raise error(f"broker {broker.id}: {answer['error']}")
+            raise _error_of(answer, broker)
         return answer, answer_payload
+
+
+def _error_of(answer: dict, broker: BrokerInfo) -> CoreError:
+    """The CoreError another broker answered with, as it raised it there."""
+    error_class = getattr(errors, str(answer.get("type")), None)
+    if not (isinstance(error_class, type) and issubclass(error_class, CoreError)) or error_class is CoreError:
+        error_class = StorageUnavailable if answer.get("retriable") else RequestRefused
+        return error_class(f"broker {broker.id}: {answer['error']}")
+    error = error_class(answer["error"])
+    if answer.get("resource"):
+        error.resource = errors.Resource(*answer["resource"])
+    return error
 
 
 class _Link:

@@ -27,8 +27,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from core.cluster.bundles import Bundle
-from core.cluster.peers import NotSent
-from core.errors import CoreError, NotOwner
+from core.errors import CoreError, NotOwner, NotSent
 from core.queues import arguments as stored_arguments
 from core.queues.limits import PublishRefused
 from core.records.builder import Record
@@ -36,6 +35,7 @@ from core.records.builder import Record
 PUBLISH = "queue-publish"
 DECLARE = "queue-declare"
 COUNTS = "queue-counts"
+DELETE = "queue-delete"
 MAX_REQUEST_BYTES = 512 << 10
 MAX_PEER_BATCH = 4096             # messages of one publish request over a peer link
 MAX_PEER_WAITING = 4 * MAX_PEER_BATCH   # messages waiting for the link before publishers wait
@@ -92,14 +92,14 @@ async def forward(core, queue: str, to: Bundle, records: list[Record], sender: B
 # --- over the peer links -----------------------------------------------------------------------
 
 
-def _owner(core, bundle: Bundle) -> Any:
+def owner_of(core, bundle: Bundle) -> Any:
     owner = core.cluster.owner(bundle)
     if owner is None or owner.id == core.cluster.local.id:
         raise NotOwner(f"bundle {bundle} has no other live owner now (it is moving)")
     return owner
 
 
-def _head(kind: str, bundle: Bundle, queue: str, **fields: Any) -> dict:
+def request_head(kind: str, bundle: Bundle, queue: str, **fields: Any) -> dict:
     return {"kind": kind, "tenant": bundle.tenant, "namespace": bundle.namespace, "queue": queue, **fields}
 
 
@@ -165,8 +165,8 @@ class RemotePublisher:
         bundle, deadline, pause = self._queue.bundle, time.monotonic() + OWNER_WAIT_S, RETRY_FIRST_S
         while True:
             try:
-                answer, _ = await self._core.peers.ask(_owner(self._core, bundle),
-                                                       _head(PUBLISH, bundle, self._queue.name), payload)
+                answer, _ = await self._core.peers.ask(owner_of(self._core, bundle),
+                                                       request_head(PUBLISH, bundle, self._queue.name), payload)
                 return answer
             except (NotOwner, NotSent):
                 if time.monotonic() + pause > deadline or self._queue.deleted:
@@ -182,12 +182,19 @@ async def declare_remote(core, bundle: Bundle, name: str, *, durable: bool, auto
                          arguments: Mapping[str, Any]) -> dict:
     """Declare queue `name` (of `bundle`, served by another broker) at its owner: returns the stored
     QueueInfo document."""
-    answer, _ = await core.peers.ask(_owner(core, bundle), _head(
+    answer, _ = await core.peers.ask(owner_of(core, bundle), request_head(
         DECLARE, bundle, name, durable=durable, auto_delete=auto_delete, arguments=stored_arguments.to_json(arguments)))
     return answer["info"]
 
 
 async def remote_counts(core, queue) -> tuple[int, int]:
     """(ready messages, consumers) of `queue` as its owner counts them."""
-    answer, _ = await core.peers.ask(_owner(core, queue.bundle), _head(COUNTS, queue.bundle, queue.name))
+    answer, _ = await core.peers.ask(owner_of(core, queue.bundle), request_head(COUNTS, queue.bundle, queue.name))
     return answer["messages"], answer["consumers"]
+
+
+async def delete_remote(core, queue, *, if_unused: bool, if_empty: bool) -> int:
+    """Delete `queue` at its owner: returns how many messages were ready in it."""
+    answer, _ = await core.peers.ask(owner_of(core, queue.bundle), request_head(
+        DELETE, queue.bundle, queue.name, if_unused=if_unused, if_empty=if_empty))
+    return answer["messages"]

@@ -31,6 +31,7 @@ from core.queues.forwarding import RemotePublisher, remote_counts
 from core.queues.limits import LengthLimit
 from core.queues.policy import QueuePolicy
 from core.queues.publisher import BatchPublisher
+from core.queues.remote_subscription import RemoteSubscription
 from core.queues.restart import drop_transient
 from core.queues.subscription import Consumer, QueuedMessage, SharedSubscription
 from core.records.builder import Record
@@ -138,8 +139,11 @@ class Queue:
             self._earlier_end = partition.high_watermark if self._restored else 0
         return partition
 
-    async def open(self) -> SharedSubscription:
+    async def open(self) -> "SharedSubscription | RemoteSubscription":
         if self.subscription is not None:
+            return self.subscription
+        if not self.served_here and self._core.peers is not None:
+            self.subscription = RemoteSubscription(self._core, self)   # consumed through the owner
             return self.subscription
         if self._opening is None:
             self._opening = asyncio.ensure_future(self._load())
@@ -201,7 +205,7 @@ class Queue:
     def expect_expiring(self) -> None:
         """Messages with their own expiry are published here: keep removing expired heads even
         while nobody consumes (queues with a TTL or a dead-letter exchange always do)."""
-        if self._sweeper is not None or self._sweep_wanted or self.deleted:
+        if self._sweeper is not None or self._sweep_wanted or self.deleted or not self.served_here:
             return
         self._sweep_wanted = True
         if self.subscription is not None:
@@ -261,14 +265,17 @@ class Queue:
 
     async def add_consumer(self, consumer: Consumer, *, exclusive: bool = False) -> None:
         subscription = await self.open()
-        subscription.add_consumer(consumer, exclusive=exclusive)
+        if isinstance(subscription, RemoteSubscription):
+            await subscription.add_consumer(consumer, exclusive=exclusive)
+        else:
+            subscription.add_consumer(consumer, exclusive=exclusive)
         self.had_consumers = True
 
     @property
     def consumer_count(self) -> int:
-        if self.subscription is not None:
-            return len(self.subscription.consumers)
-        return 0 if self.served_here else self._remote_consumers
+        if not self.served_here and self._core.peers is not None:
+            return self._remote_consumers       # as the owner counted them when last asked
+        return len(self.subscription.consumers) if self.subscription is not None else 0
 
     async def get(self, owner: Hashable, *, auto_ack: bool) -> QueuedMessage | None:
         self.touch()
@@ -284,6 +291,8 @@ class Queue:
 
     async def purge(self) -> int:
         subscription = await self.open()
+        if isinstance(subscription, RemoteSubscription):
+            return await subscription.purge()
         subscription.note_high_watermark((await self.partition()).high_watermark)
         return subscription.purge()
 

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
 from core.cluster.bundles import Bundle, partition_bundle
+from core.cluster.peers import PeerConnection
 from core.errors import (RESOURCE, CoreError, InequivalentDeclaration, InvalidArgument, NotPermitted, RequestRefused,
                          NotOwner, ReservedName, Resource, ResourceInUse, ResourceLocked, TopicExists, UnknownExchange,
                          UnknownQueue, UnknownTopic)
@@ -30,7 +31,10 @@ from core.queues.exchange import Binding, DestinationKind, Exchange, ExchangeTyp
 from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import UnusedQueueTimer
 from core.queues import arguments as stored_arguments
-from core.queues.forwarding import COUNTS, DECLARE, PUBLISH, declare_remote, decode_records, forward
+from core.queues.forwarding import (COUNTS, DECLARE, DELETE, PUBLISH, declare_remote, decode_records, delete_remote,
+                                    forward)
+from core.queues.remote_consumers import RemoteClients
+from core.queues.remote_subscription import RemoteSubscription
 from core.queues.naming import queue_topic
 from core.queues.policy import QueuePolicy, check_equivalent
 from core.system_topics import refuse_change
@@ -351,9 +355,17 @@ class QueueNamespace:
 
     async def take_over(self, bundle: Bundle) -> None:
         """This broker now serves `bundle`: what other brokers declared is read from the store first
-        (a watch may not have told yet)."""
+        (a watch may not have told yet). Its queues consumed here through their previous owner are
+        replaced by fresh copies; their consumers are cancelled (basic.cancel) and consume again here."""
         async with self._lock:
             await self._follow_store()
+            for name, queue in list(self.queues.items()):
+                if queue.bundle == bundle and isinstance(queue.subscription, RemoteSubscription):
+                    consumers = queue.subscription.consumers
+                    self._forget(queue)
+                    self._adopt(queue.info)
+                    for consumer in consumers:
+                        consumer.queue_deleted()
 
     def serving(self, bundle: Bundle) -> None:
         """The bundle counts as owned now: its queues' background work starts here."""
@@ -440,6 +452,11 @@ class QueueNamespace:
             if name not in self.queues:
                 return 0
             queue = self.queue(name, owner)
+            if not queue.served_here and self._core.peers is not None:   # deleted by the broker serving it
+                count = await delete_remote(self._core, queue, if_unused=if_unused, if_empty=if_empty)
+                if self.queues.get(name) is queue:
+                    self._forget(queue)
+                return count
             if if_unused and queue.consumer_count:
                 raise ResourceInUse.about(Resource.queue(name), f"{RESOURCE} in use")
             count = await queue.message_count()
@@ -481,8 +498,11 @@ class QueueNamespace:
         return await self.queue(name, owner).purge()
 
     async def consumer_removed(self, queue: Queue) -> None:
-        """Call after removing a consumer: an auto-delete queue goes with its last consumer."""
+        """Call after removing a consumer: an auto-delete queue goes with its last consumer (decided
+        by the broker serving it)."""
         queue.touch()
+        if not queue.served_here:
+            return
         if queue.info.auto_delete and queue.had_consumers and not queue.consumer_count and not queue.deleted:
             async with self._lock:
                 if self.queues.get(queue.name) is queue and not queue.consumer_count:
@@ -614,6 +634,8 @@ class QueueService:
             core.peers.handle(PUBLISH, self._on_peer_publish)
             core.peers.handle(DECLARE, self._on_peer_declare)
             core.peers.handle(COUNTS, self._on_peer_counts)
+            core.peers.handle(DELETE, self._on_peer_delete)
+            RemoteClients(self._served_queue, self._consumer_removed).register(core.peers)
 
     # --- what other brokers' clients ask of the queues this one serves (core/queues/forwarding.py) ---
 
@@ -634,17 +656,26 @@ class QueueService:
             raise UnknownQueue.about(Resource.queue(name), f"no {RESOURCE}")
         return queue
 
-    async def _on_peer_declare(self, head: dict, _payload: bytes) -> tuple[dict, bytes]:
+    async def _on_peer_declare(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
         space, _ = await self._served(head)
         queue = await space.declare_queue(head["queue"], durable=head["durable"], auto_delete=head["auto_delete"],
                                           arguments=stored_arguments.from_json(head["arguments"]))
         return {"info": queue.info.to_doc()}, b""
 
-    async def _on_peer_counts(self, head: dict, _payload: bytes) -> tuple[dict, bytes]:
+    async def _on_peer_delete(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
+        space, _ = await self._served(head)
+        return {"messages": await space.delete_queue(head["queue"], if_unused=head["if_unused"],
+                                                     if_empty=head["if_empty"])}, b""
+
+    async def _consumer_removed(self, queue: Queue) -> None:
+        topic = queue.topic
+        await (await self.namespace(topic.tenant, topic.namespace)).consumer_removed(queue)
+
+    async def _on_peer_counts(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
         queue = await self._served_queue(head)
         return {"messages": await queue.message_count(), "consumers": queue.consumer_count}, b""
 
-    async def _on_peer_publish(self, head: dict, payload: bytes) -> tuple[dict, bytes]:
+    async def _on_peer_publish(self, head: dict, payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
         """Messages a client of another broker published: appended in the order sent, answered once
         each is durable; those a full queue refused are named (index -> reason)."""
         queue = await self._served_queue(head)

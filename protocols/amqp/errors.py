@@ -40,6 +40,7 @@ CORE_TO_AMQP: dict[type[core.CoreError], ReplyCode] = {
     # the storage failed (RabbitMQ, too, answers what it cannot do for internal reasons with 541)
     core.CoreError: ReplyCode.INTERNAL_ERROR,
     core.StorageUnavailable: ReplyCode.INTERNAL_ERROR,
+    core.NotSent: ReplyCode.CONNECTION_FORCED,      # the broker serving a queue cannot be reached now
     core.RequestRefused: ReplyCode.INTERNAL_ERROR,
     core.NotEnoughReplicas: ReplyCode.INTERNAL_ERROR,
     core.OffsetOutOfRange: ReplyCode.INTERNAL_ERROR,

@@ -24,6 +24,7 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.FencedLeaderEpoch: ErrorCode.FENCED_LEADER_EPOCH,
     core.UnknownLeaderEpoch: ErrorCode.UNKNOWN_LEADER_EPOCH,
     core.StorageUnavailable: ErrorCode.KAFKA_STORAGE_ERROR,
+    core.NotSent: ErrorCode.KAFKA_STORAGE_ERROR,
     core.RequestRefused: ErrorCode.UNKNOWN_SERVER_ERROR,
     core.NotEnoughReplicas: ErrorCode.NOT_ENOUGH_REPLICAS,
     core.OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,

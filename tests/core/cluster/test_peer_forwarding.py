@@ -100,3 +100,71 @@ async def test_a_reply_published_through_the_other_broker_reaches_an_exclusive_r
     await routed[0].publish(Record(0, value=b"pong"))
     got = await here.queue(name, connection).get(connection, auto_ack=True)
     assert got is not None and got.value == b"pong"
+
+
+class Taker:
+    """A consumer as a channel is one: takes what it is given."""
+
+    def __init__(self, prefetch: int = 0, auto_ack: bool = False) -> None:
+        self.prefetch, self.auto_ack, self.priority = prefetch, auto_ack, 0
+        self.got: list = []
+        self.cancelled = False
+
+    def can_deliver(self) -> bool:
+        return True
+
+    def deliver(self, message) -> None:
+        self.got.append(message)
+
+    def queue_deleted(self) -> None:
+        self.cancelled = True
+
+
+async def test_a_queue_of_the_other_broker_is_consumed_acknowledged_and_deleted_through_this_one(brokers) -> None:
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")
+    name = served_by(members[1], "work")
+    queue = await here.declare_queue(name)
+    owned = there.queues[name]
+    for i in range(6):
+        await owned.publish(Record(0, value=b"%d" % i))
+
+    taker = Taker(prefetch=4)
+    await queue.add_consumer(taker)
+    await until(lambda: len(taker.got) == 4)                      # the owner's prefetch window holds
+    assert [m.value for m in taker.got] == [b"0", b"1", b"2", b"3"] and owned.consumer_count == 1
+    queue.subscription.ack([taker.got[0].offset, taker.got[1].offset])
+    queue.subscription.reject([taker.got[2].offset], requeue=True)
+    await until(lambda: len(taker.got) == 7)
+    # The acks made room for two, then the rejected one came back: as on the owner itself.
+    assert [(m.value, m.redelivered) for m in taker.got[4:]] == [(b"4", False), (b"5", False), (b"2", True)]
+
+    channel = object()                # cancelled: what it holds stays the channel's until released
+    queue.subscription.remove_consumer(taker, holder=channel)
+    queue.subscription.release(channel)
+    await until(lambda: owned.subscription.unacked_count == 0 and owned.consumer_count == 0)
+    again = [await queue.get(channel, auto_ack=True) for _ in range(5)]
+    assert sorted(m.value for m in again if m is not None) == [b"2", b"3", b"4", b"5"] and again[-1] is None
+
+    await owned.publish(Record(0, value=b"left"))
+    assert await here.delete_queue(name) == 1
+    await until(lambda: name not in there.queues and name not in here.queues)
+
+
+async def test_consumers_through_a_link_that_breaks_give_back_what_they_held(brokers) -> None:
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")
+    name = served_by(members[1], "held")
+    queue = await here.declare_queue(name)
+    owned = there.queues[name]
+    for i in range(3):
+        await owned.publish(Record(0, value=b"%d" % i))
+    taker = Taker(prefetch=10)
+    await queue.add_consumer(taker)
+    await until(lambda: len(taker.got) == 3)
+    await services[0]._core.peers.close()           # the link drops: the owner hands them out again
+    await until(lambda: owned.subscription.unacked_count == 0 and owned.consumer_count == 0)
+    assert await owned.message_count() == 3
+    await until(lambda: taker.cancelled)
