@@ -202,8 +202,8 @@ class DelayedStore:
         await self._writable.wait()
 
     @property
-    def publisher(self) -> DelayedStore:
-        """What a publishing connection waits on for back-pressure, as on a queue's publisher."""
+    def intake(self) -> DelayedStore:
+        """What a publishing connection waits on for back-pressure, as on a queue's intake."""
         return self
 
     def _seal(self) -> None:

@@ -36,6 +36,7 @@ PUBLISH = "queue-publish"
 DECLARE = "queue-declare"
 COUNTS = "queue-counts"
 DELETE = "queue-delete"
+HOLD = "delayed-hold"
 MAX_REQUEST_BYTES = 512 << 10
 MAX_PEER_BATCH = 4096             # messages of one publish request over a peer link
 MAX_PEER_WAITING = 4 * MAX_PEER_BATCH   # messages waiting for the link before publishers wait
@@ -126,22 +127,42 @@ class RemotePublisher:
         await self._writable.wait()
 
     def publish(self, record: Record) -> asyncio.Future:
+        return self._enqueue(record)
+
+    def publish_batch(self, records: list[Record]) -> asyncio.Future:
+        """`records` stored at the owner all together or not at all (one request of their own)."""
+        return self._enqueue(list(records))
+
+    def _enqueue(self, item: Record | list[Record]) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
-        self._waiting.append((record, future))
+        self._waiting.append((item, future))
         if len(self._waiting) >= MAX_PEER_WAITING:
             self._writable.clear()
         if self._sending is None:
             self._sending = asyncio.ensure_future(self._send())
         return future
 
+    def _next_request(self) -> tuple[list, bool]:
+        """The waiting publishes of the next request, and whether it is one atomic batch."""
+        waiting = self._waiting
+        if isinstance(waiting[0][0], list):
+            taken, atomic = 1, True
+        else:
+            taken, atomic = 0, False
+            while taken < len(waiting) and taken < MAX_PEER_BATCH and not isinstance(waiting[taken][0], list):
+                taken += 1
+        batch, self._waiting = waiting[:taken], waiting[taken:]
+        if len(self._waiting) < MAX_PEER_WAITING:
+            self._writable.set()
+        return batch, atomic
+
     async def _send(self) -> None:
         try:
             while self._waiting:
-                batch, self._waiting = self._waiting[:MAX_PEER_BATCH], self._waiting[MAX_PEER_BATCH:]
-                if len(self._waiting) < MAX_PEER_WAITING:
-                    self._writable.set()
+                batch, atomic = self._next_request()
+                records = batch[0][0] if atomic else [record for record, _ in batch]
                 try:
-                    answer = await self._ask(json.dumps(encode_records([record for record, _ in batch])).encode())
+                    answer = await self._ask(json.dumps(encode_records(records)).encode(), atomic)
                 except CoreError as exc:
                     for _, future in batch:
                         if not future.done():
@@ -158,32 +179,77 @@ class RemotePublisher:
         finally:
             self._sending = None
 
-    async def _ask(self, payload: bytes) -> dict:
-        """One publish request. While the queue has no owner, or its owner cannot be reached or
-        does not serve it yet (a failover), nothing was appended: asked again, for up to
-        OWNER_WAIT_S, as a RabbitMQ channel holds its publishes while a queue elects a leader."""
-        bundle, deadline, pause = self._queue.bundle, time.monotonic() + OWNER_WAIT_S, RETRY_FIRST_S
-        while True:
-            try:
-                answer, _ = await self._core.peers.ask(owner_of(self._core, bundle),
-                                                       request_head(PUBLISH, bundle, self._queue.name), payload)
-                return answer
-            except (NotOwner, NotSent):
-                if time.monotonic() + pause > deadline or self._queue.deleted:
-                    raise
-            if self._core.cluster.owns(bundle):
-                raise NotOwner(f"queue '{self._queue.name}' came to this broker with publishes on their way "
-                               "to the previous owner")
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, RETRY_MAX_S)
+    async def _ask(self, payload: bytes, atomic: bool) -> dict:
+        bundle = self._queue.bundle
+        return await ask_owner_waiting(self._core, bundle, request_head(PUBLISH, bundle, self._queue.name,
+                                                                        atomic=atomic), payload)
 
 
-async def declare_remote(core, bundle: Bundle, name: str, *, durable: bool, auto_delete: bool,
-                         arguments: Mapping[str, Any]) -> dict:
+async def ask_owner_waiting(core, bundle: Bundle, head: dict, payload: bytes) -> dict:
+    """Ask the owner of `bundle`. While the bundle has no owner, or its owner cannot be reached or
+    does not serve it yet (a failover), nothing was done: asked again, for up to OWNER_WAIT_S, as a
+    RabbitMQ channel holds its publishes while a queue elects a leader."""
+    deadline, pause = time.monotonic() + OWNER_WAIT_S, RETRY_FIRST_S
+    while True:
+        try:
+            answer, _ = await core.peers.ask(owner_of(core, bundle), head, payload)
+            return answer
+        except (NotOwner, NotSent):
+            if time.monotonic() + pause > deadline:
+                raise
+        if core.cluster.owns(bundle):
+            raise NotOwner(f"bundle {bundle} came to this broker with requests on their way to its previous owner")
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, RETRY_MAX_S)
+
+
+class RemoteHolds:
+    """Delayed messages published here for a namespace whose delayed store another broker serves
+    (the owner of its `__delayed_messages` bundle): each goes there over the peer link, and its
+    future is done once it is durably held there. Back-pressure as a queue's intake."""
+
+    def __init__(self, core, bundle: Bundle) -> None:
+        self._core = core
+        self._bundle = bundle
+        self._in_flight = 0
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    @property
+    def intake(self) -> "RemoteHolds":
+        return self
+
+    @property
+    def writable(self) -> bool:
+        return self._writable.is_set()
+
+    async def wait_writable(self) -> None:
+        await self._writable.wait()
+
+    def hold(self, exchange: str, record: Record, due_ms: int) -> asyncio.Future:
+        self._in_flight += 1
+        if self._in_flight >= MAX_PEER_WAITING:
+            self._writable.clear()
+        head = {"kind": HOLD, "tenant": self._bundle.tenant, "namespace": self._bundle.namespace,
+                "exchange": exchange, "due_ms": due_ms}
+        sending = asyncio.ensure_future(ask_owner_waiting(self._core, self._bundle, head,
+                                                          json.dumps(encode_records([record])).encode()))
+        sending.add_done_callback(self._sent)
+        return sending
+
+    def _sent(self, _done: asyncio.Future) -> None:
+        self._in_flight -= 1
+        if self._in_flight < MAX_PEER_WAITING:
+            self._writable.set()
+
+
+async def declare_remote(core, bundle: Bundle, name: str, *, durable: bool, auto_delete: bool, exclusive: bool,
+                         arguments: Mapping[str, Any], declared_by: str) -> dict:
     """Declare queue `name` (of `bundle`, served by another broker) at its owner: returns the stored
     QueueInfo document."""
     answer, _ = await core.peers.ask(owner_of(core, bundle), request_head(
-        DECLARE, bundle, name, durable=durable, auto_delete=auto_delete, arguments=stored_arguments.to_json(arguments)))
+        DECLARE, bundle, name, durable=durable, auto_delete=auto_delete, exclusive=exclusive,
+        arguments=stored_arguments.to_json(arguments), declared_by=declared_by))
     return answer["info"]
 
 

@@ -229,16 +229,26 @@ class Queue:
     # --- publishing -----------------------------------------------------------------------------
 
     def publish(self, record: Record) -> asyncio.Future:
-        cluster = self._core.cluster
-        if cluster is not None and not cluster.owns(self.bundle):
-            if self._core.peers is None:     # refused now, not nacked later
-                raise self._core.not_owner(self.topic, 0)
-            if self._remote is None:
-                self._remote = RemotePublisher(self._core, self)
-            return self._remote.publish(record)
+        if not self.served_here:
+            return self._forwarded().publish(record)
         if self.length_limit is not None:
             return self.length_limit.publish(record)
         return self.publisher.publish(record)
+
+    def publish_batch(self, records: list[Record]) -> asyncio.Future:
+        """Store `records` all together or not at all (an AMQP transaction's, at commit)."""
+        if not self.served_here:
+            return self._forwarded().publish_batch(records)
+        return self.publisher.publish_batch(records)
+
+    def _forwarded(self) -> RemotePublisher:
+        """Publishes go to the broker serving the queue (refused now, not nacked later, when there
+        are no peer links)."""
+        if self._core.peers is None:
+            raise self._core.not_owner(self.topic, 0)
+        if self._remote is None:
+            self._remote = RemotePublisher(self._core, self)
+        return self._remote
 
     def _deliver_durable(self) -> asyncio.Future | None:
         """A batch is durable: a future done once its messages were handed to the consumers with

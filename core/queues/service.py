@@ -31,8 +31,8 @@ from core.queues.exchange import Binding, DestinationKind, Exchange, ExchangeTyp
 from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import UnusedQueueTimer
 from core.queues import arguments as stored_arguments
-from core.queues.forwarding import (COUNTS, DECLARE, DELETE, PUBLISH, declare_remote, decode_records, delete_remote,
-                                    forward)
+from core.queues.forwarding import (COUNTS, DECLARE, DELETE, HOLD, PUBLISH, RemoteHolds, declare_remote,
+                                    decode_records, delete_remote, forward)
 from core.queues.remote_consumers import RemoteClients
 from core.queues.remote_subscription import RemoteSubscription
 from core.queues.naming import queue_topic
@@ -71,6 +71,7 @@ class QueueNamespace:
         self._following: asyncio.Future | None = None
         self._follow_again = False
         self._closed = False
+        self._holds: RemoteHolds | None = None
 
     def _topic(self, info: QueueInfo) -> TopicName:
         return TopicName(self.tenant, self.namespace, info.topic)
@@ -297,7 +298,8 @@ class QueueNamespace:
     async def declare_queue(self, name: str, *, durable: bool = True, exclusive: bool = False,
                             auto_delete: bool = False, arguments: Mapping[str, Any] | None = None,
                             owner: Hashable | None = None, passive: bool = False,
-                            server_named: bool = False) -> Queue:
+                            server_named: bool = False, declared_by: str | None = None) -> Queue:
+        """`declared_by`: the process a transient queue goes with (None: this one)."""
         if passive:
             queue = self.queue(name, owner)
             queue.touch()       # RabbitMQ counts a passive declare as a use too (x-expires)
@@ -330,15 +332,21 @@ class QueueNamespace:
             policy = QueuePolicy.of(name, arguments, durable=durable, exclusive=exclusive, auto_delete=auto_delete)
             bundle = partition_bundle(self.tenant, self.namespace, queue_topic(name), 0)
             cluster = self._core.cluster
-            if cluster is not None and self._core.peers is not None and not exclusive and not cluster.owns(bundle):
-                # Another broker serves it: declared there (its topic starts at the owner's end).
+            if cluster is not None and self._core.peers is not None and not cluster.owns(bundle):
+                # Another broker serves it: declared there (its topic starts at the owner's end). An
+                # exclusive one is locked there; its owner is the connection here, and it goes with
+                # this process.
                 doc = await declare_remote(self._core, bundle, name, durable=durable, auto_delete=auto_delete,
-                                           arguments=arguments)
+                                           exclusive=exclusive, arguments=arguments,
+                                           declared_by=self._declared_by if exclusive or not durable else "")
                 queue = self._adopt(QueueInfo.from_doc(doc))
+                queue.owner = owner if exclusive else None
                 queue.touch()
                 return queue
+            if declared_by is None:
+                declared_by = self._declared_by if exclusive or not durable else ""
             info = QueueInfo(name, queue_topic(name), durable, exclusive, auto_delete, arguments,
-                             declared_by=self._declared_by if exclusive or not durable else "")
+                             declared_by=declared_by)
             created = await self._create_topic(info)
             info = replace(info, owns_topic=created)
             queue = self._attach(Queue(self._core, info, self._topic(info), self._core.clock,
@@ -515,8 +523,13 @@ class QueueNamespace:
             return
         async with self._lock:
             for queue in owned:
-                if self.queues.get(queue.name) is queue:
+                if self.queues.get(queue.name) is not queue:
+                    continue
+                if queue.served_here or self._core.peers is None:
                     await self._remove_queue(queue)
+                else:                 # deleted by the broker serving it
+                    await delete_remote(self._core, queue, if_unused=False, if_empty=False)
+                    self._forget(queue)
 
     # --- publishing -----------------------------------------------------------------------------
 
@@ -556,13 +569,28 @@ class QueueNamespace:
         return self.queues.get(name) or self._adopt(stored)
 
     def held(self):
-        """The namespace's store of held messages (its `publisher.wait_writable()` is back-pressure)."""
-        return self._core.delayed.store(self.tenant, self.namespace)
+        """Where the namespace's held messages go (its `intake.wait_writable()` is back-pressure):
+        its store, or the broker serving that store."""
+        remote = self._remote_holds()
+        return remote if remote is not None else self._core.delayed.store(self.tenant, self.namespace)
 
     def hold(self, exchange: str, record: Record, due_ms: int) -> asyncio.Future:
         """Keep a message published to `exchange` (a delayed one) until `due_ms`, then route it as
         `release` does; the future resolves once it is durably held."""
+        remote = self._remote_holds()
+        if remote is not None:
+            return remote.hold(exchange, record, due_ms)
         return self._core.delayed.hold(self.tenant, self.namespace, record, due_ms, Target(HELD_TARGET, exchange))
+
+    def _remote_holds(self) -> RemoteHolds | None:
+        """In a cluster, the way to the broker serving the namespace's delayed store if not this one."""
+        cluster = self._core.cluster
+        bundle = partition_bundle(self.tenant, self.namespace, DELAYED_TOPIC, 0)
+        if cluster is None or self._core.peers is None or cluster.owns(bundle):
+            return None
+        if self._holds is None:
+            self._holds = RemoteHolds(self._core, bundle)
+        return self._holds
 
     def deliver(self, queue: Queue, records: list[Record], sender: Bundle) -> list[Awaitable]:
         """Append `records` to `queue`: here, or through the mailbox of the broker that owns it
@@ -602,6 +630,9 @@ class QueueNamespace:
                 log.warning("closing queue %s failed: %s", queue.name, exc)
 
 
+_ELSEWHERE = object()     # the owner of an exclusive queue declared through another broker
+
+
 class _AnyQueue:
     """Routes to every bound destination, known here or not."""
 
@@ -635,6 +666,7 @@ class QueueService:
             core.peers.handle(DECLARE, self._on_peer_declare)
             core.peers.handle(COUNTS, self._on_peer_counts)
             core.peers.handle(DELETE, self._on_peer_delete)
+            core.peers.handle(HOLD, self._on_peer_hold)
             RemoteClients(self._served_queue, self._consumer_removed).register(core.peers)
 
     # --- what other brokers' clients ask of the queues this one serves (core/queues/forwarding.py) ---
@@ -658,14 +690,30 @@ class QueueService:
 
     async def _on_peer_declare(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
         space, _ = await self._served(head)
+        exclusive = head.get("exclusive", False)
+        existing = space.queues.get(head["queue"])
+        if exclusive and existing is not None and existing.info.declared_by != head.get("declared_by"):
+            raise _locked(head["queue"])      # exclusive to a connection of another broker
         queue = await space.declare_queue(head["queue"], durable=head["durable"], auto_delete=head["auto_delete"],
-                                          arguments=stored_arguments.from_json(head["arguments"]))
+                                          exclusive=exclusive, owner=_ELSEWHERE if exclusive else None,
+                                          arguments=stored_arguments.from_json(head["arguments"]),
+                                          declared_by=head.get("declared_by") or None)
         return {"info": queue.info.to_doc()}, b""
 
     async def _on_peer_delete(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
         space, _ = await self._served(head)
         return {"messages": await space.delete_queue(head["queue"], if_unused=head["if_unused"],
-                                                     if_empty=head["if_empty"])}, b""
+                                                     if_empty=head["if_empty"], owner=_ELSEWHERE)}, b""
+
+    async def _on_peer_hold(self, head: dict, payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
+        """A delayed message a client of another broker published: held here, answered once durable."""
+        space = await self.namespace(head["tenant"], head["namespace"])
+        if space._remote_holds() is not None:
+            raise NotOwner(f"broker {self._core.cluster.local.id} does not serve the delayed messages of "
+                           f"{space.tenant}/{space.namespace}")
+        (record,) = decode_records(json.loads(payload))
+        await space.hold(head["exchange"], record, head["due_ms"])
+        return {}, b""
 
     async def _consumer_removed(self, queue: Queue) -> None:
         topic = queue.topic
@@ -680,6 +728,9 @@ class QueueService:
         each is durable; those a full queue refused are named (index -> reason)."""
         queue = await self._served_queue(head)
         records = decode_records(json.loads(payload))
+        if head.get("atomic"):      # a transaction's publishes to the queue, committed
+            await queue.publish_batch(records)
+            return {}, b""
         results = await asyncio.gather(*[queue.publish(record) for record in records], return_exceptions=True)
         refused = {}
         for index, result in enumerate(results):

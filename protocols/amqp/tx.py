@@ -81,7 +81,7 @@ class Transaction:
         for queues, record in publishes:
             for queue in queues:
                 batches.setdefault(queue, []).append(record)
-        durable = [queue.publisher.publish_batch(records) for queue, records in batches.items() if not queue.deleted]
+        durable = [queue.publish_batch(records) for queue, records in batches.items() if not queue.deleted]
         session.published_to(list(batches))
         for returned in returns:
             session.write(session.machine.send_content(

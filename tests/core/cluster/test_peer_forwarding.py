@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from dataclasses import replace
 
 import pytest
 
 from core.cluster.broker_cluster import BrokerCluster
 from core.clock import SystemClock
+from core.cluster.bundles import partition_bundle
 from core.cluster.peers import PeerService
+from core.delayed.store import SYSTEM_TOPIC as DELAYED_TOPIC
+from core.errors import ResourceLocked
+from core.queues.exchange import Binding, DestinationKind, ExchangeType
 from core.queues.limits import PublishRefused
 from core.records.builder import Record
 from core.queues.service import QueueService
@@ -168,3 +173,41 @@ async def test_consumers_through_a_link_that_breaks_give_back_what_they_held(bro
     await until(lambda: owned.subscription.unacked_count == 0 and owned.consumer_count == 0)
     assert await owned.message_count() == 3
     await until(lambda: taker.cancelled)
+
+
+async def test_an_exclusive_queue_declared_through_this_broker_on_the_other_one_goes_with_its_connection(
+        brokers) -> None:
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")
+    name = served_by(members[1], "mine")
+    connection = object()
+    queue = await here.declare_queue(name, exclusive=True, owner=connection)
+    assert name in there.queues and not queue.served_here
+    with pytest.raises(ResourceLocked):
+        await here.declare_queue(name, exclusive=True, owner=object())
+    with pytest.raises(ResourceLocked):
+        await there.declare_queue(name, exclusive=True, owner=object())
+    await queue.publish(Record(0, value=b"reply"))
+    got = await here.queue(name, connection).get(connection, auto_ack=True)
+    assert got.value == b"reply"
+    await here.release_owner(connection)             # the connection closes: the queue goes
+    await until(lambda: name not in there.queues and name not in here.queues)
+
+
+async def test_a_delayed_message_published_through_this_broker_is_held_by_the_other_one(brokers) -> None:
+    members, services = brokers
+    spaces = [await service.namespace("public", "default") for service in services]
+    holder = 0 if members[0].owns(partition_bundle("public", "default", DELAYED_TOPIC, 0)) else 1
+    serving, publisher = spaces[holder], spaces[1 - holder]
+    name = served_by(members[holder], "later")
+    await serving.declare_exchange("delays", ExchangeType.DELAYED, arguments={"x-delayed-type": "direct"})
+    queue = await serving.declare_queue(name)
+    await serving.bind(Binding("delays", name, DestinationKind.QUEUE, "k"))
+    await until(lambda: "delays" in publisher.routing.exchanges)
+    await publisher.hold("delays", Record(0, key=b"k", value=b"due"), int(time.time() * 1000) + 200)
+    deadline = time.monotonic() + 30
+    while (got := await queue.get("client", auto_ack=True)) is None:
+        assert time.monotonic() < deadline, "the held message was never released"
+        await asyncio.sleep(0.05)
+    assert got.value == b"due"
