@@ -808,26 +808,32 @@ def test_a_message_dead_lettered_into_a_queue_of_another_broker_reaches_it(healt
     print("dead-lettered from broker", source_owner, "to broker", target_owner)
 
 
+def served_queue(cluster, prefix: str) -> tuple[str, int, int]:
+    """A fresh queue name whose bundle a broker holds, that broker, and another broker."""
+    tag = uuid.uuid4().hex[:8]
+    names = [f"{prefix}-{tag}-{i}" for i in range(48)]
+    holders = asyncio.run(_bundle_holders(cluster, [partition_bundle("public", "default", n, 0) for n in names]))
+    name, owner = next((n, h) for n, h in zip(names, holders) if h is not None)
+    return name, owner, next(b for b in range(len(cluster.brokers)) if b != owner)
+
+
 def test_pika_publishes_through_any_broker_into_queues_other_brokers_serve(healthy) -> None:
     """A publisher connected to one broker declares a queue, an exchange and a binding whose queue
     another broker serves, and publishes with confirms: each confirm comes once the message is
     durable at the owner, and a consumer there gets every message once, in publish order."""
     wait_until_balanced(healthy)
-    tag = uuid.uuid4().hex[:8]
-    names = [f"orders-{tag}-{i}" for i in range(48)]
-    holders = asyncio.run(_bundle_holders(healthy, [partition_bundle("public", "default", n, 0) for n in names]))
-    queue, owner = next((n, h) for n, h in zip(names, holders) if h is not None)
-    elsewhere = next(b for b in range(len(healthy.brokers)) if b != owner)
+    queue, owner, elsewhere = served_queue(healthy, "orders")
+    exchange = f"payments-{queue}"
     addresses = amqp_addresses(healthy)
     with pika.BlockingConnection(pika.ConnectionParameters(*addresses[elsewhere])) as connection:
         channel = connection.channel()
         channel.confirm_delivery()
-        channel.exchange_declare(f"payments-{tag}", "direct", durable=True)
+        channel.exchange_declare(exchange, "direct", durable=True)
         declared = channel.queue_declare(queue, durable=True)
         assert declared.method.message_count == 0
-        channel.queue_bind(queue, f"payments-{tag}", "settled")
+        channel.queue_bind(queue, exchange, "settled")
         for i in range(300):    # BlockingChannel: each returns once confirmed (a nack raises)
-            channel.basic_publish(f"payments-{tag}", "settled", b"%d" % i, pika.BasicProperties(delivery_mode=2),
+            channel.basic_publish(exchange, "settled", b"%d" % i, pika.BasicProperties(delivery_mode=2),
                                   mandatory=True)
         assert channel.queue_declare(queue, passive=True).method.message_count == 300
     with pika.BlockingConnection(pika.ConnectionParameters(*addresses[owner])) as connection:
@@ -842,11 +848,7 @@ def test_pika_consumes_through_any_broker_from_queues_other_brokers_serve(health
     within its prefetch window; acks, a nack that requeues, basic.get, purge and delete through
     that broker act on the queue at its owner."""
     wait_until_balanced(healthy)
-    tag = uuid.uuid4().hex[:8]
-    names = [f"work-{tag}-{i}" for i in range(48)]
-    holders = asyncio.run(_bundle_holders(healthy, [partition_bundle("public", "default", n, 0) for n in names]))
-    queue, owner = next((n, h) for n, h in zip(names, holders) if h is not None)
-    elsewhere = next(b for b in range(len(healthy.brokers)) if b != owner)
+    queue, owner, elsewhere = served_queue(healthy, "work")
     with pika.BlockingConnection(pika.ConnectionParameters(*amqp_addresses(healthy)[elsewhere])) as connection:
         channel = connection.channel()
         channel.confirm_delivery()
@@ -884,11 +886,7 @@ def test_an_rpc_reply_reaches_a_client_of_another_broker(healthy) -> None:
     served by its own broker; the request is published through it into the server's queue on
     another broker, and the server's reply, published through that broker, comes back."""
     wait_until_balanced(healthy)
-    tag = uuid.uuid4().hex[:8]
-    names = [f"rpc-{tag}-{i}" for i in range(48)]
-    holders = asyncio.run(_bundle_holders(healthy, [partition_bundle("public", "default", n, 0) for n in names]))
-    requests, server_broker = next((n, h) for n, h in zip(names, holders) if h is not None)
-    client_broker = next(b for b in range(len(healthy.brokers)) if b != server_broker)
+    requests, server_broker, client_broker = served_queue(healthy, "rpc")
     addresses = amqp_addresses(healthy)
     with pika.BlockingConnection(pika.ConnectionParameters(*addresses[server_broker])) as server, \
             pika.BlockingConnection(pika.ConnectionParameters(*addresses[client_broker])) as client:

@@ -132,8 +132,13 @@ class PeerService:
         except Exception as exc:     # a bug: refused, so that the asking broker does not wait for it
             log.exception("answering a peer request of kind %s failed", head.get("kind"))
             answer = {"error": f"{type(exc).__name__}: {exc}", "retriable": False}
+        try:
+            frame = frames.encode(request_id, answer, answer_payload)
+        except frames.FrameError as exc:
+            log.error("the answer to a peer request of kind %s is too large: %s", head.get("kind"), exc)
+            frame = frames.encode(request_id, {"error": str(exc), "retriable": False})
         if not writer.is_closing():
-            writer.writelines(frames.encode(request_id, answer, answer_payload))
+            writer.writelines(frame)
 
     # --- asking -----------------------------------------------------------------------------------
 
@@ -217,9 +222,13 @@ class _Link:
             raise self._error
         request_id = self._next_id
         self._next_id += 1
+        try:
+            frame = frames.encode(request_id, head, payload)
+        except frames.FrameError as exc:
+            raise RequestRefused(f"cannot send to broker {self._broker.id}: {exc}") from None
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        self._writer.writelines(frames.encode(request_id, head, payload))
+        self._writer.writelines(frame)
         try:
             async with asyncio.timeout(timeout_s):
                 return await future

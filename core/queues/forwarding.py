@@ -38,7 +38,8 @@ COUNTS = "queue-counts"
 DELETE = "queue-delete"
 HOLD = "delayed-hold"
 MAX_REQUEST_BYTES = 512 << 10
-MAX_PEER_BATCH = 4096             # messages of one publish request over a peer link
+MAX_PEER_BATCH = 4096             # messages of one publish request over a peer link ...
+MAX_PEER_REQUEST_BYTES = 4 << 20  # ... and their bytes (a single larger message goes alone)
 MAX_PEER_WAITING = 4 * MAX_PEER_BATCH   # messages waiting for the link before publishers wait
 OWNER_WAIT_S = 30.0               # how long publishes wait for a queue's owner (failover) before failing
 RETRY_FIRST_S, RETRY_MAX_S = 0.05, 1.0
@@ -148,8 +149,11 @@ class RemotePublisher:
         if isinstance(waiting[0][0], list):
             taken, atomic = 1, True
         else:
-            taken, atomic = 0, False
-            while taken < len(waiting) and taken < MAX_PEER_BATCH and not isinstance(waiting[taken][0], list):
+            taken, size, atomic = 0, 0, False
+            while taken < len(waiting) and taken < MAX_PEER_BATCH and size < MAX_PEER_REQUEST_BYTES \
+                    and not isinstance(waiting[taken][0], list):
+                record = waiting[taken][0]
+                size += len(record.value or b"") + len(record.key or b"")
                 taken += 1
         batch, self._waiting = waiting[:taken], waiting[taken:]
         if len(self._waiting) < MAX_PEER_WAITING:

@@ -1,7 +1,7 @@
 """A queue another broker of the cluster serves, consumed through this one: `RemoteSubscription`
 stands in for its SharedSubscription (what an AMQP channel calls: add and remove consumers, get,
 ack, reject, release) and carries each call over the peer link to the owner, where
-core/queues/remote_consumers.py keeps the consumers and what they hold.
+core/queues/peer_requests.py keeps the consumers and what they hold.
 
 Each consumer polls the owner (one poll in flight, answered as soon as the queue hands it
 something) while it has room here, so the owner's prefetch window and this broker's output
@@ -21,7 +21,7 @@ from collections.abc import Hashable
 
 from core.errors import CoreError
 from core.queues.forwarding import owner_of, request_head
-from core.queues.remote_consumers import CONSUME, CONTROL, GET, POLL, PURGE, message_of
+from core.queues.peer_requests import CONSUME, CONTROL, GET, POLL, PURGE, message_of
 from core.queues.subscription import Consumer, QueuedMessage
 
 log = logging.getLogger("gateway.core.queues")

@@ -12,16 +12,14 @@ it is visible. Routing and publishing take no lock: they read the in-memory rout
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import replace
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
 from core.cluster.bundles import Bundle, partition_bundle
-from core.cluster.peers import PeerConnection
 from core.errors import (RESOURCE, CoreError, InequivalentDeclaration, InvalidArgument, NotPermitted, RequestRefused,
-                         NotOwner, ReservedName, Resource, ResourceInUse, ResourceLocked, TopicExists, UnknownExchange,
+                         ReservedName, Resource, ResourceInUse, ResourceLocked, TopicExists, UnknownExchange,
                          UnknownQueue, UnknownTopic)
 from core.names import TopicName
 from core.partition import storage_errors
@@ -30,10 +28,8 @@ from core.delayed.store import SYSTEM_TOPIC as DELAYED_TOPIC
 from core.queues.exchange import Binding, DestinationKind, Exchange, ExchangeType, check_binding, check_exchange
 from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import UnusedQueueTimer
-from core.queues import arguments as stored_arguments
-from core.queues.forwarding import (COUNTS, DECLARE, DELETE, HOLD, PUBLISH, RemoteHolds, declare_remote,
-                                    decode_records, delete_remote, forward)
-from core.queues.remote_consumers import RemoteClients
+from core.queues.forwarding import PUBLISH, RemoteHolds, declare_remote, decode_records, delete_remote, forward
+from core.queues.peer_requests import PeerRequests
 from core.queues.remote_subscription import RemoteSubscription
 from core.queues.naming import queue_topic
 from core.queues.policy import QueuePolicy, check_equivalent
@@ -311,6 +307,8 @@ class QueueNamespace:
                 self.queue(name, owner)     # exclusive to someone else: RESOURCE_LOCKED
                 if existing.info.exclusive != exclusive:    # RabbitMQ's strict exclusive-access check
                     raise _locked(name)
+                if exclusive and declared_by is not None and existing.info.declared_by != declared_by:
+                    raise _locked(name)     # a connection of another broker process holds it
                 info = existing.info
                 check_equivalent(name, (info.durable, info.auto_delete, info.arguments),
                                  (durable, auto_delete, arguments))
@@ -421,7 +419,7 @@ class QueueNamespace:
             return [queues[name] for name in self.routing.route(exchange, routing_key, headers, queues)]
         found = []
         for name in self.routing.route(exchange, routing_key, headers, _ANY_QUEUE):
-            queue = self.queues.get(name) or await self._stored_queue(name)
+            queue = self.queues.get(name) or await self.stored_queue(name)
             if queue is not None:
                 found.append(queue)
         return found
@@ -555,13 +553,13 @@ class QueueNamespace:
         if self._core.cluster is not None:
             if exchange == DEFAULT_EXCHANGE:
                 if routing_key not in self.queues:
-                    await self._stored_queue(routing_key)
+                    await self.stored_queue(routing_key)
             elif exchange not in self.routing.exchanges and await self._store.get_exchange(exchange) is not None:
                 async with self._lock:
                     await self._follow_store()
         return self.route(exchange, routing_key, headers, properties)
 
-    async def _stored_queue(self, name: str) -> Queue | None:
+    async def stored_queue(self, name: str) -> Queue | None:
         """The queue as declared through another broker and not followed here yet (None: none)."""
         stored = await self._store.get_queue(name)
         if stored is None:
@@ -571,18 +569,18 @@ class QueueNamespace:
     def held(self):
         """Where the namespace's held messages go (its `intake.wait_writable()` is back-pressure):
         its store, or the broker serving that store."""
-        remote = self._remote_holds()
+        remote = self.remote_holds()
         return remote if remote is not None else self._core.delayed.store(self.tenant, self.namespace)
 
     def hold(self, exchange: str, record: Record, due_ms: int) -> asyncio.Future:
         """Keep a message published to `exchange` (a delayed one) until `due_ms`, then route it as
         `release` does; the future resolves once it is durably held."""
-        remote = self._remote_holds()
+        remote = self.remote_holds()
         if remote is not None:
             return remote.hold(exchange, record, due_ms)
         return self._core.delayed.hold(self.tenant, self.namespace, record, due_ms, Target(HELD_TARGET, exchange))
 
-    def _remote_holds(self) -> RemoteHolds | None:
+    def remote_holds(self) -> RemoteHolds | None:
         """In a cluster, the way to the broker serving the namespace's delayed store if not this one."""
         cluster = self._core.cluster
         bundle = partition_bundle(self.tenant, self.namespace, DELAYED_TOPIC, 0)
@@ -630,9 +628,6 @@ class QueueNamespace:
                 log.warning("closing queue %s failed: %s", queue.name, exc)
 
 
-_ELSEWHERE = object()     # the owner of an exclusive queue declared through another broker
-
-
 class _AnyQueue:
     """Routes to every bound destination, known here or not."""
 
@@ -661,84 +656,8 @@ class QueueService:
             core.cluster.on_serving(self._serving)
         if core.mailbox is not None:
             core.mailbox.handle(PUBLISH, self._on_forwarded)
-        if core.peers is not None:
-            core.peers.handle(PUBLISH, self._on_peer_publish)
-            core.peers.handle(DECLARE, self._on_peer_declare)
-            core.peers.handle(COUNTS, self._on_peer_counts)
-            core.peers.handle(DELETE, self._on_peer_delete)
-            core.peers.handle(HOLD, self._on_peer_hold)
-            RemoteClients(self._served_queue, self._consumer_removed).register(core.peers)
-
-    # --- what other brokers' clients ask of the queues this one serves (core/queues/forwarding.py) ---
-
-    async def _served(self, head: dict) -> tuple[QueueNamespace, Bundle]:
-        """The namespace of a peer request, if this broker serves the queue's bundle (else NotOwner:
-        asked while the bundle moves; the asking broker fails the request, its client retries)."""
-        space = await self.namespace(head["tenant"], head["namespace"])
-        bundle = partition_bundle(space.tenant, space.namespace, queue_topic(head["queue"]), 0)
-        if not self._core.cluster.owns(bundle):
-            raise NotOwner(f"broker {self._core.cluster.local.id} does not serve bundle {bundle}")
-        return space, bundle
-
-    async def _served_queue(self, head: dict) -> Queue:
-        space, _ = await self._served(head)
-        name = head["queue"]
-        queue = space.queues.get(name) or await space._stored_queue(name)   # not followed here yet?
-        if queue is None:
-            raise UnknownQueue.about(Resource.queue(name), f"no {RESOURCE}")
-        return queue
-
-    async def _on_peer_declare(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
-        space, _ = await self._served(head)
-        exclusive = head.get("exclusive", False)
-        existing = space.queues.get(head["queue"])
-        if exclusive and existing is not None and existing.info.declared_by != head.get("declared_by"):
-            raise _locked(head["queue"])      # exclusive to a connection of another broker
-        queue = await space.declare_queue(head["queue"], durable=head["durable"], auto_delete=head["auto_delete"],
-                                          exclusive=exclusive, owner=_ELSEWHERE if exclusive else None,
-                                          arguments=stored_arguments.from_json(head["arguments"]),
-                                          declared_by=head.get("declared_by") or None)
-        return {"info": queue.info.to_doc()}, b""
-
-    async def _on_peer_delete(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
-        space, _ = await self._served(head)
-        return {"messages": await space.delete_queue(head["queue"], if_unused=head["if_unused"],
-                                                     if_empty=head["if_empty"], owner=_ELSEWHERE)}, b""
-
-    async def _on_peer_hold(self, head: dict, payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
-        """A delayed message a client of another broker published: held here, answered once durable."""
-        space = await self.namespace(head["tenant"], head["namespace"])
-        if space._remote_holds() is not None:
-            raise NotOwner(f"broker {self._core.cluster.local.id} does not serve the delayed messages of "
-                           f"{space.tenant}/{space.namespace}")
-        (record,) = decode_records(json.loads(payload))
-        await space.hold(head["exchange"], record, head["due_ms"])
-        return {}, b""
-
-    async def _consumer_removed(self, queue: Queue) -> None:
-        topic = queue.topic
-        await (await self.namespace(topic.tenant, topic.namespace)).consumer_removed(queue)
-
-    async def _on_peer_counts(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
-        queue = await self._served_queue(head)
-        return {"messages": await queue.message_count(), "consumers": queue.consumer_count}, b""
-
-    async def _on_peer_publish(self, head: dict, payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
-        """Messages a client of another broker published: appended in the order sent, answered once
-        each is durable; those a full queue refused are named (index -> reason)."""
-        queue = await self._served_queue(head)
-        records = decode_records(json.loads(payload))
-        if head.get("atomic"):      # a transaction's publishes to the queue, committed
-            await queue.publish_batch(records)
-            return {}, b""
-        results = await asyncio.gather(*[queue.publish(record) for record in records], return_exceptions=True)
-        refused = {}
-        for index, result in enumerate(results):
-            if isinstance(result, BaseException):
-                if not getattr(result, "refused", False):
-                    raise result if isinstance(result, CoreError) else RequestRefused(f"queue {queue.name}: {result}")
-                refused[str(index)] = str(result)
-        return {"refused": refused}, b""
+        if core.peers is not None:      # what other brokers' clients ask of the queues served here
+            PeerRequests(core, self.namespace).register(core.peers)
 
     async def _on_forwarded(self, bundle: Bundle, request: dict) -> dict:
         """Messages another broker dead-lettered or released into a queue this one owns."""

@@ -6,14 +6,10 @@ limit. Two brokers on one embedded store, in one process, each with its peer lin
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-from dataclasses import replace
 
 import pytest
 
-from core.cluster.broker_cluster import BrokerCluster
-from core.clock import SystemClock
 from core.cluster.bundles import partition_bundle
 from core.cluster.peers import PeerService
 from core.delayed.store import SYSTEM_TOPIC as DELAYED_TOPIC
@@ -21,45 +17,8 @@ from core.errors import ResourceLocked
 from core.queues.exchange import Binding, DestinationKind, ExchangeType
 from core.queues.limits import PublishRefused
 from core.records.builder import Record
-from core.queues.service import QueueService
-from core.registry import Registry
-from core.service import Core
-from tests.core.cluster.test_cluster_membership import POLL_S, broker, split_evenly, storage, until  # noqa: F401
+from tests.core.cluster.test_cluster_membership import until
 from tests.core.cluster.test_queue_topology import served_by
-
-SECRET = b"test-secret"
-
-
-def listening() -> socket.socket:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    return sock
-
-
-@pytest.fixture
-async def brokers(storage):  # noqa: F811
-    await Registry(storage.metadata, SystemClock()).start()
-    peers, members = [], []
-    for i in (1, 2):
-        sock, service = listening(), PeerService(SECRET)
-        await service.start(sock)
-        peers.append(service)
-        members.append(BrokerCluster(storage.metadata, replace(broker(i), peer=f"127.0.0.1:{sock.getsockname()[1]}"),
-                                     poll_s=POLL_S))
-    cores = [Core(storage.metadata, storage.logs, cluster=member, peers=service)
-             for member, service in zip(members, peers)]
-    services = [QueueService(core) for core in cores]
-    for core, member in zip(cores, members):
-        await core.start()
-        await member.start()
-    await until(lambda: split_evenly(*members))
-    yield members, services
-    for core, member, service in zip(cores, members, peers):
-        await member.close()
-        await core.close()
-        await service.close()
-
 
 async def test_a_queue_of_the_other_broker_is_declared_counted_and_published_to_through_this_one(brokers) -> None:
     members, services = brokers

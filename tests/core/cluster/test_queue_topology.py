@@ -11,32 +11,12 @@ import pytest
 
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.bundles import partition_bundle
-from core.clock import SystemClock
 from core.errors import ResourceLocked
 from core.queues.exchange import Binding, DestinationKind, ExchangeType
 from core.queues.naming import queue_topic
 from core.queues.routing import no_properties as no_headers
-from core.queues.service import QueueService
 from core.queues.store import NamespaceStore
-from core.registry import Registry
-from core.service import Core
-from tests.core.cluster.test_cluster_membership import POLL_S, broker, split_evenly, storage, until  # noqa: F401
-
-
-@pytest.fixture
-async def brokers(storage):  # noqa: F811
-    await Registry(storage.metadata, SystemClock()).start()
-    members = [BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2)]
-    cores = [Core(storage.metadata, storage.logs, cluster=member) for member in members]
-    services = [QueueService(core) for core in cores]
-    for core, member in zip(cores, members):
-        await core.start()
-        await member.start()
-    await until(lambda: split_evenly(*members))
-    yield members, services
-    for core, member in zip(cores, members):
-        await member.close()
-        await core.close()
+from tests.core.cluster.test_cluster_membership import until
 
 
 def served_by(member: BrokerCluster, prefix: str) -> str:
@@ -74,7 +54,7 @@ async def test_what_one_broker_declares_binds_and_deletes_the_other_routes_by(br
     await until(lambda: "orders" not in there.routing.exchanges)
 
 
-async def test_a_transient_queue_lives_as_long_as_the_broker_process_that_declared_it(brokers, storage) -> None:  # noqa: F811
+async def test_a_transient_queue_lives_as_long_as_the_broker_process_that_declared_it(brokers, storage) -> None:
     members, services = brokers
     here = await services[0].namespace("public", "default")
     reply_to = served_by(members[0], "reply-to")

@@ -1,6 +1,11 @@
-"""Consumers and channels of other brokers' clients, as the broker serving a queue keeps them, and
-the peer requests that drive them (core/queues/remote_subscription.py is the other end).
+"""What other brokers' clients ask of the queues this broker serves, over the peer links
+(core/cluster/peers.py; the asking side is core/queues/forwarding.py and remote_subscription.py).
 
+    queue-declare  {durable, auto_delete, exclusive, arguments, declared_by}   -> {"info": QueueInfo doc}
+    queue-counts   {}                    -> {"messages": n, "consumers": n}
+    queue-publish  {atomic} + records    -> {"refused": {index: reason}} (atomic: all or none)
+    queue-delete   {if_unused, if_empty} -> {"messages": n}
+    delayed-hold   {exchange, due_ms} + a record   held here, answered once durable
     queue-consume  {consumer, prefetch, auto_ack, priority, exclusive}   a consumer joins
     queue-poll     {consumer}   what was handed to it, waiting up to POLL_WAIT_S for something
                                 -> {"messages": [rows], "cancelled": bool}
@@ -10,26 +15,37 @@ the peer requests that drive them (core/queues/remote_subscription.py is the oth
                                 ["save"] (the position durable before the answer)
     queue-purge    {}           -> {"purged": n}
 
-Consumer and holder names are chosen by the asking broker and count per link. What a link's
-requests created goes when the link closes: its consumers leave and what they and its holders hold
-is handed out again, as when a RabbitMQ client's connection drops.
+Every request names its tenant, namespace and queue; one for a queue whose bundle this broker does
+not serve is refused with NotOwner (asked while the bundle moves). An exclusive queue declared
+for a connection of another broker is owned here by ELSEWHERE: the asking broker checks its own
+connections. Consumer and holder names are chosen by the asking broker and count per link. What a
+link's requests created goes when the link closes: its consumers leave and what they and its
+holders hold is handed out again, as when a RabbitMQ client's connection drops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 from collections.abc import Hashable
 
+from core.cluster.bundles import partition_bundle
 from core.cluster.peers import PeerConnection
+from core.errors import RESOURCE, CoreError, NotOwner, RequestRefused, Resource, UnknownQueue
+from core.queues import arguments as stored_arguments
+from core.queues.forwarding import COUNTS, DECLARE, DELETE, HOLD, PUBLISH, decode_records
+from core.queues.naming import queue_topic
 from core.queues.subscription import QueuedMessage
 
 log = logging.getLogger("gateway.core.queues")
 
 CONSUME, POLL, GET, CONTROL, PURGE = "queue-consume", "queue-poll", "queue-get", "queue-control", "queue-purge"
+ELSEWHERE = object()      # the owner here of an exclusive queue declared for another broker's connection
 POLL_WAIT_S = 5.0
 OUTBOX_LIMIT = 1024       # messages handed to a remote consumer and not yet polled
+POLL_BYTES = 4 << 20      # (base64) bodies in one poll's answer, beyond its first message
 
 
 def _text(data: bytes | None) -> str | None:
@@ -60,14 +76,17 @@ class RemoteConsumer:
         self.auto_ack = auto_ack
         self.priority = priority
         self._outbox: list[list] = []
+        self._outbox_bytes = 0
         self._ready = asyncio.Event()
         self.cancelled = False
 
     def can_deliver(self) -> bool:
-        return len(self._outbox) < OUTBOX_LIMIT
+        return len(self._outbox) < OUTBOX_LIMIT and self._outbox_bytes < 4 * POLL_BYTES
 
     def deliver(self, message: QueuedMessage) -> None:
-        self._outbox.append(message_row(message))    # now: the queue counts the delivery after this
+        row = message_row(message)           # now: the queue counts the delivery after this
+        self._outbox.append(row)
+        self._outbox_bytes += len(row[3] or "")
         self._ready.set()
 
     def queue_deleted(self) -> None:
@@ -75,14 +94,23 @@ class RemoteConsumer:
         self._ready.set()
 
     async def take(self, wait_s: float) -> list[list]:
+        """What waits, up to POLL_BYTES (at least one), waiting up to `wait_s` for something."""
         if not self._outbox and not self.cancelled:
             try:
                 async with asyncio.timeout(wait_s):
                     await self._ready.wait()
             except TimeoutError:
                 pass
-        rows, self._outbox = self._outbox, []
-        self._ready.clear()
+        taken, size = 0, 0
+        for row in self._outbox:
+            if taken and size + len(row[3] or "") > POLL_BYTES:
+                break
+            size += len(row[3] or "")
+            taken += 1
+        rows, self._outbox = self._outbox[:taken], self._outbox[taken:]
+        self._outbox_bytes -= size
+        if not self._outbox:
+            self._ready.clear()
         if rows and not self.cancelled:
             self._subscription.dispatch()     # room again
         return rows
@@ -100,22 +128,90 @@ class _Link:
         return ("peer", self.key, name)
 
 
-class RemoteClients:
-    """The peer requests of one queue namespace service; `served_queue(head)` finds the queue a
-    request names if this broker serves it (else NotOwner), `consumer_removed(queue)` is told when
-    a consumer left (auto-delete queues)."""
+class PeerRequests:
+    """The peer requests for the queues a QueueService serves (`namespace(tenant, namespace)` is its
+    QueueNamespace, loaded if need be)."""
 
-    def __init__(self, served_queue, consumer_removed) -> None:
-        self._served_queue = served_queue
-        self._consumer_removed = consumer_removed
+    def __init__(self, core, namespace) -> None:
+        self._core = core
+        self._namespace = namespace
         self._links: dict[str, _Link] = {}
 
     def register(self, peers) -> None:
-        peers.handle(CONSUME, self._consume)
-        peers.handle(POLL, self._poll)
-        peers.handle(GET, self._get)
-        peers.handle(CONTROL, self._control)
-        peers.handle(PURGE, self._purge)
+        for kind, handler in ((DECLARE, self._declare), (COUNTS, self._counts), (PUBLISH, self._publish),
+                              (DELETE, self._delete), (HOLD, self._hold), (CONSUME, self._consume),
+                              (POLL, self._poll), (GET, self._get), (CONTROL, self._control), (PURGE, self._purge)):
+            peers.handle(kind, handler)
+
+    def _not_serving(self, what: str) -> NotOwner:
+        return NotOwner(f"broker {self._core.cluster.local.id} does not serve {what}")
+
+    async def _served_space(self, head: dict):
+        """The queue's namespace, if this broker serves the queue's bundle."""
+        space = await self._namespace(head["tenant"], head["namespace"])
+        bundle = partition_bundle(space.tenant, space.namespace, queue_topic(head["queue"]), 0)
+        if not self._core.cluster.owns(bundle):
+            raise self._not_serving(f"bundle {bundle}")
+        return space
+
+    async def _served_queue(self, head: dict):
+        space = await self._served_space(head)
+        name = head["queue"]
+        queue = space.queues.get(name) or await space.stored_queue(name)   # not followed here yet?
+        if queue is None:
+            raise UnknownQueue.about(Resource.queue(name), f"no {RESOURCE}")
+        return queue
+
+    async def _consumer_removed(self, queue) -> None:
+        topic = queue.topic
+        await (await self._namespace(topic.tenant, topic.namespace)).consumer_removed(queue)
+
+    # --- declaring, counting, publishing, deleting --------------------------------------------
+
+    async def _declare(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
+        exclusive = head.get("exclusive", False)
+        queue = await (await self._served_space(head)).declare_queue(
+            head["queue"], durable=head["durable"], auto_delete=head["auto_delete"], exclusive=exclusive,
+            owner=ELSEWHERE if exclusive else None, arguments=stored_arguments.from_json(head["arguments"]),
+            declared_by=head.get("declared_by") or None)
+        return {"info": queue.info.to_doc()}, b""
+
+    async def _counts(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
+        queue = await self._served_queue(head)
+        return {"messages": await queue.message_count(), "consumers": queue.consumer_count}, b""
+
+    async def _publish(self, head: dict, payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
+        """Messages a client of another broker published: appended in the order sent, answered once
+        each is durable; those a full queue refused are named (index -> reason)."""
+        queue = await self._served_queue(head)
+        records = decode_records(json.loads(payload))
+        if head.get("atomic"):      # a transaction's publishes to the queue, committed
+            await queue.publish_batch(records)
+            return {}, b""
+        results = await asyncio.gather(*[queue.publish(record) for record in records], return_exceptions=True)
+        refused = {}
+        for index, result in enumerate(results):
+            if isinstance(result, BaseException):
+                if not getattr(result, "refused", False):
+                    raise result if isinstance(result, CoreError) else RequestRefused(f"queue {queue.name}: {result}")
+                refused[str(index)] = str(result)
+        return {"refused": refused}, b""
+
+    async def _delete(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
+        space = await self._served_space(head)
+        return {"messages": await space.delete_queue(head["queue"], if_unused=head["if_unused"],
+                                                     if_empty=head["if_empty"], owner=ELSEWHERE)}, b""
+
+    async def _hold(self, head: dict, payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
+        """A delayed message a client of another broker published: held here, answered once durable."""
+        space = await self._namespace(head["tenant"], head["namespace"])
+        if space.remote_holds() is not None:
+            raise self._not_serving(f"the delayed messages of {space.tenant}/{space.namespace}")
+        (record,) = decode_records(json.loads(payload))
+        await space.hold(head["exchange"], record, head["due_ms"])
+        return {}, b""
+
+    # --- consumers and what they hold ---------------------------------------------------------
 
     def _link(self, connection: PeerConnection) -> _Link:
         link = self._links.get(connection.key)

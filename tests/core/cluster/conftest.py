@@ -1,0 +1,51 @@
+"""Two brokers of one cluster in one process, on one embedded (SQLite) store, each with its peer
+link listening (core/cluster/peers.py)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import replace
+
+import pytest
+
+from core.cluster.broker_cluster import BrokerCluster
+from core.cluster.peers import PeerService
+from core.clock import SystemClock
+from core.queues.service import QueueService
+from core.registry import Registry
+from core.service import Core
+from tests.core.cluster.test_cluster_membership import POLL_S, broker, split_evenly, storage, until  # noqa: F401
+
+SECRET = b"test-secret"
+
+
+def listening() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+@pytest.fixture
+async def brokers(storage):  # noqa: F811 (the fixture imported above)
+    """([BrokerCluster] * 2, [QueueService] * 2), the bundles split evenly."""
+    await Registry(storage.metadata, SystemClock()).start()
+    peers, members = [], []
+    for i in (1, 2):
+        sock, service = listening(), PeerService(SECRET)
+        await service.start(sock)
+        peers.append(service)
+        members.append(BrokerCluster(storage.metadata, replace(broker(i), peer=f"127.0.0.1:{sock.getsockname()[1]}"),
+                                     poll_s=POLL_S))
+    cores = [Core(storage.metadata, storage.logs, cluster=member, peers=service)
+             for member, service in zip(members, peers)]
+    services = [QueueService(core) for core in cores]
+    for core, member in zip(cores, members):
+        await core.start()
+        await member.start()
+    await until(lambda: split_evenly(*members))
+    yield members, services
+    for core, member, service in zip(cores, members, peers):
+        await member.close()
+        await core.close()
+        await service.close()
