@@ -199,8 +199,10 @@ class PeerRequests:
 
     async def _delete(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
         space = await self._served_space(head)
+        queue = space.queues.get(head["queue"])     # the asking broker checked its connection's right
         return {"messages": await space.delete_queue(head["queue"], if_unused=head["if_unused"],
-                                                     if_empty=head["if_empty"], owner=ELSEWHERE)}, b""
+                                                     if_empty=head["if_empty"],
+                                                     owner=None if queue is None else queue.owner)}, b""
 
     async def _hold(self, head: dict, payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
         """A delayed message a client of another broker published: held here, answered once durable."""

@@ -526,7 +526,10 @@ class QueueNamespace:
                 if queue.served_here or self._core.peers is None:
                     await self._remove_queue(queue)
                 else:                 # deleted by the broker serving it
-                    await delete_remote(self._core, queue, if_unused=False, if_empty=False)
+                    try:
+                        await delete_remote(self._core, queue, if_unused=False, if_empty=False)
+                    except CoreError as exc:   # its row stays until this process leaves the cluster
+                        log.warning("deleting exclusive queue %s at its broker failed: %s", queue.name, exc)
                     self._forget(queue)
 
     # --- publishing -----------------------------------------------------------------------------
@@ -545,19 +548,18 @@ class QueueNamespace:
     def clustered(self) -> bool:
         return self._core.cluster is not None
 
-    async def route_after_lookup(self, exchange: str, routing_key: str, headers: HeadersFunction,
-                                 properties: PropertiesFunction = no_properties) -> list[Queue]:
-        """`route`, for a publish that found its exchange, or its queue through the default exchange,
-        missing here: in a cluster it may have been declared through another broker a moment ago,
-        before this one followed (an RPC reply to a reply queue just declared elsewhere)."""
-        if self._core.cluster is not None:
-            if exchange == DEFAULT_EXCHANGE:
-                if routing_key not in self.queues:
-                    await self.stored_queue(routing_key)
-            elif exchange not in self.routing.exchanges and await self._store.get_exchange(exchange) is not None:
-                async with self._lock:
-                    await self._follow_store()
-        return self.route(exchange, routing_key, headers, properties)
+    async def look_up(self, exchange: str, routing_key: str) -> None:
+        """For a publish that found its exchange, or its queue through the default exchange, missing
+        here: in a cluster it may have been declared through another broker a moment ago, before
+        this one followed (an RPC reply to a reply queue just declared elsewhere). Route after this."""
+        if self._core.cluster is None:
+            return
+        if exchange == DEFAULT_EXCHANGE:
+            if routing_key not in self.queues:
+                await self.stored_queue(routing_key)
+        elif exchange not in self.routing.exchanges and await self._store.get_exchange(exchange) is not None:
+            async with self._lock:
+                await self._follow_store()
 
     async def stored_queue(self, name: str) -> Queue | None:
         """The queue as declared through another broker and not followed here yet (None: none)."""

@@ -133,8 +133,10 @@ def publish(channel: Channel, event: ContentReceived) -> Awaitable[None] | None:
 
 async def _publish_after_lookup(channel: Channel, event: ContentReceived, exchange: str, routing_key: str,
                                 headers, present) -> None:
-    queues = await channel.session.space.route_after_lookup(exchange, routing_key, headers, present)
-    _publish_routed(channel, event, exchange, routing_key, queues)
+    space = channel.session.space
+    await space.look_up(exchange, routing_key)
+    if not hold_if_delayed(channel, event, exchange, routing_key):     # a delayed exchange found now
+        _publish_routed(channel, event, exchange, routing_key, space.route(exchange, routing_key, headers, present))
 
 
 def _publish_routed(channel: Channel, event: ContentReceived, exchange: str, routing_key: str,
