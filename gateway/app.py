@@ -284,7 +284,8 @@ class Gateway:
             tenant, namespace = link.namespace.split("/")
             security = LinkSecurity(tls=link.tls, ca_file=link.ssl_ca_file, check_hostname=link.ssl_check_hostname,
                                     sasl_mechanism=link.sasl_mechanism if link.sasl else None,
-                                    username=link.sasl_username, password=link.sasl_password)
+                                    username=link.sasl_username, password=link.sasl_password,
+                                    certificate_file=link.ssl_certificate_file, key_file=link.ssl_key_file)
             replicator = Replicator(self._core, link.name, RemoteCluster(link.bootstrap, security=security), tenant,
                                     namespace, link.topics, groups=kafka_broker.groups,
                                     sync_configs=link.sync_topic_configs)

@@ -277,13 +277,17 @@ class ReplicationConfig:
     # How the link reaches the remote, with Kafka clients' names: security.protocol (PLAINTEXT, SSL,
     # SASL_PLAINTEXT or SASL_SSL), sasl.mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with the
     # user the mirrors are written as (the remote's tenant and namespace are that user's), and for
-    # TLS the CA to trust (None: the system's) and whether the certificate must name the host.
+    # TLS the CA to trust (None: the system's), whether the certificate must name the host, and the
+    # link's own certificate and key (PEM) for a remote that wants one (mutual TLS; librdkafka's
+    # ssl.certificate.location / ssl.key.location).
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
     sasl_username: str = ""
     sasl_password: str = ""
     ssl_ca_file: str | None = None
     ssl_check_hostname: bool = True
+    ssl_certificate_file: str | None = None
+    ssl_key_file: str | None = None
     # Copy each topic's settings (those set on it, not defaults) to its mirror, and again when they change.
     sync_topic_configs: bool = True
 
@@ -302,8 +306,11 @@ class ReplicationConfig:
                     and isinstance(self.sasl_password, str) and self.sasl_password):
                 raise ConfigError(f"replication: {self.name}: {self.security_protocol} needs sasl_username "
                                   "and sasl_password")
-        if self.ssl_ca_file is not None and not Path(self.ssl_ca_file).is_file():
-            raise ConfigError(f"replication: {self.name}: ssl_ca_file {self.ssl_ca_file} is not a file")
+        for key in ("ssl_ca_file", "ssl_certificate_file", "ssl_key_file"):
+            if getattr(self, key) is not None and not Path(getattr(self, key)).is_file():
+                raise ConfigError(f"replication: {self.name}: {key} {getattr(self, key)} is not a file")
+        if (self.ssl_certificate_file is None) != (self.ssl_key_file is None):
+            raise ConfigError(f"replication: {self.name}: ssl_certificate_file and ssl_key_file go together")
         for key in ("ssl_check_hostname", "sync_topic_configs"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"replication: {self.name}: {key} must be true or false")

@@ -238,11 +238,15 @@ def test_a_cluster_of_brokers_copies_each_partition_from_its_owner(gateway_launc
 
 
 class TlsTerminator:
-    """TLS in front of a plaintext Kafka port (the gateway's listener speaks plaintext), in a thread."""
+    """TLS in front of a plaintext Kafka port (the gateway's listener speaks plaintext), in a thread;
+    with `client_ca`, clients must present a certificate that CA signed (mutual TLS)."""
 
-    def __init__(self, cert: Path, key: Path, port: int, upstream_port: int) -> None:
+    def __init__(self, cert: Path, key: Path, port: int, upstream_port: int, client_ca: Path | None = None) -> None:
         self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._context.load_cert_chain(cert, key)
+        if client_ca is not None:
+            self._context.verify_mode = ssl.CERT_REQUIRED
+            self._context.load_verify_locations(client_ca)
         self._port, self._upstream_port = port, upstream_port
         self._loop = asyncio.new_event_loop()
         started = threading.Event()
@@ -303,9 +307,10 @@ def topic_settings(admin: AdminClient, topic: str) -> dict[str, str]:
 
 
 def test_a_link_logs_in_over_tls_and_keeps_the_mirrors_settings_in_step(gateway_launcher, tmp_path) -> None:
-    """The remote wants SCRAM-SHA-256 and is reached through TLS: the link logs in as its user, so the
-    mirror lands in that user's tenant; the topic's settings go with it and follow their changes."""
-    cert, key = self_signed(tmp_path)
+    """The remote wants SCRAM-SHA-256 and is reached through TLS that wants a client certificate: the
+    link presents its own and logs in as its user, so the mirror lands in that user's tenant; the
+    topic's settings go with it and follow their changes."""
+    cert, key = self_signed(tmp_path)       # the remote's, and (trusted as its own CA) the link's
     remote_port, tls_port = free_port(), free_port()
     (tmp_path / "remote.toml").write_text(
         f'[kafka]\nsasl_mechanisms = "SCRAM-SHA-256"\nsuper_users = "User:replicator"\nadvertised_port = {tls_port}\n'
@@ -313,12 +318,13 @@ def test_a_link_logs_in_over_tls_and_keeps_the_mirrors_settings_in_step(gateway_
     gateway_launcher.start(command=[sys.executable, "-m", "gateway", "serve", "--data-dir", str(tmp_path / "remote"),
                                     "--kafka-port", str(remote_port), "--amqp-port", "0", "--admin-port", "0",
                                     "--config", str(tmp_path / "remote.toml")])
-    terminator = TlsTerminator(cert, key, tls_port, remote_port)
+    terminator = TlsTerminator(cert, key, tls_port, remote_port, client_ca=cert)
     try:
         (tmp_path / "source.toml").write_text(
             f'[[replication]]\nname = "{LINK}"\nremote = "127.0.0.1:{tls_port}"\ntopics = "orders.*"\n'
             'security_protocol = "SASL_SSL"\nsasl_mechanism = "SCRAM-SHA-256"\nsasl_username = "replicator"\n'
-            f'sasl_password = "mirror-secret"\nssl_ca_file = "{cert}"\n')
+            f'sasl_password = "mirror-secret"\nssl_ca_file = "{cert}"\n'
+            f'ssl_certificate_file = "{cert}"\nssl_key_file = "{key}"\n')
         source = gateway_launcher.start("--config", str(tmp_path / "source.toml"), data_dir=tmp_path / "source")
         source_admin = AdminClient({"bootstrap.servers": bootstrap(source)})
         source_admin.create_topics([NewTopic("orders", PARTITIONS, 1, config={
@@ -326,7 +332,8 @@ def test_a_link_logs_in_over_tls_and_keeps_the_mirrors_settings_in_step(gateway_
         assert not any(produce(source, "orders", range(0, 90)))
         secured = {"bootstrap.servers": f"127.0.0.1:{tls_port}", "security.protocol": "SASL_SSL",
                    "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "replicator",
-                   "sasl.password": "mirror-secret", "ssl.ca.location": str(cert)}
+                   "sasl.password": "mirror-secret", "ssl.ca.location": str(cert),
+                   "ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
         remote_admin = AdminClient(secured)
 
         def mirrored() -> int:

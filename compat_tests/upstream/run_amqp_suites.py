@@ -16,6 +16,10 @@ test dependencies are the `upstream` extra of pyproject.toml, except aiomisc-pyt
 that takes over every async test of any pytest run where it is installed, so it goes into a
 directory of its own, given with --site (`pip install --no-deps --target DIR aiomisc-pytest`).
 Exit status: 0 when the gateway passes every test RabbitMQ passes, 1 otherwise.
+
+With `--cluster N` the gateway side is a local cluster (`gateway cluster up` as a library: 3 bookies,
+N brokers) and the suite connects to its first broker only, so most of its queues are served by
+another broker and everything the suite does to them goes over the peer links.
 """
 
 from __future__ import annotations
@@ -112,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", type=Path, action="append", default=[], metavar="DIR",
                         help="a directory of test dependencies kept out of the environment (aiomisc-pytest)")
     parser.add_argument("--only", choices=("gateway", "rabbitmq"), help="run against one broker only")
+    parser.add_argument("--cluster", type=int, metavar="N", help="the gateway as a cluster of N brokers, "
+                        "the suite connected to the first one")
     parser.add_argument("--work-dir", type=Path, help="where brokers' data and reports go (default: a temporary one)")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --), e.g. -k name")
     options = parser.parse_args(argv)
@@ -135,7 +141,19 @@ def main(argv: list[str] | None = None) -> int:
             directory.mkdir(parents=True, exist_ok=True)
             report = directory / "report.xml"
             print(f"{name}: running against {broker} ...", flush=True)
-            if broker == "gateway":
+            if broker == "gateway" and options.cluster:
+                from gateway.cluster.launcher import ClusterSpec, LocalCluster
+                cluster = LocalCluster(ClusterSpec(data_dir=directory / "cluster", brokers=options.cluster))
+                first = cluster.start()["brokers"][0]["amqp"]
+                try:
+                    results[broker] = run_suite(suite, checkouts, options.site, int(first.rpartition(":")[2]),
+                                                report, options.pytest_args)
+                finally:
+                    cluster.stop()
+                logs = "".join(path.read_text(errors="replace") for path in (directory / "cluster").glob("broker-*.log"))
+                for count, shape in gateway_complaints(logs):
+                    print(f"    gateway logged {count}x: {shape}")
+            elif broker == "gateway":
                 process = start_gateway(directory)
                 try:
                     results[broker] = run_suite(suite, checkouts, options.site, process.amqp[1], report,

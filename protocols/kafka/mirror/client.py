@@ -76,12 +76,16 @@ class LinkSecurity:
     sasl_mechanism: str | None = None    # None: no SASL
     username: str = ""
     password: str = ""
+    certificate_file: str | None = None  # the link's own certificate and key (mutual TLS)
+    key_file: str | None = None
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.tls:
             return None
         context = ssl.create_default_context(cafile=self.ca_file)
         context.check_hostname = self.check_hostname
+        if self.certificate_file is not None:
+            context.load_cert_chain(self.certificate_file, self.key_file)
         return context
 
 
