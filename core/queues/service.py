@@ -555,7 +555,7 @@ class QueueNamespace:
         if self._core.cluster is None:
             return
         if exchange == DEFAULT_EXCHANGE:
-            if routing_key not in self.queues:
+            if routing_key and routing_key not in self.queues:     # "" names no queue
                 await self.stored_queue(routing_key)
         elif exchange not in self.routing.exchanges and await self._store.get_exchange(exchange) is not None:
             async with self._lock:

@@ -86,3 +86,18 @@ async def test_a_server_named_queue_is_named_into_a_bundle_its_broker_owns(broke
         for _ in range(20):
             name = space.local_name(lambda: f"amq.gen-{next(counter)}")
             assert member.owns(partition_bundle("public", "default", queue_topic(name), 0))
+
+
+async def test_a_publish_to_a_queue_not_followed_yet_finds_it_in_the_store(brokers) -> None:
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")
+    there._unwatch()                 # this broker hears of nothing: only the look-up can find it
+    name = served_by(members[0], "reply")
+    await here.declare_queue(name)
+    assert routed(there, "", name) == []
+    await there.look_up("", name)
+    assert routed(there, "", name) == [name]
+    await there.look_up("", "")      # an empty routing key names no queue: nothing to look up
+    await there.look_up("", "never-declared")
+    assert routed(there, "", "never-declared") == []
