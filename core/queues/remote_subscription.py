@@ -88,9 +88,6 @@ class RemoteSubscription:
         if name is not None:
             self._control(["cancel", name, None if holder is None else self._holder(holder)])
 
-    def check_consumer(self, *, exclusive: bool = False) -> None:
-        """Checked by the owner when the consumer is added."""
-
     def wake(self) -> None:
         self._room.set()
 

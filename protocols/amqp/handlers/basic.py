@@ -67,11 +67,22 @@ async def consume(channel: Channel, args: Mapping[str, Any]) -> None:
         raise AmqpConnectionError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'",
                                   method_name="basic.consume")
     priority = consumer_priority(args["arguments"], name, session.vhost)
+    consumer = ChannelConsumer(tag, queue, channel, channel.consumer_prefetch, args["no_ack"], priority)
+    if not queue.served_here:
+        # Added (and checked) at the broker serving the queue first; its deliveries come with a
+        # later request, after consume-ok.
+        await queue.add_consumer(consumer, exclusive=args["exclusive"])
+        if channel.closed or queue.deleted:
+            queue.subscription.remove_consumer(consumer)
+            return
+        channel.consumers[tag] = consumer
+        if not args["nowait"]:
+            channel.send("basic.consume-ok", consumer_tag=tag)
+        return
     subscription = await queue.open()
     subscription.check_consumer(exclusive=args["exclusive"])
     if channel.closed or queue.deleted:
         return
-    consumer = ChannelConsumer(tag, queue, channel, channel.consumer_prefetch, args["no_ack"], priority)
     channel.consumers[tag] = consumer
     if not args["nowait"]:
         channel.send("basic.consume-ok", consumer_tag=tag)
