@@ -94,6 +94,11 @@ async def forward(core, queue: str, to: Bundle, records: list[Record], sender: B
 # --- over the peer links -----------------------------------------------------------------------
 
 
+def _retrieved(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def owner_of(core, bundle: Bundle) -> Any:
     owner = core.cluster.owner(bundle)
     if owner is None or owner.id == core.cluster.local.id:
@@ -136,6 +141,7 @@ class RemotePublisher:
 
     def _enqueue(self, item: Record | list[Record]) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_retrieved)      # a publish without confirms need not look at it
         self._waiting.append((item, future))
         if len(self._waiting) >= MAX_PEER_WAITING:
             self._writable.clear()
@@ -241,7 +247,8 @@ class RemoteHolds:
         sending.add_done_callback(self._sent)
         return sending
 
-    def _sent(self, _done: asyncio.Future) -> None:
+    def _sent(self, done: asyncio.Future) -> None:
+        _retrieved(done)
         self._in_flight -= 1
         if self._in_flight < MAX_PEER_WAITING:
             self._writable.set()
