@@ -774,6 +774,28 @@ def test_amqp_clients_find_the_queue_owner_and_survive_its_kill9(healthy, worklo
           describe(failover_times(workloads.amqp_history, "kill9-queue-owner")))
 
 
+def test_kill9_of_the_broker_amqp_clients_go_through_loses_nothing(healthy, workloads_for) -> None:
+    """The AMQP publishers and consumer reach their queue through a broker that does not serve it
+    (everything forwarded over the peer links); that broker is killed with messages in flight: the
+    clients reconnect to another broker and nothing confirmed is lost."""
+    wait_until_balanced(healthy)
+    queue, owner, through = served_queue(healthy, "faults-via")
+    addresses = amqp_addresses(healthy)
+    workloads = workloads_for(None, [addresses[through]] + [a for i, a in enumerate(addresses) if i != through],
+                              amqp_queue=queue)
+    workloads.wait_for_progress(200)
+    victim = healthy.brokers[through]
+    victim.kill()
+    workloads.fault("kill9-forwarding-broker", broker=victim.name)
+    workloads.wait_for_progress(200)
+    workloads.fault("restart", broker=victim.name)
+    healthy.restart(victim)
+    workloads.wait_for_progress(100)
+    finish(workloads, "kill9-forwarding-broker")
+    print("clients through broker", through, "to the queue of broker", owner, "->",
+          describe(failover_times(workloads.amqp_history, "kill9-forwarding-broker")))
+
+
 def test_a_message_dead_lettered_into_a_queue_of_another_broker_reaches_it(healthy) -> None:
     """pika declares the dead-letter queue through its owner and the source queue through another
     broker: a message the source pushes out (x-max-length 1) reaches the other broker's queue."""

@@ -26,11 +26,12 @@ PROGRESS_DEADLINE_S = 90.0  # generous: a loaded two-core machine, a restart and
 
 class Workloads:
     def __init__(self, kafka_bootstrap: Sequence[str] | None, amqp_addresses: Sequence[tuple[str, int]] | None,
-                 netns: NetNamespace | None = None, **kafka_options) -> None:
-        """With `netns`, every client connects from inside that network namespace."""
+                 netns: NetNamespace | None = None, amqp_queue: str | None = None, **kafka_options) -> None:
+        """With `netns`, every client connects from inside that network namespace; `amqp_queue`:
+        the AMQP workload's queue (default: a fresh name)."""
         self.kafka_history, self.amqp_history = History(), History()
         self.kafka = KafkaWorkload(kafka_bootstrap, self.kafka_history, **kafka_options) if kafka_bootstrap else None
-        self.amqp = AmqpWorkload(amqp_addresses, self.amqp_history) if amqp_addresses else None
+        self.amqp = AmqpWorkload(amqp_addresses, self.amqp_history, amqp_queue) if amqp_addresses else None
         self.netns = netns
         for workload in self.running:
             workload.enter = netns.enter if netns is not None else None
