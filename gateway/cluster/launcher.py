@@ -216,11 +216,12 @@ class LocalCluster:
         return "serving" if index < self.spec.brokers else "read-only"
 
     def _broker(self, index: int) -> Process:
-        kafka, amqp, admin = (str(free_port(self.spec.host)) for _ in range(3))
+        kafka, amqp, admin, peer = (str(free_port(self.spec.host)) for _ in range(4))
         rack = f"/rack-{index % self.spec.racks}" if index < self.spec.brokers else self.spec.read_only_rack
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
                    "--data-dir", str(self.dir / f"broker-{index}"), "--host", self.spec.host,
-                   "--kafka-port", kafka, "--amqp-port", amqp, "--admin-port", admin, "--broker-id", str(index),
+                   "--kafka-port", kafka, "--amqp-port", amqp, "--admin-port", admin, "--peer-port", peer,
+                   "--broker-id", str(index),
                    "--rack", rack, "--role", self._role(index), "--log-level", self.spec.log_level,
                    *self.spec.broker_args]
         return Process(f"broker-{index}", command, self.dir / f"broker-{index}.log", "GATEWAY READY ")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from compat_tests.conftest import GatewayProcess, start_gateway
+from gateway.cluster.ports import free_port
 
 
 class GatewayNode:
@@ -26,7 +27,9 @@ class GatewayNode:
         self.prefix = list(prefix)
         self.host = host
         self.env = env
-        self.ports = {"kafka": 0, "amqp": 0, "admin": 0}
+        # Below the ephemeral range (gateway/cluster/ports.py): after a kill, no outgoing
+        # connection can take a port the restart needs.
+        self.ports = {name: free_port(host) for name in ("kafka", "amqp", "admin")}
         self.process: GatewayProcess | None = None
         self.restarts = 0
         self._logs: list[Path] = []   # stderr of every start, in order
@@ -37,8 +40,6 @@ class GatewayNode:
                    *self.extra_args]
         self.process = start_gateway(self.workdir, command=command, env=self.env)
         self._logs.append(self.process.stderr_path)
-        # Later starts reuse the ports the first one was given.
-        self.ports = {name: self.process.ready[name].rpartition(":")[2] for name in self.ports}
         return self
 
     @property
