@@ -45,21 +45,21 @@ OWNER_WAIT_S = 30.0               # how long publishes wait for a queue's owner 
 RETRY_FIRST_S, RETRY_MAX_S = 0.05, 1.0
 
 
-def _text(data: bytes | None) -> str | None:
+def base64_text(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode()
 
 
-def _bytes(text: str | None) -> bytes | None:
+def base64_bytes(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
 def encode_records(records: list[Record]) -> list[list]:
-    return [[r.timestamp_ms, _text(r.key), _text(r.value), [[name, _text(value)] for name, value in r.headers]]
+    return [[r.timestamp_ms, base64_text(r.key), base64_text(r.value), [[name, base64_text(value)] for name, value in r.headers]]
             for r in records]
 
 
 def decode_records(rows: list[list]) -> list[Record]:
-    return [Record(timestamp, _bytes(key), _bytes(value), tuple((name, _bytes(v)) for name, v in headers))
+    return [Record(timestamp, base64_bytes(key), base64_bytes(value), tuple((name, base64_bytes(v)) for name, v in headers))
             for timestamp, key, value, headers in rows]
 
 

@@ -26,7 +26,6 @@ holders hold is handed out again, as when a RabbitMQ client's connection drops.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 from collections.abc import Hashable
@@ -35,7 +34,7 @@ from core.cluster.bundles import partition_bundle
 from core.cluster.peers import PeerConnection
 from core.errors import RESOURCE, CoreError, NotOwner, RequestRefused, Resource, UnknownQueue
 from core.queues import arguments as stored_arguments
-from core.queues.forwarding import COUNTS, DECLARE, DELETE, HOLD, PUBLISH, decode_records
+from core.queues.forwarding import COUNTS, DECLARE, DELETE, HOLD, PUBLISH, base64_bytes, base64_text, decode_records
 from core.queues.naming import queue_topic
 from core.queues.subscription import QueuedMessage
 
@@ -48,23 +47,15 @@ OUTBOX_LIMIT = 1024       # messages handed to a remote consumer and not yet pol
 POLL_BYTES = 4 << 20      # (base64) bodies in one poll's answer, beyond its first message
 
 
-def _text(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode()
-
-
-def _bytes(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
-
-
 def message_row(message: QueuedMessage) -> list:
-    return [message.offset, message.timestamp_ms, _text(message.key), _text(message.value),
-            [[name, _text(value)] for name, value in message.headers], message.deliveries]
+    return [message.offset, message.timestamp_ms, base64_text(message.key), base64_text(message.value),
+            [[name, base64_text(value)] for name, value in message.headers], message.deliveries]
 
 
 def message_of(row: list) -> QueuedMessage:
     offset, timestamp_ms, key, value, headers, deliveries = row
-    return QueuedMessage(offset, timestamp_ms, _bytes(key), _bytes(value),
-                         tuple((name, _bytes(v)) for name, v in headers), deliveries)
+    return QueuedMessage(offset, timestamp_ms, base64_bytes(key), base64_bytes(value),
+                         tuple((name, base64_bytes(v)) for name, v in headers), deliveries)
 
 
 class RemoteConsumer:
