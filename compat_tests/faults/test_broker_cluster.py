@@ -989,3 +989,55 @@ def test_a_consumer_group_goes_on_when_its_coordinator_dies(healthy) -> None:
     assert after.coordinator.id != coordinator
     consumer.close()
     healthy.restart(victim)
+
+
+def test_kafka_delayed_records_on_partitions_of_every_broker_come_out_once_when_due(healthy) -> None:
+    """A topic with delayed delivery spread over the brokers, while one of them serves the
+    namespace's delayed store: each partition's owner has its records held there (over the peer
+    link), and the store appends each to its partition's owner when due. Every record comes out
+    once and none early; a transaction's held records only if it commits."""
+    wait_until_balanced(healthy)
+    bootstrap = ",".join(kafka_address(b) for b in healthy.brokers)
+    topic = f"later-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 9, 1, config={"delayed.delivery.enable": "true"})])[topic].result(30)
+    holders = wait_for_holders(healthy, topic, 9, lambda h: None not in h.values())
+    store_holder, = asyncio.run(_bundle_holders(healthy, [partition_bundle("public", "default", "__delayed_messages", 0)]))
+    assert set(holders.values()) - {store_holder}, f"every partition is with the delayed store: {holders}"
+    delay_ms = 2000
+    started_ms = time.time() * 1000
+    later = [(("deliver-after-ms", str(delay_ms).encode()),)]
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(27):
+        producer.produce(topic, f"later-{i}".encode(), partition=i % 9, headers=list(later[0]))
+    assert producer.flush(30) == 0
+    transactional = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"txn-{topic}", "linger.ms": 5})
+    transactional.init_transactions(30)
+    for prefix, end in (("kept", transactional.commit_transaction), ("dropped", transactional.abort_transaction)):
+        transactional.begin_transaction()
+        for i in range(9):
+            transactional.produce(topic, f"{prefix}-{i}".encode(), partition=i, headers=list(later[0]))
+        transactional.flush(30)
+        end(30)
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "enable.auto.commit": False})
+    consumer.assign([ConfluentPartition(topic, p, OFFSET_BEGINNING) for p in range(9)])
+    arrived: list[tuple[int, str, float]] = []
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while True:
+            batch = [m for m in consumer.consume(500, 1.0) if m.error() is None]
+            now_ms = time.time() * 1000
+            arrived += [(m.partition(), m.value().decode(), now_ms) for m in batch]
+            if len(arrived) >= 36 and not batch:
+                break
+            assert time.monotonic() < deadline, f"{len(arrived)} of 36 delayed records arrived"
+    finally:
+        consumer.close()
+    values = Counter(value for _, value, _ in arrived)
+    assert values == Counter([f"later-{i}" for i in range(27)] + [f"kept-{i}" for i in range(9)]), values
+    assert all(partition == int(value.rpartition("-")[2]) % 9 for partition, value, _ in arrived)
+    early = [value for _, value, at_ms in arrived if at_ms < started_ms + delay_ms]
+    assert not early, f"visible before they were due: {early}"
+    print("delayed store on broker", store_holder, "partitions on brokers", sorted(set(holders.values())),
+          "latest arrival", round(max(at for *_, at in arrived) - started_ms - delay_ms), "ms after due")

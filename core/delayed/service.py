@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 from core.cluster.bundles import Bundle, partition_bundle
+from core.cluster.owners import retrieved
 from core.delayed.held import Target
+from core.delayed.remote import DelayedRequests, RemoteStore, append_released
 from core.delayed.store import MAX_IN_MEMORY, SYSTEM_TOPIC, DelayedStore, Deliverer
 from core.names import TopicName
-from core.records.builder import Record, build_batch
+from core.records.builder import Record
 
 log = logging.getLogger("gateway.core.delayed")
 
@@ -48,12 +49,17 @@ class PartitionDeliverer:
         return [self._append(TopicName(tenant, namespace, topic), partition, records)]
 
     async def _append(self, topic: TopicName, index: int, records: list[Record]) -> int:
-        partition = await self._core.partition(topic, index)
-        return await partition.start_append(build_batch(records))
+        return await append_released(self._core, topic, index, records)
 
 
 def partition_target(topic: str, partition: int) -> Target:
     return Target(PARTITION, f"{topic}/{partition}")
+
+
+def partition_of(target: Target, topic: str) -> int | None:
+    """The partition a PARTITION target names, if it is one of `topic`'s."""
+    name, _, index = target.name.rpartition("/")
+    return int(index) if target.kind == PARTITION and name == topic and index.isdigit() else None
 
 
 class DelayedService:
@@ -66,8 +72,14 @@ class DelayedService:
         self._deliverers: dict[str, Deliverer] = {}
         self._registered: dict[str, asyncio.Event] = {}
         self._loader: asyncio.Task | None = None
+        self._remote: dict[tuple[str, str], RemoteStore] = {}
+        self._starting: set[Bundle] = set()      # store bundles taken, to start once served
         if core.cluster is not None:
             core.cluster.on_acquire(self._on_acquire)
+            core.cluster.on_serving(self._on_serving)
+            core.cluster.on_release(self._on_release)
+        if core.peers is not None:
+            DelayedRequests(core, self).register(core.peers)
         self.register(PARTITION, PartitionDeliverer(core))
 
     def register(self, kind: str, deliverer: Deliverer) -> None:
@@ -83,7 +95,8 @@ class DelayedService:
         return found
 
     async def start(self) -> None:
-        self._loader = asyncio.create_task(self._load_all(), name="delayed-load")
+        if self._core.cluster is None:      # in a cluster, a store starts with its bundle (_on_acquire)
+            self._loader = asyncio.create_task(self._load_all(), name="delayed-load")
 
     async def _load_all(self) -> None:
         metadata = self._core.metadata
@@ -99,10 +112,22 @@ class DelayedService:
         this broker takes that bundle, it starts the store (the previous owner's schedule resumes)."""
         if partition_bundle(bundle.tenant, bundle.namespace, SYSTEM_TOPIC, 0) != bundle:
             return
-        if await self._core.metadata.get(f"{INDEX}/{bundle.tenant}/{bundle.namespace}") is None:
+        if await self._core.metadata.get(f"{INDEX}/{bundle.tenant}/{bundle.namespace}") is not None:
+            self._starting.add(bundle)      # once the bundle counts as owned (_on_serving)
+
+    def _on_serving(self, bundle: Bundle) -> None:
+        if bundle in self._starting:
+            self._starting.discard(bundle)
+            self.store(bundle.tenant, bundle.namespace)
+
+    async def _on_release(self, bundle: Bundle) -> None:
+        """The bundle goes to another broker: so does its store (a later return starts it afresh)."""
+        if partition_bundle(bundle.tenant, bundle.namespace, SYSTEM_TOPIC, 0) != bundle:
             return
-        # Called just before the bundle counts as owned: start once this acquisition is done.
-        asyncio.get_running_loop().call_soon(self.store, bundle.tenant, bundle.namespace)
+        self._starting.discard(bundle)
+        store = self._stores.pop((bundle.tenant, bundle.namespace), None)
+        if store is not None:
+            await store.close()
 
     def store(self, tenant: str, namespace: str) -> DelayedStore:
         key = (tenant, namespace)
@@ -113,23 +138,51 @@ class DelayedService:
             store.start()
         return store
 
+    def _remote_store(self, tenant: str, namespace: str) -> RemoteStore | None:
+        """In a cluster, the way to the broker serving the namespace's store if not this one."""
+        bundle = partition_bundle(tenant, namespace, SYSTEM_TOPIC, 0)
+        cluster = self._core.cluster
+        if cluster is None or cluster.owns(bundle):
+            return None
+        if self._core.peers is None:
+            raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)   # refused now, not lost
+        remote = self._remote.get((tenant, namespace))
+        if remote is None:
+            remote = self._remote[(tenant, namespace)] = RemoteStore(self._core, bundle)
+        return remote
+
+    def local_store(self, tenant: str, namespace: str) -> DelayedStore:
+        """The namespace's store, which this broker must serve (NotOwner if it does not)."""
+        self.check_serving(tenant, namespace)
+        return self.store(tenant, namespace)
+
+    def check_serving(self, tenant: str, namespace: str) -> None:
+        cluster = self._core.cluster
+        if cluster is not None and not cluster.owns(partition_bundle(tenant, namespace, SYSTEM_TOPIC, 0)):
+            raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)
+
+    def intake(self, tenant: str, namespace: str) -> DelayedStore | RemoteStore:
+        """What a connection holding messages here waits on for back-pressure (`wait_writable`)."""
+        return self._remote_store(tenant, namespace) or self.store(tenant, namespace)
+
     def hold(self, tenant: str, namespace: str, record: Record, due_ms: int, target: Target, *,
              txn: int | None = None) -> asyncio.Future:
         """Keep `record` until `due_ms`, then hand it to the deliverer of `target.kind`. The future
         resolves to its id once the record is durable. `txn`: the producer id of the transaction it
-        belongs to (released only if that commits, see `end_transaction`)."""
-        cluster = self._core.cluster
-        if cluster is not None and not cluster.owns(partition_bundle(tenant, namespace, SYSTEM_TOPIC, 0)):
-            raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)   # refused now, not lost
+        belongs to (released only if that commits, see `end_transaction`). In a cluster, held by
+        the broker serving the namespace's store."""
+        remote = self._remote_store(tenant, namespace)
+        if remote is not None:
+            return _first(remote.hold_many([(record, due_ms)], target, txn))
         return self.store(tenant, namespace).hold(record, due_ms, target, txn)
 
     def hold_many(self, tenant: str, namespace: str, items: list[tuple[Record, int]], target: Target, *,
                   txn: int | None = None) -> list[asyncio.Future]:
         """`hold` for many (record, due) pairs of one target, without their ids: futures (fewer
         than the records) that resolve once all of them are durable."""
-        cluster = self._core.cluster
-        if cluster is not None and not cluster.owns(partition_bundle(tenant, namespace, SYSTEM_TOPIC, 0)):
-            raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)
+        remote = self._remote_store(tenant, namespace)
+        if remote is not None:
+            return [remote.hold_many(items, target, txn)]
         store = self.store(tenant, namespace)
         futures = {id(future): future for future in
                    (store.hold(record, due_ms, target, txn, with_id=False) for record, due_ms in items)}
@@ -138,12 +191,18 @@ class DelayedService:
     async def end_transaction(self, tenant: str, namespace: str, producer_id: int, commit: bool) -> None:
         """A transaction of `producer_id` ends (before its markers are written): its held messages
         in this namespace are held for good (commit) or dropped (abort)."""
+        remote = self._remote_store(tenant, namespace)
+        if remote is not None:
+            await remote.end_transaction(producer_id, commit)
+            return
         store = await self.existing(tenant, namespace)
         if store is not None:
             await store.end_transaction(producer_id, commit)
 
     async def existing(self, tenant: str, namespace: str) -> DelayedStore | None:
-        """The namespace's store, loaded, if it ever held a message (None: it never did)."""
+        """The namespace's store, loaded, if it ever held a message (None: it never did). In a
+        cluster, only the broker serving it has it (NotOwner elsewhere)."""
+        self.check_serving(tenant, namespace)
         store = self._stores.get((tenant, namespace))
         if store is None:
             if await self._core.metadata.get(f"{INDEX}/{tenant}/{namespace}") is None:
@@ -154,14 +213,20 @@ class DelayedService:
 
     async def pending(self, tenant: str, namespace: str) -> dict[str, int]:
         """Pending messages per target (Target.encode() as text)."""
+        remote = self._remote_store(tenant, namespace)
+        if remote is not None:
+            return await remote.pending()
         store = await self.existing(tenant, namespace)
         return store.pending() if store is not None else {}
 
-    async def cancel(self, tenant: str, namespace: str, message_id: int, *,
-                     accept: Callable[[Target], bool] | None = None) -> bool:
-        """Cancel the pending message with this id (if `accept` accepts its target); False if none
-        is pending under it."""
+    async def cancel(self, tenant: str, namespace: str, message_id: int, *, topic: str | None = None) -> bool:
+        """Cancel the pending message with this id (only if held for a partition of `topic`, when
+        given); False if none is pending under it."""
+        remote = self._remote_store(tenant, namespace)
+        if remote is not None:
+            return await remote.cancel(message_id, topic)
         store = await self.existing(tenant, namespace)
+        accept = None if topic is None else (lambda target: partition_of(target, topic) is not None)
         return store is not None and await store.cancel(message_id, accept)
 
     async def close(self) -> None:
@@ -170,3 +235,22 @@ class DelayedService:
         stores, self._stores = list(self._stores.values()), {}
         for store in stores:
             await store.close()
+
+
+def _first(future: asyncio.Future) -> asyncio.Future:
+    """A future of the first item of what `future` resolves to."""
+    first = asyncio.get_running_loop().create_future()
+    first.add_done_callback(retrieved)
+
+    def done(source: asyncio.Future) -> None:
+        if first.done():
+            return
+        if source.cancelled():
+            first.cancel()
+        elif source.exception() is not None:
+            first.set_exception(source.exception())
+        else:
+            first.set_result(source.result()[0])
+
+    future.add_done_callback(done)
+    return first

@@ -51,7 +51,6 @@ from core.delayed.held import (
     cancelled_key,
     committed_copy,
     held_record,
-    id_of,
     kind_of,
     release_record,
     released,
@@ -73,10 +72,11 @@ from core.delayed.index_format import (
     encode_release,
     encode_run,
 )
+from core.delayed.remote import delayed_ids, partition_end
 from core.errors import StorageUnavailable, TopicExists, UnknownTopic
 from core.names import TopicName
 from core.partition import Partition, storage_errors
-from core.records.batch import batch_views, read_header, split_batches
+from core.records.batch import batch_views, split_batches
 from core.records.builder import Record, build_batch
 from core.records.decoder import DecodedRecord, decode_batch, decode_records_at
 
@@ -514,8 +514,8 @@ class DelayedStore:
         """Append to `dest` the messages of a release that are not there yet; how many."""
         kind, _, topic = dest.topic.partition(":")
         try:
-            arrived = await self._ids_in(TopicName(self.tenant, self.namespace, topic), dest.partition,
-                                         dest.high_watermark)
+            arrived = await delayed_ids(self._core, TopicName(self.tenant, self.namespace, topic), dest.partition,
+                                        dest.high_watermark)
             missing = sorted(set(dest.offsets) - arrived)
             if not missing:
                 return 0
@@ -528,28 +528,6 @@ class DelayedStore:
             return len(records)
         except UnknownTopic:         # the destination is gone: nothing to complete
             return 0
-
-    async def _ids_in(self, topic: TopicName, index: int, start: int) -> set[int]:
-        """The delayed.id values of the records of a partition from `start` to its end."""
-        partition = await self._core.partition(topic, index)
-        ids: set[int] = set()
-        offset, end = max(start, partition.log_start_offset), partition.high_watermark
-        while offset < end:
-            result = await partition.read(offset, SCAN_BYTES)
-            following = offset
-            for batch in split_batches(result.records) if result.records else ():
-                header = read_header(batch)
-                following = max(following, header.base_offset + header.last_offset_delta + 1)
-                if header.is_control:
-                    continue
-                for record in decode_batch(batch)[1]:
-                    found = id_of(record.headers)
-                    if found is not None:
-                        ids.add(found)
-            if following == offset:
-                break
-            offset = following
-        return ids
 
     async def _sleep(self, wake_at_ms: int | None) -> None:
         """Until the clock reaches `wake_at_ms` (None: no time limit) or a message is stored."""
@@ -647,8 +625,8 @@ class DelayedStore:
             destinations = []
             for (kind, topic, index), items in plan.items():
                 try:
-                    high_watermark = (await self._core.partition(TopicName(self.tenant, self.namespace, topic),
-                                                                 index)).high_watermark
+                    high_watermark = await partition_end(self._core, TopicName(self.tenant, self.namespace, topic),
+                                                         index)
                 except UnknownTopic:
                     continue
                 destinations.append((kind, topic, index, items, high_watermark))

@@ -22,12 +22,12 @@ import asyncio
 import base64
 import hashlib
 import json
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from core.cluster.bundles import Bundle
-from core.errors import CoreError, NotOwner, NotSent
+from core.cluster.owners import ask_owner_waiting, owner_of, retrieved
+from core.errors import CoreError
 from core.queues import arguments as stored_arguments
 from core.queues.limits import PublishRefused
 from core.records.builder import Record
@@ -36,13 +36,10 @@ PUBLISH = "queue-publish"
 DECLARE = "queue-declare"
 COUNTS = "queue-counts"
 DELETE = "queue-delete"
-HOLD = "delayed-hold"
 MAX_REQUEST_BYTES = 512 << 10
 MAX_PEER_BATCH = 4096             # messages of one publish request over a peer link ...
 MAX_PEER_REQUEST_BYTES = 4 << 20  # ... and their bytes (a single larger message goes alone)
 MAX_PEER_WAITING = 4 * MAX_PEER_BATCH   # messages waiting for the link before publishers wait
-OWNER_WAIT_S = 30.0               # how long publishes wait for a queue's owner (failover) before failing
-RETRY_FIRST_S, RETRY_MAX_S = 0.05, 1.0
 
 
 def base64_text(data: bytes | None) -> str | None:
@@ -94,18 +91,6 @@ async def forward(core, queue: str, to: Bundle, records: list[Record], sender: B
 # --- over the peer links -----------------------------------------------------------------------
 
 
-def _retrieved(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
-def owner_of(core, bundle: Bundle) -> Any:
-    owner = core.cluster.owner(bundle)
-    if owner is None or owner.id == core.cluster.local.id:
-        raise NotOwner(f"bundle {bundle} has no other live owner now (it is moving)")
-    return owner
-
-
 def request_head(kind: str, bundle: Bundle, queue: str, **fields: Any) -> dict:
     return {"kind": kind, "tenant": bundle.tenant, "namespace": bundle.namespace, "queue": queue, **fields}
 
@@ -141,7 +126,7 @@ class RemotePublisher:
 
     def _enqueue(self, item: Record | list[Record]) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
-        future.add_done_callback(_retrieved)      # a publish without confirms need not look at it
+        future.add_done_callback(retrieved)      # a publish without confirms need not look at it
         self._waiting.append((item, future))
         if len(self._waiting) >= MAX_PEER_WAITING:
             self._writable.clear()
@@ -191,67 +176,9 @@ class RemotePublisher:
 
     async def _ask(self, payload: bytes, atomic: bool) -> dict:
         bundle = self._queue.bundle
-        return await ask_owner_waiting(self._core, bundle, request_head(PUBLISH, bundle, self._queue.name,
-                                                                        atomic=atomic), payload)
-
-
-async def ask_owner_waiting(core, bundle: Bundle, head: dict, payload: bytes) -> dict:
-    """Ask the owner of `bundle`. While the bundle has no owner, or its owner cannot be reached or
-    does not serve it yet (a failover), nothing was done: asked again, for up to OWNER_WAIT_S, as a
-    RabbitMQ channel holds its publishes while a queue elects a leader."""
-    deadline, pause = time.monotonic() + OWNER_WAIT_S, RETRY_FIRST_S
-    while True:
-        try:
-            answer, _ = await core.peers.ask(owner_of(core, bundle), head, payload)
-            return answer
-        except (NotOwner, NotSent):
-            if time.monotonic() + pause > deadline:
-                raise
-        if core.cluster.owns(bundle):
-            raise NotOwner(f"bundle {bundle} came to this broker with requests on their way to its previous owner")
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, RETRY_MAX_S)
-
-
-class RemoteHolds:
-    """Delayed messages published here for a namespace whose delayed store another broker serves
-    (the owner of its `__delayed_messages` bundle): each goes there over the peer link, and its
-    future is done once it is durably held there. Back-pressure as a queue's intake."""
-
-    def __init__(self, core, bundle: Bundle) -> None:
-        self._core = core
-        self._bundle = bundle
-        self._in_flight = 0
-        self._writable = asyncio.Event()
-        self._writable.set()
-
-    @property
-    def intake(self) -> "RemoteHolds":
-        return self
-
-    @property
-    def writable(self) -> bool:
-        return self._writable.is_set()
-
-    async def wait_writable(self) -> None:
-        await self._writable.wait()
-
-    def hold(self, exchange: str, record: Record, due_ms: int) -> asyncio.Future:
-        self._in_flight += 1
-        if self._in_flight >= MAX_PEER_WAITING:
-            self._writable.clear()
-        head = {"kind": HOLD, "tenant": self._bundle.tenant, "namespace": self._bundle.namespace,
-                "exchange": exchange, "due_ms": due_ms}
-        sending = asyncio.ensure_future(ask_owner_waiting(self._core, self._bundle, head,
-                                                          json.dumps(encode_records([record])).encode()))
-        sending.add_done_callback(self._sent)
-        return sending
-
-    def _sent(self, done: asyncio.Future) -> None:
-        _retrieved(done)
-        self._in_flight -= 1
-        if self._in_flight < MAX_PEER_WAITING:
-            self._writable.set()
+        answer, _ = await ask_owner_waiting(self._core, bundle, request_head(PUBLISH, bundle, self._queue.name,
+                                                                           atomic=atomic), payload)
+        return answer
 
 
 async def declare_remote(core, bundle: Bundle, name: str, *, durable: bool, auto_delete: bool, exclusive: bool,

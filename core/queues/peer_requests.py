@@ -5,7 +5,6 @@
     queue-counts   {}                    -> {"messages": n, "consumers": n}
     queue-publish  {atomic} + records    -> {"refused": {index: reason}} (atomic: all or none)
     queue-delete   {if_unused, if_empty} -> {"messages": n}
-    delayed-hold   {exchange, due_ms} + a record   held here, answered once durable
     queue-consume  {consumer, prefetch, auto_ack, priority, exclusive}   a consumer joins
     queue-poll     {consumer}   what was handed to it, waiting up to POLL_WAIT_S for something
                                 -> {"messages": [rows], "cancelled": bool}
@@ -34,7 +33,7 @@ from core.cluster.bundles import partition_bundle
 from core.cluster.peers import PeerConnection
 from core.errors import RESOURCE, CoreError, NotOwner, RequestRefused, Resource, UnknownQueue
 from core.queues import arguments as stored_arguments
-from core.queues.forwarding import COUNTS, DECLARE, DELETE, HOLD, PUBLISH, base64_bytes, base64_text, decode_records
+from core.queues.forwarding import COUNTS, DECLARE, DELETE, PUBLISH, base64_bytes, base64_text, decode_records
 from core.queues.naming import queue_topic
 from core.queues.subscription import QueuedMessage
 
@@ -130,7 +129,7 @@ class PeerRequests:
 
     def register(self, peers) -> None:
         for kind, handler in ((DECLARE, self._declare), (COUNTS, self._counts), (PUBLISH, self._publish),
-                              (DELETE, self._delete), (HOLD, self._hold), (CONSUME, self._consume),
+                              (DELETE, self._delete), (CONSUME, self._consume),
                               (POLL, self._poll), (GET, self._get), (CONTROL, self._control), (PURGE, self._purge)):
             peers.handle(kind, handler)
 
@@ -194,15 +193,6 @@ class PeerRequests:
         return {"messages": await space.delete_queue(head["queue"], if_unused=head["if_unused"],
                                                      if_empty=head["if_empty"],
                                                      owner=None if queue is None else queue.owner)}, b""
-
-    async def _hold(self, head: dict, payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
-        """A delayed message a client of another broker published: held here, answered once durable."""
-        space = await self._namespace(head["tenant"], head["namespace"])
-        if space.remote_holds() is not None:
-            raise self._not_serving(f"the delayed messages of {space.tenant}/{space.namespace}")
-        (record,) = decode_records(json.loads(payload))
-        await space.hold(head["exchange"], record, head["due_ms"])
-        return {}, b""
 
     # --- consumers and what they hold ---------------------------------------------------------
 

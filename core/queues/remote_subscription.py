@@ -20,7 +20,8 @@ import logging
 from collections.abc import Hashable
 
 from core.errors import CoreError
-from core.queues.forwarding import owner_of, request_head
+from core.cluster.owners import owner_of
+from core.queues.forwarding import request_head
 from core.queues.peer_requests import CONSUME, CONTROL, GET, POLL, PURGE, message_of
 from core.queues.subscription import Consumer, QueuedMessage
 

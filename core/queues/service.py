@@ -28,7 +28,7 @@ from core.delayed.store import SYSTEM_TOPIC as DELAYED_TOPIC
 from core.queues.exchange import Binding, DestinationKind, Exchange, ExchangeType, check_binding, check_exchange
 from core.queues.dead_letter import DeadLetterer
 from core.queues.expiry import UnusedQueueTimer
-from core.queues.forwarding import PUBLISH, RemoteHolds, declare_remote, decode_records, delete_remote, forward
+from core.queues.forwarding import PUBLISH, declare_remote, decode_records, delete_remote, forward
 from core.queues.peer_requests import PeerRequests
 from core.queues.remote_subscription import RemoteSubscription
 from core.queues.naming import queue_topic
@@ -67,7 +67,6 @@ class QueueNamespace:
         self._following: asyncio.Future | None = None
         self._follow_again = False
         self._closed = False
-        self._holds: RemoteHolds | None = None
 
     def _topic(self, info: QueueInfo) -> TopicName:
         return TopicName(self.tenant, self.namespace, info.topic)
@@ -571,26 +570,12 @@ class QueueNamespace:
     def held(self):
         """Where the namespace's held messages go (its `intake.wait_writable()` is back-pressure):
         its store, or the broker serving that store."""
-        remote = self.remote_holds()
-        return remote if remote is not None else self._core.delayed.store(self.tenant, self.namespace)
+        return self._core.delayed.intake(self.tenant, self.namespace)
 
     def hold(self, exchange: str, record: Record, due_ms: int) -> asyncio.Future:
         """Keep a message published to `exchange` (a delayed one) until `due_ms`, then route it as
         `release` does; the future resolves once it is durably held."""
-        remote = self.remote_holds()
-        if remote is not None:
-            return remote.hold(exchange, record, due_ms)
         return self._core.delayed.hold(self.tenant, self.namespace, record, due_ms, Target(HELD_TARGET, exchange))
-
-    def remote_holds(self) -> RemoteHolds | None:
-        """In a cluster, the way to the broker serving the namespace's delayed store if not this one."""
-        cluster = self._core.cluster
-        bundle = partition_bundle(self.tenant, self.namespace, DELAYED_TOPIC, 0)
-        if cluster is None or self._core.peers is None or cluster.owns(bundle):
-            return None
-        if self._holds is None:
-            self._holds = RemoteHolds(self._core, bundle)
-        return self._holds
 
     def deliver(self, queue: Queue, records: list[Record], sender: Bundle) -> list[Awaitable]:
         """Append `records` to `queue`: here, or through the mailbox of the broker that owns it

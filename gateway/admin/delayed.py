@@ -20,17 +20,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Path, status
 
 from core.delayed.held import Target
-from core.delayed.service import PARTITION
+from core.delayed.service import partition_of
 from core.names import TopicName
 from gateway.admin import security
 from gateway.admin.security import Caller
-
-
-def _partition_of(target: str, topic: str) -> int | None:
-    """The partition a PARTITION target names, if it is one of `topic`'s."""
-    found = Target.decode(target.encode("utf-8", "surrogateescape"))
-    name, _, index = found.name.rpartition("/")
-    return int(index) if found.kind == PARTITION and name == topic and index.isdigit() else None
 
 
 def router(context, authenticate) -> APIRouter:
@@ -52,7 +45,7 @@ def router(context, authenticate) -> APIRouter:
         await core.registry.get_topic(TopicName.of(topic, tenant, namespace))     # 404 if there is none
         by_partition: dict[int, int] = {}
         for target, count in (await core.delayed.pending(tenant, namespace)).items():
-            index = _partition_of(target, topic)
+            index = partition_of(Target.decode(target.encode("utf-8", "surrogateescape")), topic)
             if index is not None:
                 by_partition[index] = by_partition.get(index, 0) + count
         return {"topic": topic, "pending": sum(by_partition.values()),
@@ -63,8 +56,7 @@ def router(context, authenticate) -> APIRouter:
     async def cancel_for_topic(tenant: str, namespace: str, topic: str, message_id: MessageId,
                                caller: Authenticated) -> None:
         await visible_namespace(caller, tenant, namespace)
-        accept = lambda target: _partition_of(target.text, topic) is not None
-        if not await core.delayed.cancel(tenant, namespace, message_id, accept=accept):
+        if not await core.delayed.cancel(tenant, namespace, message_id, topic=topic):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no message of {topic} is pending with id {message_id}")
 
     @api.delete("/tenants/{tenant}/namespaces/{namespace}/delayed/{message_id}",

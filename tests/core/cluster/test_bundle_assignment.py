@@ -77,3 +77,12 @@ def test_a_bundle_pinned_to_a_dead_broker_is_placed_elsewhere_and_returns_with_i
     assert without[bundle] in (0, 1)
     back = assign(BUNDLES, without, [0, 1, 2], pinned={bundle: 2})
     assert back[bundle] == 2
+
+
+def test_a_delayed_store_keeps_its_index_in_the_bundle_of_its_messages() -> None:
+    namespaces = [f"ns-{i}" for i in range(64)]
+    assert all(partition_bundle("t", ns, "__delayed_index", 0) == partition_bundle("t", ns, "__delayed_messages", 0)
+               for ns in namespaces)
+    # ... which, hashed on their own names, would often differ
+    assert any(bundle_of("t", ns, "__delayed_index-partition-0") != bundle_of("t", ns, "__delayed_messages-partition-0")
+               for ns in namespaces)

@@ -12,10 +12,12 @@ import pytest
 
 from core.cluster.bundles import partition_bundle
 from core.cluster.peers import PeerService
+from core.delayed.service import partition_target
 from core.delayed.store import SYSTEM_TOPIC as DELAYED_TOPIC
 from core.errors import ResourceLocked
 from core.queues.exchange import Binding, DestinationKind, ExchangeType
 from core.queues.limits import PublishRefused
+from core.queues.naming import queue_topic
 from core.records.builder import Record
 from tests.core.cluster.test_cluster_membership import until
 from tests.core.cluster.test_queue_topology import served_by
@@ -170,3 +172,69 @@ async def test_a_delayed_message_published_through_this_broker_is_held_by_the_ot
         assert time.monotonic() < deadline, "the held message was never released"
         await asyncio.sleep(0.05)
     assert got.value == b"due"
+
+
+async def test_a_delayed_message_due_for_a_queue_of_the_other_broker_reaches_it(brokers) -> None:
+    members, services = brokers
+    spaces = [await service.namespace("public", "default") for service in services]
+    holder = 0 if members[0].owns(partition_bundle("public", "default", DELAYED_TOPIC, 0)) else 1
+    serving, other = spaces[1 - holder], spaces[holder]
+    name = served_by(members[1 - holder], "elsewhere")
+    await serving.declare_exchange("delays", ExchangeType.DELAYED, arguments={"x-delayed-type": "direct"})
+    queue = await serving.declare_queue(name)
+    await serving.bind(Binding("delays", name, DestinationKind.QUEUE, "k"))
+    await until(lambda: "delays" in other.routing.exchanges and name in other.queues)
+    await other.hold("delays", Record(0, key=b"k", value=b"due"), int(time.time() * 1000) + 200)
+    deadline = time.monotonic() + 30
+    while (got := await queue.get("client", auto_ack=True)) is None:
+        assert time.monotonic() < deadline, "the held message was never released"
+        await asyncio.sleep(0.05)
+    assert got.value == b"due"
+
+
+async def test_the_delayed_store_moves_with_its_bundle_and_comes_back_without_stale_state(brokers) -> None:
+    """The store's bundle moves away and back: each owner in turn serves the store, so a message
+    held while it was away is released too, and each message comes out once."""
+    members, services = brokers
+    spaces = [await service.namespace("public", "default") for service in services]
+    store_bundle = partition_bundle("public", "default", DELAYED_TOPIC, 0)
+    home = 0 if members[0].owns(store_bundle) else 1
+    away = 1 - home
+    name = next(f"back{i}" for i in range(500)        # a queue of `home` that stays there
+                if members[home].owns(bundle := partition_bundle("public", "default", queue_topic(f"back{i}"), 0))
+                and bundle != store_bundle)
+    space = spaces[home]
+    await space.declare_exchange("delays", ExchangeType.DELAYED, arguments={"x-delayed-type": "direct"})
+    queue = await space.declare_queue(name)
+    await space.bind(Binding("delays", name, DestinationKind.QUEUE, "k"))
+    now_ms = int(time.time() * 1000)
+    await space.hold("delays", Record(0, key=b"k", value=b"first"), now_ms + 1500)
+
+    await members[home].place({store_bundle: members[away].local.id})
+    await until(lambda: members[away].owns(store_bundle) and not members[home].owns(store_bundle))
+    await space.hold("delays", Record(0, key=b"k", value=b"second"), now_ms + 2500)   # held at `away`
+    await members[home].place({store_bundle: members[home].local.id})
+    await until(lambda: members[home].owns(store_bundle))
+
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 2 or time.monotonic() < deadline - 27:     # and a little longer: nothing twice
+        message = await queue.get("client", auto_ack=True)
+        if message is not None:
+            got.append(message.value)
+        else:
+            assert time.monotonic() < deadline, f"released so far: {got}"
+            await asyncio.sleep(0.05)
+    assert sorted(got) == [b"first", b"second"]
+
+
+async def test_pending_counts_and_cancels_are_answered_by_the_store_through_either_broker(brokers) -> None:
+    members, services = brokers
+    holder = 0 if members[0].owns(partition_bundle("public", "default", DELAYED_TOPIC, 0)) else 1
+    delayed = services[1 - holder]._core.delayed          # asks the holder over the peer link
+    message_id = await delayed.hold("public", "default", Record(0, value=b"x"), int(time.time() * 1000) + 60_000,
+                                    partition_target("bills", 0))
+    assert await delayed.pending("public", "default") == {"partition:bills/0": 1}
+    assert not await delayed.cancel("public", "default", message_id, topic="invoices")
+    assert await delayed.cancel("public", "default", message_id, topic="bills")
+    assert (await services[holder]._core.delayed.pending("public", "default")).get("partition:bills/0", 0) == 0
