@@ -156,35 +156,22 @@ async def test_an_exclusive_queue_declared_through_this_broker_on_the_other_one_
     await until(lambda: name not in there.queues and name not in here.queues)
 
 
-async def test_a_delayed_message_published_through_this_broker_is_held_by_the_other_one(brokers) -> None:
+@pytest.mark.parametrize("queue_with_the_store", [True, False], ids=["queue-with-the-store", "queue-elsewhere"])
+async def test_a_delayed_message_is_held_by_the_store_of_one_broker_and_released_into_the_queue(
+        brokers, queue_with_the_store: bool) -> None:
+    """Published through the broker that does not serve the namespace's delayed store, then
+    released into a queue of either broker."""
     members, services = brokers
     spaces = [await service.namespace("public", "default") for service in services]
     holder = 0 if members[0].owns(partition_bundle("public", "default", DELAYED_TOPIC, 0)) else 1
-    serving, publisher = spaces[holder], spaces[1 - holder]
-    name = served_by(members[holder], "later")
+    at = holder if queue_with_the_store else 1 - holder
+    serving, publisher = spaces[at], spaces[1 - holder]
+    name = served_by(members[at], "later")
     await serving.declare_exchange("delays", ExchangeType.DELAYED, arguments={"x-delayed-type": "direct"})
     queue = await serving.declare_queue(name)
     await serving.bind(Binding("delays", name, DestinationKind.QUEUE, "k"))
-    await until(lambda: "delays" in publisher.routing.exchanges)
+    await until(lambda: "delays" in publisher.routing.exchanges and name in publisher.queues)
     await publisher.hold("delays", Record(0, key=b"k", value=b"due"), int(time.time() * 1000) + 200)
-    deadline = time.monotonic() + 30
-    while (got := await queue.get("client", auto_ack=True)) is None:
-        assert time.monotonic() < deadline, "the held message was never released"
-        await asyncio.sleep(0.05)
-    assert got.value == b"due"
-
-
-async def test_a_delayed_message_due_for_a_queue_of_the_other_broker_reaches_it(brokers) -> None:
-    members, services = brokers
-    spaces = [await service.namespace("public", "default") for service in services]
-    holder = 0 if members[0].owns(partition_bundle("public", "default", DELAYED_TOPIC, 0)) else 1
-    serving, other = spaces[1 - holder], spaces[holder]
-    name = served_by(members[1 - holder], "elsewhere")
-    await serving.declare_exchange("delays", ExchangeType.DELAYED, arguments={"x-delayed-type": "direct"})
-    queue = await serving.declare_queue(name)
-    await serving.bind(Binding("delays", name, DestinationKind.QUEUE, "k"))
-    await until(lambda: "delays" in other.routing.exchanges and name in other.queues)
-    await other.hold("delays", Record(0, key=b"k", value=b"due"), int(time.time() * 1000) + 200)
     deadline = time.monotonic() + 30
     while (got := await queue.get("client", auto_ack=True)) is None:
         assert time.monotonic() < deadline, "the held message was never released"
