@@ -5,6 +5,7 @@ Every frame, both ways (big-endian):
 
     offset  size  field
     0       4     length        bytes after this field, 12 <= length <= MAX_FRAME_BYTES
+                                (HANDSHAKE_FRAME_BYTES until the link is authenticated)
     4       8     request id    chosen by the asking broker; an answer carries its request's id
     12      4     head length   n, the bytes of the head
     16      n     head          a JSON object: a request's kind and fields, or an answer
@@ -26,7 +27,8 @@ import json
 import struct
 
 FRAME = struct.Struct(">IQI")           # length, request id, head length
-MAX_FRAME_BYTES = 64 << 20
+MAX_FRAME_BYTES = 160 << 20          # a 128 MiB message (RabbitMQ's default limit) with room to spare
+HANDSHAKE_FRAME_BYTES = 4096        # what an unauthenticated peer may make this broker read
 NONCE_BYTES = 32
 
 
@@ -42,10 +44,10 @@ def encode(request_id: int, head: dict, payload: bytes = b"") -> list[bytes]:
     return [FRAME.pack(length, request_id, len(head_bytes)), head_bytes, payload]
 
 
-def frame_length(prefix: bytes) -> int:
+def frame_length(prefix: bytes, limit: int = MAX_FRAME_BYTES) -> int:
     """The bytes after the length field, from its first 4 bytes; FrameError when out of bounds."""
     (length,) = struct.unpack_from(">I", prefix)
-    if not FRAME.size - 4 <= length <= MAX_FRAME_BYTES:
+    if not FRAME.size - 4 <= length <= limit:
         raise FrameError(f"frame length {length} out of bounds")
     return length
 

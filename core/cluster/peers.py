@@ -51,8 +51,8 @@ CONNECT_TIMEOUT_S = 5.0
 HANDSHAKE_TIMEOUT_S = 10.0
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, dict, bytes]:
-    length = frames.frame_length(await reader.readexactly(4))
+async def _read_frame(reader: asyncio.StreamReader, limit: int = frames.MAX_FRAME_BYTES) -> tuple[int, dict, bytes]:
+    length = frames.frame_length(await reader.readexactly(4), limit)
     return frames.decode(await reader.readexactly(length))
 
 
@@ -97,7 +97,7 @@ class PeerService:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
                 nonce = os.urandom(frames.NONCE_BYTES)
                 writer.writelines(frames.encode(0, {"nonce": nonce.hex()}))
-                _, hello, _ = await _read_frame(reader)
+                _, hello, _ = await _read_frame(reader, frames.HANDSHAKE_FRAME_BYTES)
                 theirs = bytes.fromhex(hello.get("nonce", ""))
                 if not frames.proof_matches(self._secret, nonce, theirs, hello.get("proof")):
                     log.warning("a peer link from %s failed authentication", writer.get_extra_info("peername"))
@@ -189,11 +189,11 @@ class _Link:
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S):
                 reader, writer = await asyncio.open_connection(host, int(port))
-                _, hello, _ = await _read_frame(reader)
+                _, hello, _ = await _read_frame(reader, frames.HANDSHAKE_FRAME_BYTES)
                 theirs, nonce = bytes.fromhex(hello["nonce"]), os.urandom(frames.NONCE_BYTES)
                 writer.writelines(frames.encode(0, {"nonce": nonce.hex(),
                                                     "proof": frames.proof(self._secret, theirs, nonce)}))
-                _, answer, _ = await _read_frame(reader)
+                _, answer, _ = await _read_frame(reader, frames.HANDSHAKE_FRAME_BYTES)
                 if not frames.proof_matches(self._secret, nonce, theirs, answer.get("proof")):
                     writer.close()
                     raise StorageUnavailable(f"broker {self._broker.id} failed the peer link's authentication")

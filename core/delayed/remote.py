@@ -25,12 +25,13 @@ import asyncio
 
 from core.cluster.bundles import Bundle, partition_bundle
 from core.cluster.owners import ask_owner_waiting, retrieved
+from core.cluster.peer_records import pack, unpack_records
 from core.cluster.peers import PeerConnection
 from core.delayed.held import Target, id_of
 from core.errors import RequestRefused
 from core.names import TopicName
 from core.partition import Partition
-from core.records.batch import CorruptBatch, InvalidBatch, read_header, split_batches
+from core.records.batch import read_header, split_batches
 from core.records.builder import Record, build_batch
 from core.records.decoder import decode_batch
 
@@ -69,7 +70,7 @@ class RemoteStore:
         self._in_flight += len(items)
         if self._in_flight >= MAX_IN_FLIGHT:
             self._writable.clear()
-        sending = asyncio.ensure_future(self._ask(head, build_batch([record for record, _ in items])))
+        sending = asyncio.ensure_future(self._ask(head, pack([record for record, _ in items])))
         sending.add_done_callback(lambda done: self._sent(done, len(items)))
         return sending
 
@@ -130,7 +131,7 @@ async def append_released(core, name: TopicName, index: int, records: list[Recor
     if bundle is None:
         partition = await core.partition(name, index)
         return await partition.start_append(build_batch(records))
-    answer, _ = await ask_owner_waiting(core, bundle, _head(APPEND, name, index), build_batch(records))
+    answer, _ = await ask_owner_waiting(core, bundle, _head(APPEND, name, index), pack(records))
     return answer["offset"]
 
 
@@ -182,7 +183,7 @@ class DelayedRequests:
 
     async def _hold(self, head: dict, payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
         store = self._service.local_store(head["tenant"], head["namespace"])
-        records, dues = _records(payload), head["dues"]
+        records, dues = unpack_records(payload), head["dues"]
         if len(records) != len(dues):
             raise RequestRefused(f"{len(records)} records held with {len(dues)} due times")
         target = Target(*head["target"])
@@ -216,11 +217,3 @@ class DelayedRequests:
     async def _ids(self, head: dict, _payload: bytes, _link: PeerConnection) -> tuple[dict, bytes]:
         partition = await self._partition(head)
         return {"ids": sorted(await delayed_ids_in(partition, head["start"]))}, b""
-
-
-def _records(payload: bytes) -> list[Record]:
-    try:
-        return [Record(record.timestamp_ms, record.key, record.value, record.headers)
-                for batch in split_batches(payload) for record in decode_batch(batch)[1]]
-    except (CorruptBatch, InvalidBatch, ValueError) as exc:
-        raise RequestRefused(f"held records do not decode: {exc}") from None

@@ -27,6 +27,7 @@ from typing import Any
 
 from core.cluster.bundles import Bundle
 from core.cluster.owners import ask_owner_waiting, owner_of, retrieved
+from core.cluster.peer_records import pack
 from core.errors import CoreError
 from core.queues import arguments as stored_arguments
 from core.queues.limits import PublishRefused
@@ -157,7 +158,7 @@ class RemotePublisher:
                 batch, atomic = self._next_request()
                 records = batch[0][0] if atomic else [record for record, _ in batch]
                 try:
-                    answer = await self._ask(json.dumps(encode_records(records)).encode(), atomic)
+                    answer = await self._ask(pack(records), atomic)
                 except CoreError as exc:
                     for _, future in batch:
                         if not future.done():

@@ -7,14 +7,16 @@
     queue-delete   {if_unused, if_empty} -> {"messages": n}
     queue-consume  {consumer, prefetch, auto_ack, priority, exclusive}   a consumer joins
     queue-poll     {consumer}   what was handed to it, waiting up to POLL_WAIT_S for something
-                                -> {"messages": [rows], "cancelled": bool}
-    queue-get      {holder, auto_ack}   one message held by `holder` (a channel) -> {"message": row | null}
+                                -> {"offsets": [...], "deliveries": [...], "cancelled": bool} + messages
+    queue-get      {holder, auto_ack}   one message held by `holder` (a channel)
+                                -> {"offsets": [...], "deliveries": [...]} + that message, or none
     queue-control  {ops}        applied in order: ["ack", offsets], ["reject", offsets, requeue],
                                 ["cancel", consumer, holder | null], ["release", holder],
                                 ["save"] (the position durable before the answer)
     queue-purge    {}           -> {"purged": n}
 
-Every request names its tenant, namespace and queue; one for a queue whose bundle this broker does
+Records and messages travel as one RecordBatch (core/cluster/peer_records.py); a message's offset
+and delivery count go in the head. Every request names its tenant, namespace and queue; one for a queue whose bundle this broker does
 not serve is refused with NotOwner (asked while the bundle moves). An exclusive queue declared
 for a connection of another broker is owned here by ELSEWHERE: the asking broker checks its own
 connections. Consumer and holder names are chosen by the asking broker and count per link. What a
@@ -25,15 +27,15 @@ holders hold is handed out again, as when a RabbitMQ client's connection drops.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Hashable
 
 from core.cluster.bundles import partition_bundle
+from core.cluster.peer_records import pack, unpack, unpack_records
 from core.cluster.peers import PeerConnection
 from core.errors import RESOURCE, CoreError, NotOwner, RequestRefused, Resource, UnknownQueue
 from core.queues import arguments as stored_arguments
-from core.queues.forwarding import COUNTS, DECLARE, DELETE, PUBLISH, base64_bytes, base64_text, decode_records
+from core.queues.forwarding import COUNTS, DECLARE, DELETE, PUBLISH
 from core.queues.naming import queue_topic
 from core.queues.subscription import QueuedMessage
 
@@ -43,18 +45,19 @@ CONSUME, POLL, GET, CONTROL, PURGE = "queue-consume", "queue-poll", "queue-get",
 ELSEWHERE = object()      # the owner here of an exclusive queue declared for another broker's connection
 POLL_WAIT_S = 5.0
 OUTBOX_LIMIT = 1024       # messages handed to a remote consumer and not yet polled
-POLL_BYTES = 4 << 20      # (base64) bodies in one poll's answer, beyond its first message
+POLL_BYTES = 4 << 20      # bodies in one poll's answer, beyond its first message
 
 
-def message_row(message: QueuedMessage) -> list:
-    return [message.offset, message.timestamp_ms, base64_text(message.key), base64_text(message.value),
-            [[name, base64_text(value)] for name, value in message.headers], message.deliveries]
+def pack_messages(handed: list[tuple[QueuedMessage, int]]) -> tuple[dict, bytes]:
+    """(head fields, payload) of messages handed to another broker's consumer or channel, each with
+    how often it was handed out before."""
+    return ({"offsets": [message.offset for message, _ in handed], "deliveries": [count for _, count in handed]},
+            pack([message for message, _ in handed]))
 
 
-def message_of(row: list) -> QueuedMessage:
-    offset, timestamp_ms, key, value, headers, deliveries = row
-    return QueuedMessage(offset, timestamp_ms, base64_bytes(key), base64_bytes(value),
-                         tuple((name, base64_bytes(v)) for name, v in headers), deliveries)
+def unpack_messages(head: dict, payload: bytes) -> list[QueuedMessage]:
+    return [QueuedMessage(offset, record.timestamp_ms, record.key, record.value, record.headers, deliveries)
+            for offset, deliveries, record in zip(head["offsets"], head["deliveries"], unpack(payload), strict=True)]
 
 
 class RemoteConsumer:
@@ -65,7 +68,7 @@ class RemoteConsumer:
         self.prefetch = prefetch
         self.auto_ack = auto_ack
         self.priority = priority
-        self._outbox: list[list] = []
+        self._outbox: list[tuple[QueuedMessage, int]] = []
         self._outbox_bytes = 0
         self._ready = asyncio.Event()
         self.cancelled = False
@@ -74,16 +77,15 @@ class RemoteConsumer:
         return len(self._outbox) < OUTBOX_LIMIT and self._outbox_bytes < 4 * POLL_BYTES
 
     def deliver(self, message: QueuedMessage) -> None:
-        row = message_row(message)           # now: the queue counts the delivery after this
-        self._outbox.append(row)
-        self._outbox_bytes += len(row[3] or "")
+        self._outbox.append((message, message.deliveries))    # now: the queue counts this delivery after
+        self._outbox_bytes += len(message.value or b"")
         self._ready.set()
 
     def queue_deleted(self) -> None:
         self.cancelled = True
         self._ready.set()
 
-    async def take(self, wait_s: float) -> list[list]:
+    async def take(self, wait_s: float) -> list[tuple[QueuedMessage, int]]:
         """What waits, up to POLL_BYTES (at least one), waiting up to `wait_s` for something."""
         if not self._outbox and not self.cancelled:
             try:
@@ -92,18 +94,18 @@ class RemoteConsumer:
             except TimeoutError:
                 pass
         taken, size = 0, 0
-        for row in self._outbox:
-            if taken and size + len(row[3] or "") > POLL_BYTES:
+        for message, _ in self._outbox:
+            if taken and size + len(message.value or b"") > POLL_BYTES:
                 break
-            size += len(row[3] or "")
+            size += len(message.value or b"")
             taken += 1
-        rows, self._outbox = self._outbox[:taken], self._outbox[taken:]
+        messages, self._outbox = self._outbox[:taken], self._outbox[taken:]
         self._outbox_bytes -= size
         if not self._outbox:
             self._ready.clear()
-        if rows and not self.cancelled:
+        if messages and not self.cancelled:
             self._subscription.dispatch()     # room again
-        return rows
+        return messages
 
 
 class _Link:
@@ -174,7 +176,7 @@ class PeerRequests:
         """Messages a client of another broker published: appended in the order sent, answered once
         each is durable; those a full queue refused are named (index -> reason)."""
         queue = await self._served_queue(head)
-        records = decode_records(json.loads(payload))
+        records = unpack_records(payload)
         if head.get("atomic"):      # a transaction's publishes to the queue, committed
             await queue.publish_batch(records)
             return {}, b""
@@ -214,9 +216,10 @@ class PeerRequests:
     async def _poll(self, head: dict, _payload: bytes, connection: PeerConnection) -> tuple[dict, bytes]:
         found = self._link(connection).consumers.get(head["consumer"])
         if found is None:
-            return {"messages": [], "cancelled": True}, b""
+            return {"offsets": [], "deliveries": [], "cancelled": True}, b""
         consumer = found[1]
-        return {"messages": await consumer.take(POLL_WAIT_S), "cancelled": consumer.cancelled}, b""
+        head, payload = pack_messages(await consumer.take(POLL_WAIT_S))
+        return {**head, "cancelled": consumer.cancelled}, payload
 
     async def _get(self, head: dict, _payload: bytes, connection: PeerConnection) -> tuple[dict, bytes]:
         queue = await self._served_queue(head)
@@ -224,7 +227,7 @@ class PeerRequests:
         message = await queue.get(link.holder(head["holder"]), auto_ack=head["auto_ack"])
         if message is not None and not head["auto_ack"]:
             link.holders.setdefault(head["holder"], set()).add(queue)
-        return {"message": None if message is None else message_row(message)}, b""
+        return pack_messages([] if message is None else [(message, message.deliveries)])
 
     async def _control(self, head: dict, _payload: bytes, connection: PeerConnection) -> tuple[dict, bytes]:
         queue = await self._served_queue(head)

@@ -22,7 +22,7 @@ from collections.abc import Hashable
 from core.errors import CoreError
 from core.cluster.owners import owner_of
 from core.queues.forwarding import request_head
-from core.queues.peer_requests import CONSUME, CONTROL, GET, POLL, PURGE, message_of
+from core.queues.peer_requests import CONSUME, CONTROL, GET, POLL, PURGE, unpack_messages
 from core.queues.subscription import Consumer, QueuedMessage
 
 log = logging.getLogger("gateway.core.queues")
@@ -43,11 +43,10 @@ class RemoteSubscription:
         self._failed: CoreError | None = None      # of the last control request, for save_position
         self._room = asyncio.Event()
 
-    async def _ask(self, kind: str, **fields) -> dict:
+    async def _ask(self, kind: str, **fields) -> tuple[dict, bytes]:
         queue = self._queue
-        answer, _ = await self._core.peers.ask(owner_of(self._core, queue.bundle),
-                                               request_head(kind, queue.bundle, queue.name, **fields))
-        return answer
+        return await self._core.peers.ask(owner_of(self._core, queue.bundle),
+                                          request_head(kind, queue.bundle, queue.name, **fields))
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -68,11 +67,11 @@ class RemoteSubscription:
                 while not consumer.can_deliver():
                     self._room.clear()
                     await self._room.wait()
-                answer = await self._ask(POLL, consumer=name)
+                answer, payload = await self._ask(POLL, consumer=name)
                 if self._consumers.get(consumer) != name:
                     return      # removed meanwhile: what came is the owner's to hand out again
-                for row in answer["messages"]:
-                    consumer.deliver(message_of(row))
+                for message in unpack_messages(answer, payload):
+                    consumer.deliver(message)
                 if answer["cancelled"]:
                     break
         except CoreError as exc:
@@ -102,9 +101,8 @@ class RemoteSubscription:
 
     async def get(self, owner: Hashable, *, auto_ack: bool) -> QueuedMessage | None:
         await self._settled()     # a reject with requeue before this get is seen by it
-        answer = await self._ask(GET, holder=self._holder(owner), auto_ack=auto_ack)
-        row = answer["message"]
-        return None if row is None else message_of(row)
+        messages = unpack_messages(*await self._ask(GET, holder=self._holder(owner), auto_ack=auto_ack))
+        return messages[0] if messages else None
 
     def ack(self, offsets: list[int]) -> None:
         self._control(["ack", offsets])
@@ -127,7 +125,8 @@ class RemoteSubscription:
 
     async def purge(self) -> int:
         await self._settled()
-        return (await self._ask(PURGE))["purged"]
+        answer, _ = await self._ask(PURGE)
+        return answer["purged"]
 
     # --- in order, one request at a time --------------------------------------------------------
 

@@ -194,7 +194,14 @@ class QueueNamespace:
                 check_exchange(wanted)
             except ValueError as exc:
                 raise InvalidArgument(str(exc)) from None
-            await self._store.put_exchange(wanted)
+            stored = await self._store.create_exchange(wanted)
+            if stored is not None and (stored.durable or not (await self._left_behind())(stored.declared_by)):
+                # declared through another broker and not followed here yet: that one stands
+                _check_exchange_equivalence(stored, wanted)
+                self.routing.put_exchange(stored)
+                return stored
+            if stored is not None:       # a transient one whose process is gone: replaced
+                await self._store.put_exchange(wanted)
             self.routing.put_exchange(wanted)
             await self._announce()
             return wanted

@@ -20,7 +20,7 @@ from core.partition import storage_errors
 from core.queues.exchange import Binding, Exchange
 from core.queues.naming import storage_key
 from core.queues.queue import QueueInfo
-from storage.api import MetadataStore, NoNode
+from storage.api import MetadataStore, NodeExists, NoNode
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,21 @@ class NamespaceStore:
 
     async def put_exchange(self, exchange: Exchange) -> None:
         await self._put("exchanges", storage_key(exchange.name), exchange.to_doc())
+
+    async def create_exchange(self, exchange: Exchange) -> Exchange | None:
+        """Store `exchange` unless an exchange of its name is stored: then that one, unchanged (two
+        brokers declaring one name at once: the first write wins, as in a RabbitMQ cluster)."""
+        path = self._path("exchanges", storage_key(exchange.name))
+        while True:
+            with storage_errors():
+                try:
+                    await self._metadata.create(path, json.dumps(exchange.to_doc(), separators=(",", ":")).encode())
+                    return None
+                except NodeExists:
+                    pass
+            stored = await self.get_exchange(exchange.name)
+            if stored is not None:
+                return stored          # (else deleted meanwhile: create it after all)
 
     async def delete_exchange(self, name: str) -> None:
         await self._delete("exchanges", storage_key(name))

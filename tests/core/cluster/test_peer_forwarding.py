@@ -6,6 +6,7 @@ limit. Two brokers on one embedded store, in one process, each with its peer lin
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 
 import pytest
@@ -225,3 +226,33 @@ async def test_pending_counts_and_cancels_are_answered_by_the_store_through_eith
     assert not await delayed.cancel("public", "default", message_id, topic="invoices")
     assert await delayed.cancel("public", "default", message_id, topic="bills")
     assert (await services[holder]._core.delayed.pending("public", "default")).get("partition:bills/0", 0) == 0
+
+
+async def test_a_stranger_claiming_a_huge_first_frame_is_cut_off_unread(brokers) -> None:
+    members, _ = brokers
+    host, _, port = members[1].local.peer.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        await reader.readexactly(4)                          # the listener's nonce frame follows
+        writer.write(struct.pack(">I", 100 << 20))         # "100 MiB follow", before any proof
+        await writer.drain()
+        async with asyncio.timeout(10):
+            while await reader.read(65536):
+                pass                                        # closed: EOF, nothing allocated for it
+    finally:
+        writer.close()
+
+
+async def test_a_message_larger_than_the_old_frame_limit_crosses_the_link(brokers) -> None:
+    """64 MiB of body, published through the broker that does not serve the queue (records travel
+    as bytes, not base64 in JSON), and read back whole through it."""
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")
+    name = served_by(members[1], "large")
+    queue = await here.declare_queue(name)
+    body = bytes(range(256)) * (256 << 10)
+    await queue.publish(Record(0, key=b"k", value=body, headers=(("content-type", b"application/octet-stream"),)))
+    got = await queue.get("client", auto_ack=True)
+    assert got.value == body and got.headers == (("content-type", b"application/octet-stream"),)
+    assert await there.queues[name].message_count() == 0

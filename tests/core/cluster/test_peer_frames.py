@@ -25,6 +25,13 @@ def test_a_length_out_of_bounds_is_refused_before_anything_is_read(length: int) 
         frames.frame_length(struct.pack(">I", length))
 
 
+def test_before_the_handshake_only_small_frames_are_read() -> None:
+    big_enough_after = struct.pack(">I", frames.HANDSHAKE_FRAME_BYTES + 1)
+    assert frames.frame_length(big_enough_after) == frames.HANDSHAKE_FRAME_BYTES + 1
+    with pytest.raises(frames.FrameError):
+        frames.frame_length(big_enough_after, frames.HANDSHAKE_FRAME_BYTES)
+
+
 @pytest.mark.parametrize("body", [
     struct.pack(">QI", 1, 100) + b"{}",            # the head claims more than there is
     struct.pack(">QI", 1, 3) + b"{x}",             # not JSON

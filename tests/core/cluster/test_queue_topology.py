@@ -7,11 +7,13 @@ Two brokers on one embedded (SQLite) store, in one process."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.bundles import partition_bundle
-from core.errors import ResourceLocked
+from core.errors import InequivalentDeclaration, ResourceLocked
 from core.queues.exchange import Binding, DestinationKind, ExchangeType
 from core.queues.naming import queue_topic
 from core.queues.routing import no_properties as no_headers
@@ -101,3 +103,21 @@ async def test_a_publish_to_a_queue_not_followed_yet_finds_it_in_the_store(broke
     await there.look_up("", "")      # an empty routing key names no queue: nothing to look up
     await there.look_up("", "never-declared")
     assert routed(there, "", "never-declared") == []
+
+
+async def test_two_brokers_declaring_one_exchange_at_once_agree_on_the_first(brokers) -> None:
+    """As in a RabbitMQ cluster: the first declaration stands, a different one at the same moment
+    through the other broker is refused (PRECONDITION_FAILED), and both brokers route by the first."""
+    _, services = brokers
+    spaces = [await service.namespace("public", "default") for service in services]
+    for attempt in range(5):
+        name = f"contested-{attempt}"
+        outcomes = await asyncio.gather(spaces[0].declare_exchange(name, ExchangeType.DIRECT),
+                                        spaces[1].declare_exchange(name, ExchangeType.FANOUT),
+                                        return_exceptions=True)
+        won = [o for o in outcomes if not isinstance(o, BaseException)]
+        refused = [o for o in outcomes if isinstance(o, BaseException)]
+        assert len(won) == 1 and len(refused) == 1, outcomes
+        assert isinstance(refused[0], InequivalentDeclaration)
+        await until(lambda: all(space.routing.exchanges.get(name) is not None
+                                and space.routing.exchanges[name].type == won[0].type for space in spaces))
