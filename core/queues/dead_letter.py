@@ -15,8 +15,8 @@ rejection since, is a cycle and is not delivered there (RabbitMQ drops it the sa
 
 Nothing is lost: `DeadLetterer.send` appends the copies to every target durably first; only then is
 the original acknowledged in its queue (at-least-once across a crash). A failed append is retried.
-A target another broker of the cluster owns gets its copies through that broker
-(core/queues/forwarding.py).
+A target another broker of the cluster owns gets its copies through that broker, over the peer link
+as a client's publishes (core/queues/forwarding.py).
 """
 
 from __future__ import annotations

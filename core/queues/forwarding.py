@@ -6,14 +6,13 @@ appends them as a publish of its own (length limits, consumers) and answers once
 there, each message with its own outcome (a full reject-publish queue refuses some). A declare or a
 message count of such a queue is asked of the owner the same way.
 
-Dead-lettered into it, or released into it by the delayed store: they go to the owner through its
-mailbox (core/cluster/mailbox.py), which outlives both brokers; only once they are durable there
-does the sender count them as delivered.
-
-A request carries up to MAX_REQUEST_BYTES of records (base64 in JSON, under the metadata store's
-value limit); a single record larger than that cannot be forwarded, and its sender keeps retrying
-(logged) until the queue's bundle comes to its broker. A request is named after its content, so a
-sender asking again after a failure finds the first one, answered or not.
+Dead-lettered into it, or released into it by the delayed store: the same way, and only once they
+are durable there does the sender count them as delivered (it sends again after a failure, so a
+link lost with the request in flight may store them twice: dead-lettering is at least once anyway,
+and a delayed release finds what arrived by its delayed.id). A cluster without peer links sends
+them through the owner's mailbox (core/cluster/mailbox.py) instead: a request carries up to
+MAX_REQUEST_BYTES of records (base64 in JSON, under the metadata store's value limit), is named after
+its content so that asking again finds the first one, and a single larger record cannot go.
 """
 
 from __future__ import annotations

@@ -585,10 +585,11 @@ class QueueNamespace:
         return self._core.delayed.hold(self.tenant, self.namespace, record, due_ms, Target(HELD_TARGET, exchange))
 
     def deliver(self, queue: Queue, records: list[Record], sender: Bundle) -> list[Awaitable]:
-        """Append `records` to `queue`: here, or through the mailbox of the broker that owns it
-        (core/queues/forwarding.py); `sender` is the bundle the messages come from."""
+        """Append `records` (dead-lettered or released here) to `queue`: here, or at the broker
+        serving it over the peer link as a client's publishes go, or without peer links through its
+        mailbox (core/queues/forwarding.py); `sender` is the bundle the messages come from."""
         cluster = self._core.cluster
-        if cluster is None or cluster.owns(queue.bundle):
+        if cluster is None or cluster.owns(queue.bundle) or self._core.peers is not None:
             return [queue.publish(record) for record in records]
         return [asyncio.ensure_future(forward(self._core, queue.name, queue.bundle, records, sender))]
 

@@ -256,3 +256,24 @@ async def test_a_message_larger_than_the_old_frame_limit_crosses_the_link(broker
     got = await queue.get("client", auto_ack=True)
     assert got.value == body and got.headers == (("content-type", b"application/octet-stream"),)
     assert await there.queues[name].message_count() == 0
+
+
+async def test_a_large_message_dead_lettered_into_a_queue_of_the_other_broker_goes_over_the_link(brokers) -> None:
+    """2 MiB: more than a mailbox request could carry. The copy is in the queue there before the
+    original leaves its queue here."""
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")
+    source, target = served_by(members[0], "src"), served_by(members[1], "dlq")
+    await there.declare_queue(target)
+    await here.declare_queue(source, arguments={"x-max-length": 1, "x-dead-letter-exchange": "",
+                                                "x-dead-letter-routing-key": target})
+    large = b"d" * (2 << 20)
+    for value in (large, b"kept"):
+        await here.queues[source].publish(Record(0, value=value))
+    deadline = time.monotonic() + 30
+    while (dead := await there.queues[target].get("client", auto_ack=True)) is None:
+        assert time.monotonic() < deadline, "the dead-lettered copy never arrived"
+        await asyncio.sleep(0.02)
+    assert dead.value == large and any(name == "queue.death" for name, _ in dead.headers)
+    assert await here.queues[source].message_count() == 1
