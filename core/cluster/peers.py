@@ -110,6 +110,8 @@ class PeerService:
                 answering.add_done_callback(self._served.discard)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
+        except asyncio.CancelledError:
+            pass     # close(): ends quietly (asyncio logs a cancelled connection task as an error)
         except (frames.FrameError, ValueError, TypeError) as exc:
             log.warning("peer link from %s closed: %s", writer.get_extra_info("peername"), exc)
         finally:
