@@ -63,6 +63,12 @@ class RemoteStore:
     async def wait_writable(self) -> None:
         await self._writable.wait()
 
+    def hold(self, record: Record, due_ms: int, target: Target, txn: int | None) -> asyncio.Future:
+        """Held at the owner: the future resolves to its id once durable there."""
+        holding = asyncio.ensure_future(_first(self.hold_many([(record, due_ms)], target, txn)))
+        holding.add_done_callback(retrieved)      # a publish without confirms need not look at it
+        return holding
+
     def hold_many(self, items: list[tuple[Record, int]], target: Target, txn: int | None) -> asyncio.Future:
         """Held at the owner: the future resolves to their ids once all are durable there."""
         head = {"kind": HOLD, "tenant": self._bundle.tenant, "namespace": self._bundle.namespace,
@@ -97,6 +103,10 @@ class RemoteStore:
         answer, _ = await ask_owner_waiting(self._core, self._bundle, {
             "kind": kind, "tenant": self._bundle.tenant, "namespace": self._bundle.namespace, **fields})
         return answer
+
+
+async def _first(ids: asyncio.Future) -> int:
+    return (await ids)[0]
 
 
 # --- the partitions a release goes to --------------------------------------------------------------

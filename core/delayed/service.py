@@ -22,7 +22,6 @@ import asyncio
 import logging
 
 from core.cluster.bundles import Bundle, partition_bundle
-from core.cluster.owners import retrieved
 from core.delayed.held import Target
 from core.delayed.remote import DelayedRequests, RemoteStore, append_released
 from core.delayed.store import MAX_IN_MEMORY, SYSTEM_TOPIC, DelayedStore, Deliverer
@@ -173,7 +172,7 @@ class DelayedService:
         the broker serving the namespace's store."""
         remote = self._remote_store(tenant, namespace)
         if remote is not None:
-            return _first(remote.hold_many([(record, due_ms)], target, txn))
+            return remote.hold(record, due_ms, target, txn)
         return self.store(tenant, namespace).hold(record, due_ms, target, txn)
 
     def hold_many(self, tenant: str, namespace: str, items: list[tuple[Record, int]], target: Target, *,
@@ -236,21 +235,3 @@ class DelayedService:
         for store in stores:
             await store.close()
 
-
-def _first(future: asyncio.Future) -> asyncio.Future:
-    """A future of the first item of what `future` resolves to."""
-    first = asyncio.get_running_loop().create_future()
-    first.add_done_callback(retrieved)
-
-    def done(source: asyncio.Future) -> None:
-        if first.done():
-            return
-        if source.cancelled():
-            first.cancel()
-        elif source.exception() is not None:
-            first.set_exception(source.exception())
-        else:
-            first.set_result(source.result()[0])
-
-    future.add_done_callback(done)
-    return first
