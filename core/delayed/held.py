@@ -5,13 +5,17 @@ A held message is one record of the namespace's system topic:
     timestamp        the wall-clock ms at which it is due (so a scan reads due times without
                      decoding keys, values or headers)
     key, value       the message's own
-    headers          the message's own, followed by one header of the core:
+    headers          first one header of the core, then the message's own (but an earlier
+                     delayed.id, of a message held again after a release):
       delayed.target   "<kind>:<name>" (UTF-8): which kind of target routes it and to what, e.g.
                        "exchange:orders" (a queue namespace's exchange)
 
-When due it is stamped with the time it is released and appended to its destinations with one
-header added, so that a restart can tell whether it got there (store.py):
+When due it is stamped with the time it is released and appended to its destinations with the
+target header taken off and one header added at the end, so that a restart can tell whether it got
+there (store.py):
       delayed.id       the held message's offset in the system topic, ASCII decimal
+(Held messages stored before the target header came first have it after their own headers, and
+may carry an earlier delayed.id: their release reads every header.)
 
 The system topic also holds the store's own records, empty but for one header and their value:
       delayed.release  a release record (index_format.py)
@@ -21,7 +25,7 @@ The system topic also holds the store's own records, empty but for one header an
                        commit or 0 for an abort; a commit's batch holds, before it, copies of the
                        transaction's held messages without their delayed.txn header
 
-A held message of a transaction (Kafka) also carries
+A held message of a transaction (Kafka) also carries, right after delayed.target,
       delayed.txn      the producer id, ASCII decimal: it waits, unindexed, for its transaction's end
 """
 
@@ -30,8 +34,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from core.records.builder import Record
-from core.records.decoder import DecodedRecord
+from core.records.builder import EncodedRecord, Record
+from core.records.decoder import DecodedRecord, RecordTail, split_tail
+from core.records.varint import encode_varint
 
 TARGET = "delayed.target"
 ID = "delayed.id"
@@ -39,6 +44,9 @@ RELEASE = "delayed.release"
 CANCEL = "delayed.cancel"
 TXN = "delayed.txn"
 TXN_END = "delayed.txn-end"
+_TARGET = TARGET.encode()
+_ID = ID.encode()
+_ID_NAME = encode_varint(len(_ID)) + _ID       # the id header as encoded, up to its value
 _TXN_END = struct.Struct(">qB")
 _CANCEL = struct.Struct(">qq")
 
@@ -63,8 +71,8 @@ class Target:
 
 
 def held_record(record: Record, due_ms: int, target: Target, txn: int | None = None) -> Record:
-    own = ((TARGET, target.encode()),) if txn is None else ((TARGET, target.encode()), (TXN, str(txn).encode()))
-    return Record(due_ms, record.key, record.value, (*record.headers, *own))
+    core = ((TARGET, target.encode()),) if txn is None else ((TARGET, target.encode()), (TXN, str(txn).encode()))
+    return Record(due_ms, record.key, record.value, (*core, *(h for h in record.headers if h[0] != ID)))
 
 
 def target_of(record: DecodedRecord) -> Target | None:
@@ -108,20 +116,23 @@ def txn_ended(value: bytes | None) -> tuple[int, bool] | None:
     return producer_id, bool(commit)
 
 
-def released(record: DecodedRecord, now_ms: int) -> tuple[Target, Record] | None:
-    """The target and the message as it goes there: the target header replaced by its id,
-    stamped `now_ms`. None if the record is not a held message."""
-    target = None
-    headers = []
-    for name, value in record.headers:
-        if name == TARGET:
-            target = Target.decode(value or b"")
-        elif name != ID:        # held again after an earlier release: the new id replaces it
-            headers.append((name, value))
-    if target is None:
-        return None
-    headers.append((ID, str(record.offset).encode()))
-    return target, Record(now_ms, record.key, record.value, tuple(headers))
+def released(record: RecordTail, now_ms: int) -> tuple[bytes, EncodedRecord] | None:
+    """The target (encoded: Target.decode reads it) and the message as it goes there: the target
+    header taken off and its id added, stamped `now_ms`. None if the record is not a held message.
+    Only the target header is decoded; the key, value and other headers are copied as they are."""
+    head, count, first, rest = split_tail(record.tail, 1)
+    if first and first[0][0] == _TARGET:     # first, as held_record puts it: the rest are the message's own
+        target, count, kept = first[0][1] or b"", count - 1, rest
+    else:                         # stored before it came first: every header is read
+        head, count, headers, _ = split_tail(record.tail)
+        target = next((value or b"" for name, value, _ in headers if name == _TARGET), None)
+        if target is None:
+            return None
+        own = [encoded for name, _, encoded in headers if name not in (_TARGET, _ID)]
+        count, kept = len(own), b"".join(own)
+    message_id = str(record.offset).encode()
+    return target, EncodedRecord(now_ms, b"".join((head, encode_varint(count + 1), kept, _ID_NAME,
+                                                   encode_varint(len(message_id)), message_id)))
 
 
 def id_of(headers) -> int | None:

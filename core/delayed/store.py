@@ -78,7 +78,7 @@ from core.names import TopicName
 from core.partition import Partition, storage_errors
 from core.records.batch import batch_views, split_batches
 from core.records.builder import Record, build_batch
-from core.records.decoder import DecodedRecord, decode_batch, decode_records_at
+from core.records.decoder import DecodedRecord, RecordTail, decode_batch, decode_tail, record_tails_at
 
 log = logging.getLogger("gateway.core.delayed")
 
@@ -519,7 +519,7 @@ class DelayedStore:
             missing = sorted(set(dest.offsets) - arrived)
             if not missing:
                 return 0
-            found = await self._read(system, missing)
+            found = await self._read_tails(system, missing)
             now_ms = self._core.clock.now_ms()
             records = [released(found[offset], now_ms)[1] for offset in missing if offset in found]
             deliverer = await self._deliverer_for(kind)
@@ -620,7 +620,7 @@ class DelayedStore:
         offsets = [offset for _, offset in due]
         try:
             system = await self._core.partition(self.topic, 0)
-            found = await self._read(system, sorted(offsets))
+            found = await self._read_tails(system, sorted(offsets))
             plan, counts = await self._plan(found, offsets, now_ms)
             destinations = []
             for (kind, topic, index), items in plan.items():
@@ -646,10 +646,13 @@ class DelayedStore:
         self.index.note_release(pair)
         self.counts.subtract(counts)
         self._changed = True
+        # Unconfirmed until its appends are durable: a close that cuts them short leaves it to the
+        # next start (no checkpoint confirms it meanwhile).
+        self._unconfirmed.append(release)
         ok = True
         for kind, topic, index, items, _ in destinations:
-            deliverer = await self._deliverer_for(kind)
             try:
+                deliverer = await self._deliverer_for(kind)
                 for waiter in deliverer.publish(self.tenant, self.namespace, topic, index,
                                                 [record for _, record in items]):
                     await waiter
@@ -659,24 +662,29 @@ class DelayedStore:
                 # Left unconfirmed: the next start checks what arrived and sends the rest.
                 log.warning("appending released delayed messages of %s to %s failed: %s", self.topic, topic, exc)
                 ok = False
-        if not ok:
-            self._unconfirmed.append(release)
+        if ok:
+            self._unconfirmed.remove(release)
+        else:
             self._last_recovery_ms = now_ms       # tried again after RETRY_MS
         self.delivered += len(offsets)
 
-    async def _plan(self, found: dict[int, DecodedRecord], offsets: list[int], now_ms: int):
+    async def _plan(self, found: dict[int, RecordTail], offsets: list[int], now_ms: int):
         """The messages by destination (kind, topic, partition) -> [(offset, record)], and the
         pending count they take off each target."""
         plan: dict[tuple[str, str, int], list] = defaultdict(list)
         counts: Counter[str] = Counter()
+        targets: dict[bytes, tuple[Target, Deliverer]] = {}
         for offset in offsets:
             record = found.get(offset)
             item = released(record, now_ms) if record is not None else None
             if item is None:          # trimmed away, or not a held message: nothing to deliver
                 continue
-            target, message = item
+            encoded, message = item
+            if encoded not in targets:
+                target = Target.decode(encoded)
+                targets[encoded] = target, await self._deliverer_for(target.kind)
+            target, deliverer = targets[encoded]
             counts[target.text] += 1
-            deliverer = await self._deliverer_for(target.kind)
             # A failure here fails the pass (nothing released, tried again); a target that is gone
             # routes nowhere.
             for topic, index in await deliverer.route(self.tenant, self.namespace, target.name, message):
@@ -684,13 +692,16 @@ class DelayedStore:
         return plan, counts
 
     async def _read(self, partition: Partition, offsets: list[int]) -> dict[int, DecodedRecord]:
-        """The records at `offsets` (sorted), read in one go; only the wanted records of a batch
-        are decoded."""
-        wanted = set(offsets)
-        found: dict[int, DecodedRecord] = {}
+        """The records at `offsets` (sorted), read in one go."""
+        return {offset: DecodedRecord(offset, tail.timestamp_ms, *decode_tail(tail.tail))
+                for offset, tail in (await self._read_tails(partition, offsets)).items()}
+
+    async def _read_tails(self, partition: Partition, offsets: list[int]) -> dict[int, RecordTail]:
+        """The records at `offsets` (sorted), read in one go and decoded only up to their tails."""
+        found: dict[int, RecordTail] = {}
         for payload in await partition.read_holding(offsets):
             for batch in batch_views(payload):
-                for record in decode_records_at(batch, wanted, dense=True):    # built by build_batch
+                for record in record_tails_at(batch, offsets):    # built by build_batch
                     found[record.offset] = record
         return found
 

@@ -39,6 +39,7 @@ from core.records.batch import (
     TimestampType,
 )
 from core.records.compression import Compression, compress
+from core.records.decoder import decode_tail
 from core.records.varint import encode_varint, encode_varlong
 
 _CRC = struct.Struct(">I")
@@ -55,8 +56,37 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
+class EncodedRecord:
+    """A record whose key, value and headers are already encoded (a RecordTail's tail): batched
+    without encoding them again, and decoded only when one of them is read (routing, say)."""
+
+    __slots__ = ("timestamp_ms", "tail", "_fields")
+
+    def __init__(self, timestamp_ms: int, tail: bytes) -> None:
+        self.timestamp_ms = timestamp_ms
+        self.tail = tail
+        self._fields: tuple | None = None
+
+    @property
+    def key(self) -> bytes | None:
+        return self._decoded()[0]
+
+    @property
+    def value(self) -> bytes | None:
+        return self._decoded()[1]
+
+    @property
+    def headers(self) -> tuple[tuple[str, bytes | None], ...]:
+        return self._decoded()[2]
+
+    def _decoded(self) -> tuple:
+        if self._fields is None:
+            self._fields = decode_tail(self.tail)
+        return self._fields
+
+
 def build_batch(
-    records: Sequence[Record],
+    records: Sequence[Record | EncodedRecord],
     *,
     base_offset: int = 0,
     compression: Compression | int = Compression.NONE,
@@ -108,7 +138,11 @@ def build_batch(
     return bytes(batch)
 
 
-def _encode_record(record: Record, offset_delta: int, base_timestamp: int) -> bytes:
+def _encode_record(record: Record | EncodedRecord, offset_delta: int, base_timestamp: int) -> bytes:
+    if type(record) is EncodedRecord:
+        body = b"".join((b"\x00", encode_varlong(record.timestamp_ms - base_timestamp), encode_varint(offset_delta),
+                         record.tail))
+        return encode_varint(len(body)) + body
     parts = [
         b"\x00",  # attributes
         encode_varlong(record.timestamp_ms - base_timestamp),

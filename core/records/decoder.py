@@ -1,6 +1,7 @@
-"""Decode a RecordBatch v2 into individual records (AMQP delivery, delayed messages, tests), or
-only some of them (`decode_records_at`) or only their offsets and times (`decode_timestamps`):
-reading delayed messages back.
+"""Decode a RecordBatch v2 into individual records (AMQP delivery, delayed messages, tests); or
+read back delayed messages: some records of a batch, undecoded past their offsets
+(`record_tails_at`, then `decode_tail` if their fields are needed), or only the offsets and times
+of all (`decode_timestamps`).
 
 Never used on the Kafka pass-through path. The record layout is documented in
 builder.py. The input is untrusted, so every declared count and length is checked
@@ -12,7 +13,8 @@ impossible records.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from bisect import bisect_left
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from core.records.batch import (
@@ -73,62 +75,86 @@ def decode_batch(
     return header, decoded
 
 
-def decode_records_at(
+class RecordTail(NamedTuple):
+    """A record read without decoding what follows its offset delta."""
+
+    offset: int
+    timestamp_ms: int
+    tail: bytes          # keyLength, key, valueLength, value, headersCount, headers, as encoded
+
+
+def record_tails_at(
     batch: bytes | bytearray | memoryview,
-    offsets: Collection[int],
+    offsets: Sequence[int],
     *,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-    dense: bool = False,
-) -> list[DecodedRecord]:
-    """Validate one batch and decode only its records whose offsets are in ``offsets``; the
-    others are stepped over by their length prefix (random access into large batches). `dense`:
-    the batch's offset deltas are 0..n-1 (as build_batch writes them), so a record's offset is
-    known from its position and the others are stepped over by their length alone (a record that
-    says otherwise raises InvalidRecord)."""
+) -> list[RecordTail]:
+    """Validate one batch whose offset deltas are 0..n-1 (as build_batch writes them) and return
+    its records at `offsets` (sorted), undecoded from their key on (decode_tail decodes that part):
+    random access into a batch that only reads each record's length up to the last one wanted. A
+    wanted record whose offset delta is not its position raises InvalidRecord."""
     header = check_batch(batch)
     records = _records_section(memoryview(batch)[HEADER_SIZE:], header, max_decompressed_bytes)
-    append_time = (
-        header.max_timestamp
-        if header.log_append_time
-        else None
-    )
-    reader = _Reader(records)
-    decoded = []
-    if dense:
-        count = min(header.records_count, len(records) // _MIN_RECORD_BYTES)
-        wanted = [index for index in range(count) if header.base_offset + index in offsets]
-        if not wanted:
-            return decoded
-        wanted_set = set(wanted)
-        pos, size = 0, len(records)
-        for index in range(wanted[-1] + 1):      # nothing past the last wanted record is read
-            if pos >= size:
-                break
-            if index in wanted_set:
-                reader.position = pos
-                record = _read_record(reader, header, append_time)
-                pos = reader.position
-                if record.offset != header.base_offset + index:
-                    raise InvalidRecord(f"record {index} has offset delta {record.offset - header.base_offset}")
-                decoded.append(record)
-            else:                                # stepped over by its length alone
+    base = header.base_offset
+    count = min(header.records_count, len(records) // _MIN_RECORD_BYTES)
+    wanted = offsets[bisect_left(offsets, base):bisect_left(offsets, base + count)]
+    found: list[RecordTail] = []
+    pos, size, index = 0, len(records), 0
+    for offset in wanted:
+        while index < offset - base:           # the records before it, stepped over by length
+            if pos + 1 < size and records[pos + 1] < 0x80 <= records[pos]:      # the usual two bytes
+                raw = (records[pos] & 0x7F) | (records[pos + 1] << 7)
+                length, pos = (raw >> 1) ^ -(raw & 1), pos + 2
+            else:
                 length, pos = _zigzag(records, pos, decode_varint)
-                if length < 0 or pos + length > size:
-                    raise InvalidRecord(f"length {length} does not fit in the {size - pos} bytes left")
-                pos += length
-        return decoded
-    for _ in range(min(header.records_count, len(records) // _MIN_RECORD_BYTES)):
-        if not reader.remaining:
-            break
-        start = reader.position
-        length = reader.varint()
-        body = _Reader(reader.take(length))
-        body.take(1)
-        body.varlong()
-        if header.base_offset + body.varint() in offsets:
-            reader.position = start
-            decoded.append(_read_record(reader, header, append_time))
-    return decoded
+            if length < 0 or pos + length > size:
+                raise InvalidRecord(f"length {length} does not fit in the {size - pos} bytes left")
+            pos += length
+            index += 1
+        if index > offset - base:              # asked for twice
+            continue
+        length, pos = _zigzag(records, pos, decode_varint)
+        end = pos + length
+        if length < 1 or end > size:
+            raise InvalidRecord(f"length {length} does not fit in the {size - pos} bytes left")
+        timestamp_delta, pos = _zigzag(records, pos + 1, decode_varlong)     # byte 0: attributes
+        offset_delta, pos = _zigzag(records, pos, decode_varint)
+        if pos > end or offset_delta != index:
+            raise InvalidRecord(f"record {index} has offset delta {offset_delta}")
+        timestamp = header.max_timestamp if header.log_append_time else header.base_timestamp + timestamp_delta
+        found.append(RecordTail(offset, timestamp, bytes(records[pos:end])))
+        pos = end
+        index += 1
+    return found
+
+
+def split_tail(tail: bytes, first: int | None = None
+               ) -> tuple[bytes, int, list[tuple[bytes, bytes | None, bytes]], bytes]:
+    """A record's tail cut before its headers (the key and value as encoded), its header count,
+    its first `first` headers (all if None) as (name, value, the header as encoded), and the
+    headers after those as encoded, unread: for rewriting headers without decoding the rest."""
+    size = len(tail)
+    pos = _after_nullable(tail, _after_nullable(tail, 0))
+    head = tail[:pos]
+    count, pos = _zigzag(tail, pos, decode_varint)
+    if not 0 <= count <= (size - pos) // _MIN_HEADER_BYTES:
+        raise InvalidRecord(f"{count} headers cannot fit in {size - pos} bytes")
+    headers = []
+    for _ in range(count if first is None else min(first, count)):
+        start = pos
+        name, pos = _nullable(tail, pos)
+        if name is None:
+            raise InvalidRecord("record header key is null")
+        value, pos = _nullable(tail, pos)
+        headers.append((name, value, tail[start:pos]))
+    if first is None and pos != size:
+        raise InvalidRecord(f"record declares {size} bytes but uses {pos}")
+    return head, count, headers, tail[pos:]
+
+
+def decode_tail(tail: bytes) -> tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]:
+    """The key, value and headers of a record's tail (RecordTail.tail)."""
+    return _fields(tail, 0)
 
 
 def decode_timestamps(
@@ -180,6 +206,19 @@ def _read_record(
         raise InvalidRecord("record has no attributes byte")
     timestamp_delta, pos = _zigzag(record, 1, decode_varlong)     # byte 0: attributes, unused in v2
     offset_delta, pos = _zigzag(record, pos, decode_varint)
+    key, value, headers = _fields(record, pos)
+    return DecodedRecord(
+        header.base_offset + offset_delta,
+        append_time if append_time is not None else header.base_timestamp + timestamp_delta,
+        key,
+        value,
+        headers,
+    )
+
+
+def _fields(record: bytes, pos: int) -> tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]:
+    """Key, value and headers from `pos` to the end of `record`."""
+    size = len(record)
     key, pos = _nullable(record, pos)
     value, pos = _nullable(record, pos)
     headers_count, pos = _zigzag(record, pos, decode_varint)
@@ -198,13 +237,7 @@ def _read_record(
         headers.append((name, header_value))
     if pos != size:
         raise InvalidRecord(f"record declares {size} bytes but uses {pos}")
-    return DecodedRecord(
-        header.base_offset + offset_delta,
-        append_time if append_time is not None else header.base_timestamp + timestamp_delta,
-        key,
-        value,
-        tuple(headers),
-    )
+    return key, value, tuple(headers)
 
 
 def _zigzag(buf: bytes | memoryview, pos: int, decode) -> tuple[int, int]:
@@ -223,6 +256,14 @@ def _zigzag(buf: bytes | memoryview, pos: int, decode) -> tuple[int, int]:
         return decode(buf, pos)
     except MalformedVarint as exc:
         raise InvalidRecord(f"malformed record: {exc}") from exc
+
+
+def _after_nullable(buf: bytes, pos: int) -> int:
+    """The position after the length-prefixed bytes (-1: null) at `pos`."""
+    length, pos = _zigzag(buf, pos, decode_varint)
+    if length < -1 or pos + length > len(buf):
+        raise InvalidRecord(f"length {length} does not fit in the {len(buf) - pos} bytes left")
+    return pos + max(length, 0)
 
 
 def _nullable(buf: bytes, pos: int) -> tuple[bytes | None, int]:

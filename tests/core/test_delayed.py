@@ -12,7 +12,7 @@ import random
 import pytest
 
 from core.clock import FakeClock
-from core.delayed.held import ID
+from core.delayed.held import ID, TARGET, held_record, release_record, released
 from core.delayed.index import DelayIndex
 from core.delayed.index_format import (
     Checkpoint,
@@ -34,7 +34,7 @@ from core.errors import InvalidRecord
 from core.names import TopicName
 from core.records.batch import split_batches
 from core.records.builder import Record, build_batch
-from core.records.decoder import decode_batch
+from core.records.decoder import decode_batch, record_tails_at
 from core.service import Core
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
@@ -286,6 +286,29 @@ def test_a_count_beyond_the_bytes_left_or_an_unsorted_run_is_refused_even_with_a
         decode_run(_resealed(raw[:4] + b"\x09" + raw[5:-4]))
 
 
+def _released_as(held: Record, offset: int = 42):
+    """`held` stored at `offset`, then released at 9: (its target, the message as it goes out)."""
+    [tail] = record_tails_at(build_batch([held], base_offset=offset), [offset])
+    found = released(tail, 9)
+    return None if found is None else (found[0], decode_batch(build_batch([found[1]]))[1][0][1:])
+
+
+@pytest.mark.parametrize("stored", ["target first", "target last (stored by earlier versions)"])
+def test_a_release_takes_the_target_off_and_adds_the_id_after_the_messages_own_headers(stored) -> None:
+    target = partition_target("orders", 3)
+    own = (("a", b"1"), (ID, b"7"), ("b", None))          # an earlier id: replaced by the new one
+    if stored == "target first":
+        held = held_record(Record(0, b"k", b"v", own), 5_000, target)
+        assert held.headers[0] == (TARGET, target.encode()) and (ID, b"7") not in held.headers
+    else:
+        held = Record(5_000, b"k", b"v", (*own, (TARGET, target.encode())))
+    assert _released_as(held) == (target.encode(), (9, b"k", b"v", (("a", b"1"), ("b", None), (ID, b"42"))))
+    assert _released_as(held_record(Record(0, None, None), 5_000, target)) == \
+        (target.encode(), (9, None, None, ((ID, b"42"),)))
+    assert _released_as(release_record(1, b"x")) is None      # the store's own record
+    assert _released_as(Record(1, None, b"x")) is None
+
+
 # --- the store on a real core -----------------------------------------------------------------------
 
 @pytest.fixture
@@ -425,6 +448,38 @@ async def test_a_crash_between_a_release_record_and_its_appends_releases_each_me
 
 async def _asyncify(value):
     return value
+
+
+class StalledDeliverer(PartitionDeliverer):
+    """Its appends never start: a close finds the pass between its release record and them."""
+
+    def __init__(self, core) -> None:
+        super().__init__(core)
+        self.called = asyncio.Event()
+
+    def publish(self, tenant, namespace, topic, partition, records):
+        self.called.set()
+        return [asyncio.Event().wait()]
+
+
+async def test_a_close_between_a_release_record_and_its_appends_leaves_the_release_to_the_next_start(storage) -> None:
+    clock = FakeClock(START_MS)
+    core = await storage(clock)
+    await core.create_topic(TOPIC, 1)
+    stalled = StalledDeliverer(core)
+    core.delayed.register(PARTITION, stalled)
+    for n in range(5):
+        await hold(core, str(n).encode(), START_MS + 100)
+    clock.advance(100)
+    await asyncio.wait_for(stalled.called.wait(), 10)
+    await storage.close_all()          # the close's checkpoint must not confirm that release
+
+    core = await storage(clock)
+    await core.delayed.existing("public", "default")
+    await eventually(lambda: _values_are(core, [str(n).encode() for n in range(5)]))
+    clock.advance(10_000)
+    await asyncio.sleep(0.1)
+    assert len(await values_of(core)) == 5
 
 
 async def test_a_corrupt_checkpoint_rebuilds_the_index_from_the_messages_exactly(storage, tmp_path) -> None:
