@@ -288,7 +288,8 @@ class Gateway:
                                     certificate_file=link.ssl_certificate_file, key_file=link.ssl_key_file)
             replicator = Replicator(self._core, link.name, RemoteCluster(link.bootstrap, security=security), tenant,
                                     namespace, link.topics, groups=kafka_broker.groups,
-                                    sync_configs=link.sync_topic_configs)
+                                    sync_configs=link.sync_topic_configs,
+                                    acls=kafka_broker.authorizer if link.sync_topic_acls else None)
             replicator.start()
             self._replicators.append(replicator)
         self.metrics.track_replication(self._replicators)

@@ -290,6 +290,9 @@ class ReplicationConfig:
     ssl_key_file: str | None = None
     # Copy each topic's settings (those set on it, not defaults) to its mirror, and again when they change.
     sync_topic_configs: bool = True
+    # Copy the ACLs naming each copied topic to the remote, as MirrorMaker 2's sync.topic.acls
+    # (protocols/kafka/mirror/replicator.py: no ALLOW of WRITE, ALLOW of ALL as READ).
+    sync_topic_acls: bool = True
 
     def __post_init__(self) -> None:
         for key in ("name", "remote", "namespace", "topics"):
@@ -311,7 +314,7 @@ class ReplicationConfig:
                 raise ConfigError(f"replication: {self.name}: {key} {getattr(self, key)} is not a file")
         if (self.ssl_certificate_file is None) != (self.ssl_key_file is None):
             raise ConfigError(f"replication: {self.name}: ssl_certificate_file and ssl_key_file go together")
-        for key in ("ssl_check_hostname", "sync_topic_configs"):
+        for key in ("ssl_check_hostname", "sync_topic_configs", "sync_topic_acls"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"replication: {self.name}: {key} must be true or false")
         if self.namespace.count("/") != 1:

@@ -126,6 +126,8 @@ class _ReplicationCollector(Collector):
                                      "Consumer groups whose committed offsets were carried to the remote", labels=["link"])
         configs = CounterMetricFamily("gateway_replication_config_syncs",
                                       "Mirrors whose topic settings were changed to match the source", labels=["link"])
+        acls = CounterMetricFamily("gateway_replication_acls_created", "Topic ACLs created on the remote",
+                                   labels=["link"])
         failures = CounterMetricFamily("gateway_replication_failures",
                                        "Copies that failed and are retried (remote unreachable, refused)", labels=["link"])
         for replicator in self._replicators:
@@ -136,8 +138,9 @@ class _ReplicationCollector(Collector):
             copied.add_metric([replicator.name], stats.copied_bytes)
             groups.add_metric([replicator.name], stats.group_commits)
             configs.add_metric([replicator.name], stats.config_syncs)
+            acls.add_metric([replicator.name], stats.acls_created)
             failures.add_metric([replicator.name], stats.failures)
-        yield from (lag, records, copied, groups, configs, failures)
+        yield from (lag, records, copied, groups, configs, acls, failures)
 
     def describe(self) -> Iterable[Metric]:
         return self.collect()

@@ -4,7 +4,7 @@ every record, transaction marker and offset is the same on the mirror (read_comm
 the same records at the same offsets), consumer groups' committed offsets follow, the copy
 resumes exactly after a kill -9 of the source, the mirror refuses producers, a remote that is
 down never holds back the source's producers, and a link logs in to a remote that wants SASL over
-TLS and keeps the mirrors' topic settings in step."""
+TLS and keeps the mirrors' topic settings and ACLs in step."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic,
-                                   ResourceType)
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                   AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic,
+                                   ResourcePatternType, ResourceType)
 
 from compat_tests.conftest import wait_for
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
@@ -306,10 +307,23 @@ def topic_settings(admin: AdminClient, topic: str) -> dict[str, str]:
             if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
 
 
-def test_a_link_logs_in_over_tls_and_keeps_the_mirrors_settings_in_step(gateway_launcher, tmp_path) -> None:
+def topic_acl(principal: str, operation: AclOperation, permission: AclPermissionType = AclPermissionType.ALLOW,
+              topic: str = "orders", pattern: ResourcePatternType = ResourcePatternType.LITERAL) -> AclBinding:
+    return AclBinding(ResourceType.TOPIC, topic, pattern, principal, "*", operation, permission)
+
+
+def topic_acls(admin: AdminClient) -> set[tuple]:
+    every = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                             AclPermissionType.ANY)
+    return {(b.name, b.resource_pattern_type, b.principal, b.operation, b.permission_type)
+            for b in admin.describe_acls(every).result(30)}
+
+
+def test_a_link_logs_in_over_tls_and_keeps_the_mirrors_settings_and_acls_in_step(gateway_launcher, tmp_path) -> None:
     """The remote wants SCRAM-SHA-256 and is reached through TLS that wants a client certificate: the
     link presents its own and logs in as its user, so the mirror lands in that user's tenant; the
-    topic's settings go with it and follow their changes."""
+    topic's settings and ACLs go with it and follow their changes (MirrorMaker 2's rules for ACLs:
+    literal topic ACLs only, no ALLOW of WRITE, an ALLOW of ALL as READ)."""
     cert, key = self_signed(tmp_path)       # the remote's, and (trusted as its own CA) the link's
     remote_port, tls_port = free_port(), free_port()
     (tmp_path / "remote.toml").write_text(
@@ -330,6 +344,12 @@ def test_a_link_logs_in_over_tls_and_keeps_the_mirrors_settings_in_step(gateway_
         source_admin.create_topics([NewTopic("orders", PARTITIONS, 1, config={
             "retention.ms": "86400000", "max.message.bytes": "2000000"})])["orders"].result(30)
         assert not any(produce(source, "orders", range(0, 90)))
+        for future in source_admin.create_acls([
+                topic_acl("User:alice", AclOperation.READ), topic_acl("User:bob", AclOperation.WRITE),
+                topic_acl("User:carol", AclOperation.ALL), topic_acl("User:dave", AclOperation.WRITE, AclPermissionType.DENY),
+                topic_acl("User:erin", AclOperation.READ, topic="ord", pattern=ResourcePatternType.PREFIXED),
+                topic_acl("User:frank", AclOperation.READ, topic="payments")]).values():
+            future.result(30)
         secured = {"bootstrap.servers": f"127.0.0.1:{tls_port}", "security.protocol": "SASL_SSL",
                    "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "replicator",
                    "sasl.password": "mirror-secret", "ssl.ca.location": str(cert),
@@ -354,6 +374,16 @@ def test_a_link_logs_in_over_tls_and_keeps_the_mirrors_settings_in_step(gateway_
         source_admin.incremental_alter_configs([resource])[resource].result(30)
         wait_for(lambda: topic_settings(remote_admin, "orders") == {"retention.ms": "3600000", "mirror.source": LINK},
                  "the mirror's settings followed", 60, 1.0)
+        literal = ResourcePatternType.LITERAL
+        copied = {("orders", literal, "User:alice", AclOperation.READ, AclPermissionType.ALLOW),
+                  ("orders", literal, "User:carol", AclOperation.READ, AclPermissionType.ALLOW),
+                  ("orders", literal, "User:dave", AclOperation.WRITE, AclPermissionType.DENY)}
+        wait_for(lambda: topic_acls(remote_admin) == copied, "the topic's ACLs were copied", 60, 1.0)
+        source_admin.create_acls([topic_acl("User:grace", AclOperation.DESCRIBE)])[
+            topic_acl("User:grace", AclOperation.DESCRIBE)].result(30)
+        wait_for(lambda: topic_acls(remote_admin) == copied | {
+            ("orders", literal, "User:grace", AclOperation.DESCRIBE, AclPermissionType.ALLOW)},
+            "a new ACL followed", 60, 1.0)
         assert failures(source) == 0
     finally:
         terminator.stop()

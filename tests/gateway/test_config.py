@@ -432,10 +432,11 @@ def test_a_replication_link_may_log_in_over_tls(tmp_path) -> None:
     ca.write_text("not read here")
     path.write_text('[[replication]]\nname = "dc2"\nremote = "h:1"\nsecurity_protocol = "SASL_SSL"\n'
                     'sasl_mechanism = "SCRAM-SHA-512"\nsasl_username = "u"\nsasl_password = "p"\n'
-                    f'ssl_ca_file = "{ca}"\nsync_topic_configs = false\n'
+                    f'ssl_ca_file = "{ca}"\nsync_topic_configs = false\nsync_topic_acls = false\n'
                     f'ssl_certificate_file = "{ca}"\nssl_key_file = "{ca}"\n')
     (link,) = resolve_config(config_file=path, env={}).replication
-    assert (link.tls, link.sasl, link.sasl_mechanism, link.sync_topic_configs) == (True, True, "SCRAM-SHA-512", False)
+    assert (link.tls, link.sasl, link.sasl_mechanism, link.sync_topic_configs, link.sync_topic_acls) == \
+        (True, True, "SCRAM-SHA-512", False, False)
     assert link.ssl_certificate_file == link.ssl_key_file == str(ca)
     for extra, complaint in (('security_protocol = "TLS"', "security_protocol must be one of"),
                              ('security_protocol = "SASL_PLAINTEXT"', "needs sasl_username and sasl_password"),

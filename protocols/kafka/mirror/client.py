@@ -19,11 +19,15 @@ from dataclasses import dataclass
 
 import scramp
 
+from core.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+from protocols.kafka import acl_wire
 from protocols.kafka.codec import types as t
 from protocols.kafka.codec.compile import Msg, request_codec, response_codec
 from protocols.kafka.codec.declare import Api
 from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.schema.create_acls import CREATE_ACLS
 from protocols.kafka.schema.create_topics import CREATE_TOPICS
+from protocols.kafka.schema.describe_acls import DESCRIBE_ACLS
 from protocols.kafka.schema.describe_configs import DESCRIBE_CONFIGS
 from protocols.kafka.schema.find_coordinator import FIND_COORDINATOR
 from protocols.kafka.schema.incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
@@ -292,6 +296,27 @@ class RemoteCluster:
         response = await self._any(INCREMENTAL_ALTER_CONFIGS, 0, {"resources": [{
             "resource_type": TOPIC_RESOURCE, "resource_name": topic, "configs": configs}], "validate_only": False})
         check(response.responses[0].error_code, f"changing the settings of {topic}")
+
+    async def topic_acls(self) -> set[AclBinding]:
+        """The remote's ACLs on topics named literally (those of the link's user's tenant)."""
+        response = await self._any(DESCRIBE_ACLS, 1, {
+            "resource_type_filter": acl_wire.code(ResourceType.TOPIC), "resource_name_filter": None,
+            "pattern_type_filter": acl_wire.code(PatternType.LITERAL), "principal_filter": None,
+            "host_filter": None, "operation": acl_wire.code(Operation.ANY),
+            "permission_type": acl_wire.code(Permission.ANY)})
+        check(response.error_code, "listing topic ACLs")
+        return {AclBinding.of(ResourceType.TOPIC, resource.resource_name, PatternType.LITERAL, acl.principal,
+                              acl.host, acl_wire.operation(acl.operation), acl_wire.permission(acl.permission_type))
+                for resource in response.resources for acl in resource.acls}
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        response = await self._any(CREATE_ACLS, 1, {"creations": [{
+            "resource_type": acl_wire.code(b.pattern.resource_type), "resource_name": b.pattern.name,
+            "resource_pattern_type": acl_wire.code(b.pattern.pattern_type), "principal": b.entry.principal,
+            "host": b.entry.host, "operation": acl_wire.code(b.entry.operation),
+            "permission_type": acl_wire.code(b.entry.permission)} for b in bindings]})
+        for binding, result in zip(bindings, response.results):
+            check(result.error_code, f"creating the ACL {binding.to_doc()}")
 
     async def _leader(self, topic: str, partition: int) -> RemoteConnection:
         leader = self._leaders.get((topic, partition))

@@ -19,6 +19,12 @@ and every CONFIG_SYNC_S the broker serving a topic's partition 0 compares them w
 sets or removes what differs (MirrorMaker 2's sync.topic.configs), except the ones that describe
 this cluster rather than the data (NOT_COPIED).
 
+Topic ACLs follow on the same schedule (`sync_acls`), as MirrorMaker 2's sync.topic.acls does: each
+ACL of the local tenant naming such a topic literally is created on the remote (in the tenant of the
+link's user) unless it is there already. An ALLOW of WRITE is not copied (only the link writes a
+mirror) and an ALLOW of ALL arrives as READ. Nothing is removed on the remote: an ACL deleted here
+stays there until an operator deletes it.
+
 A copier only reads the local log: a remote that is slow, paused or down never holds back local
 producers. Its copiers retry with backoff, and the lag (records here not yet there) is reported
 per partition. Topics that are themselves mirrors are never copied on (no loops), nor internal
@@ -33,6 +39,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from core.acl import AclBinding, AccessControlEntry, Operation, PatternType, Permission, ResourceType
 from core.errors import CoreError, UnknownTopic
 from core.groups.store import GroupKey
 from core.names import TopicName
@@ -59,6 +66,16 @@ def copied_configs(configs: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in configs.items() if name not in NOT_COPIED}
 
 
+def mirrored_acl(binding: AclBinding) -> AclBinding | None:
+    """A topic ACL as it is created for the mirror; None if it is not copied."""
+    entry = binding.entry
+    if entry.permission is Permission.ALLOW and entry.operation is Operation.WRITE:
+        return None
+    if entry.permission is Permission.ALLOW and entry.operation is Operation.ALL:
+        entry = AccessControlEntry(entry.principal, entry.host, Operation.READ, entry.permission)
+    return AclBinding(binding.pattern, entry)
+
+
 @dataclass
 class LinkStats:
     """What a link has done, for /metrics."""
@@ -69,15 +86,17 @@ class LinkStats:
     failures: int = 0
     group_commits: int = 0     # groups whose offsets were committed on the remote
     config_syncs: int = 0      # mirrors whose settings were changed to match their topic's
+    acls_created: int = 0      # topic ACLs created on the remote
 
 
 class Replicator:
     """One `[[replication]]` link: the local namespace's topics matching `topics` to `remote`."""
 
     def __init__(self, core, name: str, remote: RemoteCluster, tenant: str, namespace: str,
-                 topics: str = ".*", groups=None, sync_configs: bool = True) -> None:
+                 topics: str = ".*", groups=None, sync_configs: bool = True, acls=None) -> None:
         """`groups`: the Kafka group coordinator, whose committed offsets are carried over (None: not).
-        `sync_configs`: copy topic settings to the mirrors."""
+        `sync_configs`: copy topic settings to the mirrors. `acls`: the Kafka authorizer, whose topic
+        ACLs are copied (None: not)."""
         self.name = name
         self.stats = LinkStats()
         self._core = core
@@ -90,6 +109,7 @@ class Replicator:
         self._syncing: asyncio.Task | None = None
         self._synced: dict[str, dict] = {}     # group -> the offsets last committed there in full
         self._sync_configs = sync_configs
+        self._acls = acls
         self._configs_synced_at = float("-inf")
 
     def start(self) -> None:
@@ -109,14 +129,17 @@ class Replicator:
         while True:
             try:
                 leading = await self._scan()
-                if self._sync_configs and time.monotonic() - self._configs_synced_at >= CONFIG_SYNC_S:
+                if time.monotonic() - self._configs_synced_at >= CONFIG_SYNC_S:
                     self._configs_synced_at = time.monotonic()
-                    await self._sync_topic_configs(leading)
+                    if self._sync_configs:
+                        await self._sync_topic_configs(leading)
+                    if self._acls is not None:
+                        await self._sync_topic_acls(leading)
             except CoreError as exc:
                 log.warning("replication %s: listing %s/%s failed: %s", self.name, self._tenant, self._namespace, exc)
             except RemoteError as exc:
                 self.stats.failures += 1
-                log.warning("replication %s: copying topic settings: %s; retrying", self.name, exc)
+                log.warning("replication %s: copying topic settings or ACLs: %s; retrying", self.name, exc)
             await asyncio.sleep(SCAN_S)
 
     async def _scan(self) -> list[TopicName]:
@@ -162,6 +185,19 @@ class Replicator:
                 self.stats.config_syncs += 1
                 log.info("replication %s: settings of mirror %s changed: set %s, removed %s", self.name,
                          name.topic, sorted(changed), removed)
+
+    async def _sync_topic_acls(self, topics: list[TopicName]) -> None:
+        names = {name.topic for name in topics}
+        if not names:
+            return
+        wanted = {mirrored_acl(binding) for binding in await self._acls.acls(self._tenant)
+                  if binding.pattern.resource_type is ResourceType.TOPIC
+                  and binding.pattern.pattern_type is PatternType.LITERAL and binding.pattern.name in names}
+        missing = sorted(wanted - {None} - await self._remote.topic_acls(), key=lambda b: str(b.to_doc()))
+        if missing:
+            await self._remote.create_acls(missing)
+            self.stats.acls_created += len(missing)
+            log.info("replication %s: %d topic ACL(s) created on the remote", self.name, len(missing))
 
     async def _copy(self, name: TopicName, index: int, partitions: int) -> None:
         backoff = BACKOFF_S[0]
