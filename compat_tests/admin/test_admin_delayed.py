@@ -1,6 +1,7 @@
 """Delayed messages through the admin API: pending counts per topic and per namespace, and
 cancelling a held Kafka record by its id (its offset in __delayed_messages, found with the messages
-route), through the API and `gateway admin`; a cancelled record is never delivered."""
+route), through the API and `gateway admin`, also while its transaction is open; a cancelled record
+is never delivered."""
 
 from __future__ import annotations
 
@@ -69,3 +70,41 @@ def test_pending_counts_and_cancel_by_id(admin_gateway, api) -> None:
     assert run_admin(admin_gateway, "topics", "cancel-delayed", tenant, "ns", "other", str(other_id)).returncode == 0
     assert run_admin(admin_gateway, "topics", "cancel-delayed", tenant, "ns", "other", str(other_id)).returncode != 0
     assert api.get(f"{base}/delayed").json() == {"pending": 0, "targets": {}}
+
+
+def test_a_record_of_an_open_transaction_is_cancelled_and_its_commit_leaves_it_out(admin_gateway, api) -> None:
+    tenant = f"delayed-txn-{uuid.uuid4().hex[:6]}"
+    api.put(f"/tenants/{tenant}").raise_for_status()
+    api.put(f"/tenants/{tenant}/namespaces/ns").raise_for_status()
+    api.put("/users/writer", json={"password": "w", "tenant": tenant, "namespace": "ns"}).raise_for_status()
+    admin = KafkaAdminClient(**_sasl(admin_gateway))
+    admin.create_topics([NewTopic("timers", 1, 1, topic_configs={"delayed.delivery.enable": "true"})])
+    admin.close()
+    producer = KafkaProducer(**_sasl(admin_gateway), transactional_id=f"t-{tenant}")
+    producer.init_transactions()
+    producer.begin_transaction()
+    due_ms = int(time.time() * 1000) + 3000
+    for n in range(3):
+        producer.send("timers", key=f"k{n}".encode(), value=f"timer-{n}".encode(),
+                      headers=[("deliver-at-ms", str(due_ms).encode())])
+    producer.flush(timeout=20)
+    base = f"/tenants/{tenant}/namespaces/ns"
+    held = api.get(f"{base}/topics/__delayed_messages/messages", params={"key": "k1"}).json()["messages"]
+    assert len(held) == 1
+    assert api.delete(f"{base}/topics/timers/delayed/{held[0]['offset']}").status_code == 204
+    assert api.delete(f"{base}/topics/timers/delayed/{held[0]['offset']}").status_code == 404
+    producer.commit_transaction()
+    producer.close()
+    assert api.get(f"{base}/topics/timers/delayed").json()["pending"] == 2
+
+    consumer = KafkaConsumer(**_sasl(admin_gateway), enable_auto_commit=False, group_id=None,
+                             isolation_level="read_committed")
+    consumer.assign([TopicPartition("timers", 0)])
+    consumer.seek_to_beginning()
+    found = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (len(found) < 2 or time.time() * 1000 < due_ms + 1500):
+        for records in consumer.poll(timeout_ms=200).values():
+            found += [record.value for record in records]
+    consumer.close()
+    assert found == [b"timer-0", b"timer-2"]

@@ -149,6 +149,8 @@ class DelayedStore:
         self._last_recovery_ms = 0
         self._spills: set[asyncio.Task] = set()
         self._open_txns: dict[int, list[int]] = {}     # producer id -> offsets of its held messages
+        self._cancelled_in_txns: set[int] = set()       # of those offsets, the ones cancelled
+        self._txn_ends = asyncio.Lock()                 # a transaction's end, or a cancel of one of its messages
         # holding
         self._records: list[Record] = []
         self._holds: list[tuple[int, str, int | None]] = []
@@ -283,20 +285,30 @@ class DelayedStore:
 
     async def cancel(self, offset: int, accept: Callable[[Target], bool] | None = None) -> bool:
         """Cancel the held message with this id; False if there is none pending (released, cancelled,
-        never held, waiting for its transaction, or its target not one `accept` accepts). Durable
-        when it returns True."""
+        never held, its transaction ended, or its target not one `accept` accepts). A message of an
+        open transaction is cancelled too: its transaction's commit leaves it out. Durable when it
+        returns True."""
         await self.wait_loaded()
         partition = await self._core.partition(self.topic, 0)
         if not partition.log_start_offset <= offset < self.index.indexed_to:
             return False
         found = (await self._read(partition, [offset])).get(offset)
         target = target_of(found) if found is not None else None
-        if target is None or txn_of(found) is not None or (accept is not None and not accept(target)):
+        if target is None or (accept is not None and not accept(target)):
             return False
         due = found.timestamp_ms
+        record = cancel_record(self._core.clock.now_ms(), offset, due, target)
+        producer_id = txn_of(found)
+        if producer_id is not None:
+            async with self._txn_ends:          # not while its transaction ends
+                if offset not in self._open_txns.get(producer_id, ()) or offset in self._cancelled_in_txns:
+                    return False
+                await partition.append(build_batch([record]))
+                self._cancelled_in_txns.add(offset)
+            return True
         if self.index.is_released((due, offset)) or offset in self.index.cancelled:
             return False
-        await partition.append(build_batch([cancel_record(self._core.clock.now_ms(), offset, due, target)]))
+        await partition.append(build_batch([record]))
         if not self.index.cancel(due, offset):     # released meanwhile: the cancel record is moot
             return False
         self.counts[target.text] -= 1
@@ -309,6 +321,10 @@ class DelayedStore:
         """Hold the messages of `producer_id`'s open transaction for good (commit: copies without
         the transaction, in one batch with the outcome, so a crash keeps both or neither) or drop
         them (abort). Nothing to do if it held none here (or its end was recorded already)."""
+        async with self._txn_ends:
+            await self._end_transaction(producer_id, commit)
+
+    async def _end_transaction(self, producer_id: int, commit: bool) -> None:
         offsets = self._open_txns.pop(producer_id, None)    # taken now: the markers of several
         if not offsets:                                      # partitions end it concurrently
             return
@@ -316,14 +332,16 @@ class DelayedStore:
             partition = await self._core.partition(self.topic, 0)
             records = []
             if commit:
-                found = await self._read(partition, sorted(offsets))
-                records = [committed_copy(found[offset]) for offset in offsets if offset in found]
+                kept = [offset for offset in offsets if offset not in self._cancelled_in_txns]
+                found = await self._read(partition, sorted(kept))
+                records = [committed_copy(found[offset]) for offset in kept if offset in found]
             outcome = txn_end_record(self._core.clock.now_ms(), producer_id, commit)
             with storage_errors():
                 base_offset = await partition.append(build_batch([*records, outcome]))
         except BaseException:      # still open: the coordinator ends it again
             self._open_txns[producer_id] = offsets + self._open_txns.get(producer_id, [])
             raise
+        self._cancelled_in_txns.difference_update(offsets)
         for index, record in enumerate(records):
             self.index.add(record.timestamp_ms, base_offset + index)
             self.counts[Target.decode(dict(record.headers)[TARGET]).text] += 1
@@ -483,10 +501,12 @@ class DelayedStore:
         elif kind == TXN_END:
             found = txn_ended(record.value)
             if found is not None:
-                self._open_txns.pop(found[0], None)
+                self._cancelled_in_txns.difference_update(self._open_txns.pop(found[0], ()))
         elif kind == CANCEL:
             found = cancelled_key(record.value)
-            if found is not None and self.index.cancel(found[1], found[0]):
+            if found is not None and any(found[0] in offsets for offsets in self._open_txns.values()):
+                self._cancelled_in_txns.add(found[0])     # of a transaction still open: its commit leaves it out
+            elif found is not None and self.index.cancel(found[1], found[0]):
                 self.counts[found[2].text] -= 1
         return 0
 

@@ -450,6 +450,34 @@ async def _asyncify(value):
     return value
 
 
+@pytest.mark.parametrize("restart", [False, True])
+async def test_a_message_of_an_open_transaction_can_be_cancelled_and_its_commit_leaves_it_out(storage, restart) -> None:
+    clock = FakeClock(START_MS)
+    core = await storage(clock)
+    await core.create_topic(TOPIC, 1)
+    target = partition_target("orders", 0)
+    ids = [await core.delayed.hold("public", "default", message(value), START_MS + 5000, target, txn=7)
+           for value in (b"cancelled", b"kept", b"alone")]
+    solo = await core.delayed.hold("public", "default", message(b"other txn"), START_MS + 5000, target, txn=8)
+    assert await core.delayed.cancel("public", "default", ids[0])            # the transaction's first
+    assert not await core.delayed.cancel("public", "default", ids[0])        # already cancelled
+    assert await core.delayed.cancel("public", "default", solo)              # its transaction keeps none
+    if restart:       # after a checkpoint: the cancel records are replayed with the open transactions
+        store = core.delayed.store("public", "default")
+        checkpoints = store._last_checkpoint_ms
+        clock.advance(1500)
+        await eventually(lambda: _asyncify(store._last_checkpoint_ms > checkpoints))
+        await storage.close_all()
+        core = await storage(clock)
+        await core.delayed.existing("public", "default")
+    await core.delayed.end_transaction("public", "default", 8, commit=True)
+    await core.delayed.end_transaction("public", "default", 7, commit=True)
+    assert not await core.delayed.cancel("public", "default", ids[1])        # ended: it has a new id now
+    assert await core.delayed.pending("public", "default") == {"partition:orders/0": 2}
+    clock.advance(5000)
+    await eventually(lambda: _values_are(core, [b"kept", b"alone"]))
+
+
 class StalledDeliverer(PartitionDeliverer):
     """Its appends never start: a close finds the pass between its release record and them."""
 
