@@ -20,15 +20,35 @@ def _sasl(admin_gateway) -> dict:
             "sasl_mechanism": "PLAIN", "sasl_plain_username": "writer", "sasl_plain_password": "w"}
 
 
-def test_pending_counts_and_cancel_by_id(admin_gateway, api) -> None:
+def _tenant_with_delayed_topics(admin_gateway, api, *topics: str) -> str:
+    """A new tenant with user "writer" in its namespace "ns", holding these delayed-delivery topics."""
     tenant = f"delayed-{uuid.uuid4().hex[:6]}"
     api.put(f"/tenants/{tenant}").raise_for_status()
     api.put(f"/tenants/{tenant}/namespaces/ns").raise_for_status()
     api.put("/users/writer", json={"password": "w", "tenant": tenant, "namespace": "ns"}).raise_for_status()
     admin = KafkaAdminClient(**_sasl(admin_gateway))
-    admin.create_topics([NewTopic("timers", 1, 1, topic_configs={"delayed.delivery.enable": "true"}),
-                         NewTopic("other", 1, 1, topic_configs={"delayed.delivery.enable": "true"})])
+    admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"delayed.delivery.enable": "true"}) for topic in topics])
     admin.close()
+    return tenant
+
+
+def _timers_delivered(admin_gateway, due_ms: int) -> list[bytes]:
+    """The values in "timers" (committed ones) once two are there and the due time is 1.5 s past."""
+    consumer = KafkaConsumer(**_sasl(admin_gateway), enable_auto_commit=False, group_id=None,
+                             isolation_level="read_committed")
+    consumer.assign([TopicPartition("timers", 0)])
+    consumer.seek_to_beginning()
+    found = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (len(found) < 2 or time.time() * 1000 < due_ms + 1500):
+        for records in consumer.poll(timeout_ms=200).values():
+            found += [record.value for record in records]
+    consumer.close()
+    return found
+
+
+def test_pending_counts_and_cancel_by_id(admin_gateway, api) -> None:
+    tenant = _tenant_with_delayed_topics(admin_gateway, api, "timers", "other")
     producer = KafkaProducer(**_sasl(admin_gateway), linger_ms=0)
     due_ms = int(time.time() * 1000) + 4000
     for n in range(3):
@@ -56,16 +76,7 @@ def test_pending_counts_and_cancel_by_id(admin_gateway, api) -> None:
     assert api.get(f"{base}/topics/nope/delayed").status_code == 404
     assert api.delete(f"{base}/topics/__delayed_messages").status_code == 403     # a system topic
 
-    consumer = KafkaConsumer(**_sasl(admin_gateway), enable_auto_commit=False, group_id=None)
-    consumer.assign([TopicPartition("timers", 0)])
-    consumer.seek_to_beginning()
-    found = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (len(found) < 2 or time.time() * 1000 < due_ms + 1500):
-        for records in consumer.poll(timeout_ms=200).values():
-            found += [record.value for record in records]
-    consumer.close()
-    assert found == [b"timer-0", b"timer-2"]
+    assert _timers_delivered(admin_gateway, due_ms) == [b"timer-0", b"timer-2"]
     assert api.get(f"{base}/topics/timers/delayed").json()["pending"] == 0
     assert run_admin(admin_gateway, "topics", "cancel-delayed", tenant, "ns", "other", str(other_id)).returncode == 0
     assert run_admin(admin_gateway, "topics", "cancel-delayed", tenant, "ns", "other", str(other_id)).returncode != 0
@@ -73,13 +84,7 @@ def test_pending_counts_and_cancel_by_id(admin_gateway, api) -> None:
 
 
 def test_a_record_of_an_open_transaction_is_cancelled_and_its_commit_leaves_it_out(admin_gateway, api) -> None:
-    tenant = f"delayed-txn-{uuid.uuid4().hex[:6]}"
-    api.put(f"/tenants/{tenant}").raise_for_status()
-    api.put(f"/tenants/{tenant}/namespaces/ns").raise_for_status()
-    api.put("/users/writer", json={"password": "w", "tenant": tenant, "namespace": "ns"}).raise_for_status()
-    admin = KafkaAdminClient(**_sasl(admin_gateway))
-    admin.create_topics([NewTopic("timers", 1, 1, topic_configs={"delayed.delivery.enable": "true"})])
-    admin.close()
+    tenant = _tenant_with_delayed_topics(admin_gateway, api, "timers")
     producer = KafkaProducer(**_sasl(admin_gateway), transactional_id=f"t-{tenant}")
     producer.init_transactions()
     producer.begin_transaction()
@@ -97,14 +102,4 @@ def test_a_record_of_an_open_transaction_is_cancelled_and_its_commit_leaves_it_o
     producer.close()
     assert api.get(f"{base}/topics/timers/delayed").json()["pending"] == 2
 
-    consumer = KafkaConsumer(**_sasl(admin_gateway), enable_auto_commit=False, group_id=None,
-                             isolation_level="read_committed")
-    consumer.assign([TopicPartition("timers", 0)])
-    consumer.seek_to_beginning()
-    found = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (len(found) < 2 or time.time() * 1000 < due_ms + 1500):
-        for records in consumer.poll(timeout_ms=200).values():
-            found += [record.value for record in records]
-    consumer.close()
-    assert found == [b"timer-0", b"timer-2"]
+    assert _timers_delivered(admin_gateway, due_ms) == [b"timer-0", b"timer-2"]
