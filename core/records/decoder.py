@@ -102,11 +102,7 @@ def record_tails_at(
     pos, size, index = 0, len(records), 0
     for offset in wanted:
         while index < offset - base:           # the records before it, stepped over by length
-            if pos + 1 < size and records[pos + 1] < 0x80 <= records[pos]:      # the usual two bytes
-                raw = (records[pos] & 0x7F) | (records[pos + 1] << 7)
-                length, pos = (raw >> 1) ^ -(raw & 1), pos + 2
-            else:
-                length, pos = _zigzag(records, pos, decode_varint)
+            length, pos = _zigzag(records, pos, decode_varint)
             if length < 0 or pos + length > size:
                 raise InvalidRecord(f"length {length} does not fit in the {size - pos} bytes left")
             pos += length

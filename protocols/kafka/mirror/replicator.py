@@ -190,10 +190,11 @@ class Replicator:
         names = {name.topic for name in topics}
         if not names:
             return
-        wanted = {mirrored_acl(binding) for binding in await self._acls.acls(self._tenant)
+        wanted = {mirrored for binding in await self._acls.acls(self._tenant)
                   if binding.pattern.resource_type is ResourceType.TOPIC
-                  and binding.pattern.pattern_type is PatternType.LITERAL and binding.pattern.name in names}
-        missing = sorted(wanted - {None} - await self._remote.topic_acls(), key=lambda b: str(b.to_doc()))
+                  and binding.pattern.pattern_type is PatternType.LITERAL and binding.pattern.name in names
+                  and (mirrored := mirrored_acl(binding)) is not None}
+        missing = list(wanted - await self._remote.topic_acls())
         if missing:
             await self._remote.create_acls(missing)
             self.stats.acls_created += len(missing)
