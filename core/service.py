@@ -15,7 +15,8 @@ from collections import OrderedDict
 from core.broker_configs import BrokerConfigs
 from core.clock import Clock, SystemClock
 from core.cluster.broker_cluster import BrokerCluster
-from core.cluster.bundles import Bundle, partition_bundle
+from core.cluster.bundles import Bundle, key_hash, partition_bundle, partition_key
+from core.cluster.load import MESSAGE_BYTES
 from core.cluster.guarded import GuardedMetadata
 from core.cluster.mailbox import Mailbox
 from core.cluster.members import READ_ONLY
@@ -66,6 +67,7 @@ class Core:
             # still cached when a bundle is taken (again) is stale.
             cluster.on_release(self._close_bundle)
             cluster.on_acquire(self._take_bundle)
+            cluster.partition_weights = self.partition_weights     # where a split divides a bundle
         self.registry = Registry(metadata, self.clock)
         self.broker_configs = BrokerConfigs(metadata)   # broker-level topic defaults, changeable at run time
         self._partitions: OrderedDict[tuple[TopicName, int], Partition] = OrderedDict()
@@ -237,11 +239,10 @@ class Core:
         return NotOwner(f"partition {name}-{index} is served by {where}, not by broker {self.cluster.local.id}")
 
     async def _close_bundle(self, bundle: Bundle) -> None:
-        for key in [k for k in self._epochs
-                    if partition_bundle(k[0].tenant, k[0].namespace, k[0].topic, k[1]) == bundle]:
+        for key in [k for k in self._epochs if bundle.holds_partition(k[0].tenant, k[0].namespace, k[0].topic, k[1])]:
             del self._epochs[key]   # another broker may own it before this one opens it again
         for key in [k for k in self._partitions
-                    if partition_bundle(k[0].tenant, k[0].namespace, k[0].topic, k[1]) == bundle]:
+                    if bundle.holds_partition(k[0].tenant, k[0].namespace, k[0].topic, k[1])]:
             partition = self._partitions.pop(key)
             self._last_used.pop(key, None)
             try:
@@ -269,7 +270,7 @@ class Core:
                 except UnknownTopic:
                     continue
                 for index in range(info.partitions):
-                    if (partition_bundle(bundle.tenant, bundle.namespace, topic, index) == bundle
+                    if (bundle.holds_partition(bundle.tenant, bundle.namespace, topic, index)
                             and (name, index) not in self._partitions
                             and await self.logs.needs_recovery(name.partition_log(index))):
                         await self.partition(name, index)
@@ -313,6 +314,14 @@ class Core:
             messages, size = traffic.get(path, (0, 0))
             traffic[path] = (messages + partition.messages_in, size + partition.bytes_in + partition.bytes_out)
         return traffic
+
+    def partition_weights(self, bundle: Bundle) -> list[tuple[int, float]]:
+        """(key hash, load since it opened) of each partition of the bundle open here: where a split
+        of the bundle divides its traffic (core/cluster/splits.py)."""
+        return [(key_hash(partition_key(name.topic, index)),
+                 partition.messages_in * MESSAGE_BYTES + partition.bytes_in + partition.bytes_out)
+                for (name, index), partition in self._partitions.items()
+                if bundle.holds_partition(name.tenant, name.namespace, name.topic, index)]
 
     def open_partitions(self) -> list[Partition]:
         """The partitions open in this process now (for metrics)."""

@@ -25,6 +25,7 @@ from core.auth import Permission, UserStore
 from core.cluster.broker_cluster import BrokerCluster
 from core.cluster.members import SERVING, BrokerInfo
 from core.cluster.peers import PeerService
+from core.cluster.splits import SplitLimits
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from core.service import Core
 from core.shares.coordinator import ShareSettings
@@ -235,7 +236,10 @@ class Gateway:
             shed_s = config.load_shed_interval_ms / 1000
             self._cluster = BrokerCluster(self._storage.metadata, self._local_broker(),
                                           shed_interval_s=shed_s, report_interval_s=min(5.0, shed_s / 3 or 5.0),
-                                          shed_threshold=config.load_shed_threshold_percent / 100)
+                                          shed_threshold=config.load_shed_threshold_percent / 100,
+                                          split_limits=SplitLimits(config.bundle_split_messages_per_s,
+                                                                   config.bundle_split_mbytes_per_s * float(1 << 20),
+                                                                   config.bundles_max_per_namespace))
             self._peers = PeerService(config.storage.secret.encode())
         self._core = Core(self._storage.metadata, self._storage.logs, cluster=self._cluster,
                           retention_check_s=config.retention_check_interval_ms / 1000,

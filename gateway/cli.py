@@ -68,6 +68,16 @@ def serve(
         int | None, typer.Option(help="How far (percentage points) above the mean share of the load a broker "
                                       "must be to shed.", show_default="10")
     ] = None,
+    bundle_split_messages_per_s: Annotated[
+        int | None, typer.Option(help="In a cluster, split a bundle taking more messages per second than this; "
+                                      "0: never.", show_default="30000")
+    ] = None,
+    bundle_split_mbytes_per_s: Annotated[
+        int | None, typer.Option(help="... or more megabytes per second than this.", show_default="100")
+    ] = None,
+    bundles_max_per_namespace: Annotated[
+        int | None, typer.Option(help="The most bundles a namespace is split into.", show_default="128")
+    ] = None,
     admin_tls_cert: Annotated[
         str | None, typer.Option(help="PEM certificate (chain) for HTTPS on the admin port; with --admin-tls-key.")
     ] = None,
@@ -177,6 +187,9 @@ def serve(
         "admin_tls_key": admin_tls_key,
         "load_shed_interval_ms": load_shed_interval_ms,
         "load_shed_threshold_percent": load_shed_threshold_percent,
+        "bundle_split_messages_per_s": bundle_split_messages_per_s,
+        "bundle_split_mbytes_per_s": bundle_split_mbytes_per_s,
+        "bundles_max_per_namespace": bundles_max_per_namespace,
         "kafka_auto_create_topics": kafka_auto_create_topics,
         "kafka_default_partitions": kafka_default_partitions,
         "kafka_advertised_host": kafka_advertised_host,

@@ -42,11 +42,15 @@ ENV_VARS: Mapping[str, str] = {
     "delayed_memory_keys": "GATEWAY_DELAYED_MEMORY_KEYS",
     "load_shed_interval_ms": "GATEWAY_LOAD_SHED_INTERVAL_MS",
     "load_shed_threshold_percent": "GATEWAY_LOAD_SHED_THRESHOLD_PERCENT",
+    "bundle_split_messages_per_s": "GATEWAY_BUNDLE_SPLIT_MESSAGES_PER_S",
+    "bundle_split_mbytes_per_s": "GATEWAY_BUNDLE_SPLIT_MBYTES_PER_S",
+    "bundles_max_per_namespace": "GATEWAY_BUNDLES_MAX_PER_NAMESPACE",
     "role": "GATEWAY_ROLE",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port", "peer_port")
 INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
-                "delayed_memory_keys", "load_shed_interval_ms", "load_shed_threshold_percent")
+                "delayed_memory_keys", "load_shed_interval_ms", "load_shed_threshold_percent",
+                "bundle_split_messages_per_s", "bundle_split_mbytes_per_s", "bundles_max_per_namespace")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
@@ -381,6 +385,12 @@ class GatewayConfig:
     # 1 minute, 10 points); 0 ms: never.
     load_shed_interval_ms: int = 60_000
     load_shed_threshold_percent: int = 10
+    # In a cluster, the owner of a bundle splits it in two when it takes more messages or megabytes
+    # per second than these (and its traffic is not all one partition's), up to the most bundles a
+    # namespace may have (Pulsar's defaults: 30,000 msg/s, 100 MB/s, 128); 0 msg/s: never.
+    bundle_split_messages_per_s: int = 30_000
+    bundle_split_mbytes_per_s: int = 100
+    bundles_max_per_namespace: int = 128
     # In a cluster: "serving" (owns partitions, groups and queues) or "read-only" (owns nothing and
     # writes nothing: serves Kafka fetches of any partition from the shared storage, core/replicas.py).
     role: str = SERVING
@@ -415,6 +425,12 @@ class GatewayConfig:
         if not _is_int(self.load_shed_threshold_percent) or not 0 <= self.load_shed_threshold_percent <= 100:
             raise ConfigError(f"load_shed_threshold_percent must be an integer in 0..100, "
                               f"got {self.load_shed_threshold_percent!r}")
+        for name in ("bundle_split_messages_per_s", "bundle_split_mbytes_per_s"):
+            if not _is_int(getattr(self, name)) or not 0 <= getattr(self, name) <= 1_000_000_000:
+                raise ConfigError(f"{name} must be an integer in 0..1000000000, got {getattr(self, name)!r}")
+        if not _is_int(self.bundles_max_per_namespace) or not 16 <= self.bundles_max_per_namespace <= 4096:
+            raise ConfigError(f"bundles_max_per_namespace must be an integer in 16..4096, "
+                              f"got {self.bundles_max_per_namespace!r}")
         if self.role not in ROLES:
             raise ConfigError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
         if self.role != SERVING and self.storage.mode != REPLICATED:

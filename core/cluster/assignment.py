@@ -11,11 +11,16 @@ moves take the least busy bundles (by the `busy` measure given, e.g. the load re
 second), so that evening the counts after a load shed (load.py) moves an idle bundle back, not the
 busy one that was shed. A bundle pinned to a broker that is not alive is placed as if unpinned,
 and goes back to its broker when that one returns (Kafka's preferred leader).
+
+The halves of a split bundle are new to the assignment: `inherited` gives each the broker its parent
+had, so a split moves nothing by itself (the count rule may then move a half, as for any bundle).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+
+from core.cluster.bundles import Bundle
 
 
 def assign(bundles: Iterable[str], current: dict[str, int], live: Iterable[int],
@@ -50,3 +55,16 @@ def assign(bundles: Iterable[str], current: dict[str, int], live: Iterable[int],
 
 def _emptiest(brokers: list[int], owned: dict[int, list[str]]) -> int:
     return min(brokers, key=lambda b: (len(owned[b]), b))
+
+
+def inherited(current: Mapping[str, int], bundles: Iterable[str]) -> dict[str, int]:
+    """`current` plus, for each bundle not in it, the broker of a current bundle it was cut from."""
+    found = dict(current)
+    parents = [(Bundle.parse(path), broker) for path, broker in current.items()]
+    for path in bundles:
+        if path not in found:
+            bundle = Bundle.parse(path)
+            found.update((path, broker) for parent, broker in parents
+                         if parent.lower <= bundle.lower and bundle.upper <= parent.upper
+                         and (parent.tenant, parent.namespace) == (bundle.tenant, bundle.namespace))
+    return found

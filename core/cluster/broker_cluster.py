@@ -7,6 +7,8 @@
     /cluster/terms/<t>/<ns>/<i>/<instance>  ephemeral  the owner's term on the bundle: its writes' guard
     /cluster/load/<id>                ephemeral  LoadReport: the broker's traffic per bundle (load.py)
     /cluster/placements               bundles an operator put on a chosen broker (placements.py)
+    /cluster/layouts                  where each namespace's bundles end (bundles.py)
+    /cluster/splits                   bundles an operator asked to split (splits.py)
 
 Why a leader assigns instead of every broker claiming a fair share: claims race (two brokers that
 both see three live brokers may both claim the same spare bundle, and each join or death makes every
@@ -25,6 +27,14 @@ than `shed_threshold` (load.py has the rule, which never sends a bundle back and
 
 Placements: an operator (a Kafka partition reassignment) may put a bundle on a chosen broker; the
 leader moves it there and keeps it there (assignment.py, placements.py).
+
+Splits: the owner of a bundle that is too busy (or that an operator names) cuts it in two
+(`split`): it writes the namespace's new layout, then releases the bundle as for a move (its
+partitions close, sealing their ledgers; its term and lease go). The leader gives both halves to
+the same broker (assignment.py `inherited`), which opens the partitions again on new ledgers; the
+count and load rules may later move a half. Nothing is served twice: a bundle is taken only if it
+is in the layout read after its lease was made, and no lease of an overlapping bundle (the parent,
+or a child taken by a broker that read the layout early) exists then (`_acquire`).
 
 Sessions: on SUSPENDED the broker stops serving at once (`suspended`: the core refuses every
 partition); on CONNECTED with the same session it resumes; on LOST every bundle is dropped (the
@@ -48,11 +58,13 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
-from core.cluster.assignment import assign
-from core.cluster.bundles import Bundle, namespace_bundles
+from core.cluster.assignment import assign, inherited
+from core.cluster.bundles import LAYOUTS, Bundle, Layouts, follow
+from core.cluster.json_nodes import read_json, update_json
 from core.cluster.load import LOAD, LoadReport, RateMeter, Traffic, shed
 from core.cluster.members import SERVING, BrokerInfo
 from core.cluster.placements import PLACEMENTS, Placement, read_placements, update_placements
+from core.cluster.splits import SPLITS, SplitLimits, drop_split_requests, read_split_requests, traffic_split
 from storage.api import Fenced, Guard, MetadataStore, NodeExists, NoNode, SessionState, StorageError
 
 log = logging.getLogger("gateway.cluster")
@@ -85,7 +97,7 @@ def _held_by(raw: bytes, local: BrokerInfo) -> bool:
 class BrokerCluster:
     def __init__(self, metadata: MetadataStore, local: BrokerInfo, *, poll_s: float = POLL_S,
                  report_interval_s: float = REPORT_INTERVAL_S, shed_interval_s: float = SHED_INTERVAL_S,
-                 shed_threshold: float = SHED_THRESHOLD) -> None:
+                 shed_threshold: float = SHED_THRESHOLD, split_limits: SplitLimits = SplitLimits()) -> None:
         self.metadata = metadata
         self.local = local
         self._instance = local.instance or uuid.uuid4().hex
@@ -97,6 +109,8 @@ class BrokerCluster:
         self._registered = False
         self._brokers: dict[int, BrokerInfo] = {}
         self._assignment: dict[Bundle, int] = {}
+        self.layouts = Layouts()          # as last read
+        self._steps = asyncio.Lock()      # a step and a split never interleave
         self._held: set[Bundle] = set()
         self._guards: dict[Bundle, Guard] = {}                    # the term of each bundle taken
         self._dropped: set[Bundle] = set()                        # lost with the session: to release
@@ -122,6 +136,10 @@ class BrokerCluster:
         self._shed_interval_s, self._shed_threshold = shed_interval_s, shed_threshold
         self._shed_at = time.monotonic()             # a first shed waits a whole interval of reports
         self.reports: dict[int, LoadReport] = {}     # as the leader last read them
+        # Splits: when this broker splits a bundle it owns, and where (set by its owner: the
+        # (hash, weight) of each partition of the bundle open here).
+        self.split_limits = split_limits
+        self.partition_weights: Callable[[Bundle], list[tuple[int, float]]] | None = None
 
     # --- what the rest of the broker asks -------------------------------------------------------
 
@@ -187,10 +205,11 @@ class BrokerCluster:
 
     async def start(self) -> None:
         self._cancels.append(self.metadata.on_session_event(self._on_session))
-        for path in (ASSIGNMENT, LEADER, PLACEMENTS):
+        for path in (ASSIGNMENT, LEADER, PLACEMENTS, LAYOUTS, SPLITS):
             self._cancels.append(self.metadata.watch(path, self._wake))
         await self._register(self._sessions_lost)
-        await self._step()
+        async with self._steps:
+            await self._step()
         self._task = asyncio.create_task(self._run(), name="broker-cluster")
 
     async def close(self) -> None:
@@ -245,7 +264,8 @@ class BrokerCluster:
                 pass
             self._changed.clear()
             try:
-                await self._step()
+                async with self._steps:
+                    await self._step()
             except StorageError as exc:
                 log.warning("cluster membership step failed, will retry: %s", exc)
             except Exception:
@@ -263,6 +283,7 @@ class BrokerCluster:
         if self._session is not SessionState.CONNECTED:
             return   # suspended meanwhile: serving resumes at the next step in CONNECTED
         self.suspended = False
+        await self._read_layouts()
         await self._read_brokers()
         if self.local.role == SERVING:      # a read-only broker never leads (nor owns anything)
             await self._elect(session)
@@ -270,6 +291,7 @@ class BrokerCluster:
             await self._assign()
         await self._read_assignment()
         await self._reconcile(session)
+        await self._split_requested()
         await self._report(session)
 
     def _check_session(self, session: int) -> None:
@@ -349,9 +371,11 @@ class BrokerCluster:
         bundles = []
         for tenant in await self.metadata.children("/tenants"):   # as core/registry.py keeps them
             for namespace in await self.metadata.children(f"/namespaces/{tenant}"):
-                bundles.extend(bundle.path for bundle in namespace_bundles(tenant, namespace))
+                bundles.extend(bundle.path for bundle in self.layouts.bundles(tenant, namespace))
         node = await self.metadata.get(ASSIGNMENT)
-        current = json.loads(node.value)["bundles"] if node is not None else {}
+        # Paths as this version writes them; the halves of a split stay with their parent's broker.
+        written = json.loads(node.value)["bundles"] if node is not None else {}
+        current = inherited({Bundle.parse(path).path: broker for path, broker in written.items()}, bundles)
         live = [broker.id for broker in self._brokers.values() if broker.role == SERVING]
         busy = {bundle: traffic[0] for report in self.reports.values() for bundle, traffic in report.bundles.items()}
         pinned = {bundle: placement.broker for bundle, placement in (await read_placements(self.metadata)).items()}
@@ -364,7 +388,7 @@ class BrokerCluster:
                 log.info("shedding bundle %s from broker %d to broker %d (load)", move.bundle, move.source,
                          move.target)
                 wanted = {**current, move.bundle: move.target}
-        if wanted == current:
+        if wanted == written:
             return
         value = json.dumps({"bundles": wanted}, separators=(",", ":"), sort_keys=True).encode()
         try:
@@ -397,6 +421,12 @@ class BrokerCluster:
         self._reported_at = now
         held = {bundle.path for bundle in self._held}
         rates = {path: rate for path, rate in self._rates.rates(self.traffic(), now).items() if path in held}
+        split = self._split_busiest(rates)
+        if split is not None:
+            bundle, at = split
+            log.info("splitting bundle %s: %.0f messages/s, %.0f bytes/s", bundle, *rates[bundle.path])
+            await self._split(bundle, at)
+            del rates[bundle.path]
         value = LoadReport(rates, self.connections() if self.connections else 0).to_json()
         path = f"{LOAD}/{self.local.id}"
         if self._report_session == session:
@@ -414,6 +444,76 @@ class BrokerCluster:
         node = await self.metadata.get(ASSIGNMENT)
         raw = json.loads(node.value)["bundles"] if node is not None else {}
         self._assignment = {Bundle.parse(path): broker for path, broker in raw.items()}
+
+    async def _read_layouts(self, *, latest: bool = False) -> Layouts:
+        self.layouts = Layouts(await read_json(self.metadata, LAYOUTS, latest=latest))
+        follow(self.layouts)
+        return self.layouts
+
+    def _in_layout(self, bundle: Bundle) -> bool:
+        return bundle in self.layouts.bundles(bundle.tenant, bundle.namespace)
+
+    # --- splits ---------------------------------------------------------------------------------
+
+    async def split(self, bundle: Bundle, at: int | None = None) -> tuple[Bundle, Bundle]:
+        """Cut a bundle this broker owns in two at hash `at` (by default where its traffic divides):
+        the halves are taken again, by this broker unless the leader moves one. ValueError if this
+        broker does not own it, `at` is outside it, or its namespace has all the bundles it may."""
+        async with self._steps:
+            return await self._split(bundle, at)
+
+    async def _split(self, bundle: Bundle, at: int | None) -> tuple[Bundle, Bundle]:
+        if not self.owns(bundle):
+            raise ValueError(f"broker {self.local.id} does not own bundle {bundle}")
+        if at is None:
+            at = traffic_split(self.partition_weights(bundle) if self.partition_weights else ())
+        if at is None:
+            at = (bundle.lower + bundle.upper) // 2
+        halves = bundle.halves(at)
+
+        def cut(value) -> dict:
+            layouts = Layouts(value)
+            if len(layouts.bundles(bundle.tenant, bundle.namespace)) >= self.split_limits.max_bundles:
+                raise ValueError(f"namespace {bundle.tenant}/{bundle.namespace} has "
+                                 f"{self.split_limits.max_bundles} bundles, the most it may")
+            return layouts.split(bundle, at).as_dict()
+
+        follow(layouts := Layouts(await update_json(self.metadata, LAYOUTS, cut)))
+        self.layouts = layouts
+        placed = (await read_placements(self.metadata)).get(bundle.path)
+        if placed is not None:     # an operator's placement holds for both halves
+            await update_placements(self.metadata, {bundle.path: None, **{half.path: placed for half in halves}})
+        # As for a move: what it serves closes, then its term and lease go (the halves wait for that).
+        await self._release(bundle, give_up_lease=True)
+        log.info("split bundle %s into %s and %s", bundle, *halves)
+        self._wake()
+        return halves
+
+    def _split_busiest(self, rates: Mapping[str, Traffic]) -> tuple[Bundle, int] | None:
+        """The busiest bundle over the split limits, if its namespace may have one more bundle and
+        its traffic divides (a bundle with one busy partition stays whole: halves would not help)."""
+        for path, rate in sorted(rates.items(), key=lambda item: item[1], reverse=True):
+            bundle = Bundle.parse(path)
+            if not self.split_limits.over(*rate):
+                return None
+            if len(self.layouts.bundles(bundle.tenant, bundle.namespace)) >= self.split_limits.max_bundles:
+                continue
+            at = traffic_split(self.partition_weights(bundle) if self.partition_weights else ())
+            if at is not None:
+                return bundle, at
+        return None
+
+    async def _split_requested(self) -> None:
+        requests = await read_split_requests(self.metadata)
+        done = [bundle for bundle in requests if not self._in_layout(bundle)]
+        for bundle, at in requests.items():
+            if bundle in self._held and not self.suspended:
+                try:
+                    await self._split(bundle, at)
+                except ValueError as exc:
+                    log.warning("split of bundle %s refused: %s", bundle, exc)
+                done.append(bundle)
+        await drop_split_requests(self.metadata, done)
 
     # --- placements (partition reassignments) ---------------------------------------------------
 
@@ -452,7 +552,8 @@ class BrokerCluster:
     # --- leases ---------------------------------------------------------------------------------
 
     async def _reconcile(self, session: int) -> None:
-        mine = {bundle for bundle, broker in self._assignment.items() if broker == self.local.id}
+        mine = {bundle for bundle, broker in self._assignment.items()
+                if broker == self.local.id and self._in_layout(bundle)}
         for bundle in sorted(self._held - mine):
             await self._release(bundle, give_up_lease=True)
         for bundle in [b for b in self._waiting if b not in mine]:
@@ -479,6 +580,8 @@ class BrokerCluster:
         if cancel is not None:
             cancel()
         self._check_session(session)
+        if not await self._alone_in_layout(bundle, path):
+            return
         term = f"{TERMS}/{bundle.path}/{self.local.instance}"
         try:
             await self.metadata.create(term, b"", ephemeral=True)
@@ -496,6 +599,30 @@ class BrokerCluster:
         log.info("owning bundle %s", bundle)
         for serving in self._on_serving:
             serving(bundle)
+
+    async def _alone_in_layout(self, bundle: Bundle, lease: str) -> bool:
+        """Whether the bundle, its lease just made, may be served: it is in the layout as read now (not
+        split meanwhile) and no other lease overlaps it (a split's parent still closing, or a half
+        taken by a broker that read the new layout first). If not, the lease is given back and
+        this broker waits for the other lease to go."""
+        blocker = None
+        if self._in_layout(bundle) and bundle in (await self._read_layouts(latest=True)).bundles(
+                bundle.tenant, bundle.namespace):
+            for name in await self.metadata.children(f"{LEASES}/{bundle.tenant}/{bundle.namespace}"):
+                other = f"{bundle.tenant}/{bundle.namespace}/{name}"
+                if other != bundle.path and Bundle.parse(other).overlaps(bundle):
+                    blocker = f"{LEASES}/{other}"
+                    break
+            else:
+                return True
+        try:
+            await self.metadata.delete(lease)
+        except NoNode:
+            pass
+        if blocker is not None:     # taken again once it goes (or at the next poll)
+            log.info("bundle %s waits for the lease of overlapping %s", bundle, blocker)
+            self._waiting[bundle] = self.metadata.watch(blocker, self._wake)
+        return False
 
     async def _release(self, bundle: Bundle, *, give_up_lease: bool) -> None:
         self._held.discard(bundle)

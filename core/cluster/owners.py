@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from core.cluster.bundles import Bundle
@@ -31,11 +32,13 @@ def owner_of(core, bundle: Bundle) -> Any:
     return owner
 
 
-async def ask_owner_waiting(core, bundle: Bundle, head: dict, payload: bytes = b"") -> tuple[dict, bytes]:
-    """Ask the owner of `bundle`, again while it refuses with NotOwner or cannot be reached (nothing
-    was done); NotOwner at once if the bundle comes to this broker meanwhile."""
+async def ask_owner_waiting(core, locate: Callable[[], Bundle], head: dict, payload: bytes = b"") -> tuple[dict, bytes]:
+    """Ask the owner of the bundle `locate()` names, again while it refuses with NotOwner or cannot
+    be reached (nothing was done); NotOwner at once if the bundle comes to this broker meanwhile.
+    Located again at each try: a split may have put the key in a new bundle."""
     deadline, pause = time.monotonic() + OWNER_WAIT_S, RETRY_FIRST_S
     while True:
+        bundle = locate()
         try:
             return await core.peers.ask(owner_of(core, bundle), head, payload)
         except (NotOwner, NotSent):

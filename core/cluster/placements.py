@@ -16,14 +16,14 @@ Any broker may write a placement (compare-and-set on the one node); the leader w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from storage.api import BadVersion, MetadataStore, NodeExists, StorageError
+from core.cluster.bundles import Bundle
+from core.cluster.json_nodes import read_json, update_json
+from storage.api import MetadataStore
 
 PLACEMENTS = "/cluster/placements"
-_ATTEMPTS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,36 +33,30 @@ class Placement:
 
 
 async def read_placements(metadata: MetadataStore) -> dict[str, Placement]:
-    node = await metadata.get(PLACEMENTS)
-    return {} if node is None else _decode(node.value)
+    return _decode(await read_json(metadata, PLACEMENTS))
 
 
 async def update_placements(metadata: MetadataStore, changes: Mapping[str, Placement | None]) -> None:
     """Apply `changes` (a bundle path -> its new placement, or None to drop it) in one write."""
     if not changes:
         return
-    for _ in range(_ATTEMPTS):
-        node = await metadata.get(PLACEMENTS)
-        placements = {} if node is None else _decode(node.value)
+
+    def changed(value) -> dict:
+        placements = _decode(value)
         for bundle, placement in changes.items():
             if placement is None:
                 placements.pop(bundle, None)
             else:
                 placements[bundle] = placement
-        value = json.dumps({"bundles": {bundle: {"broker": p.broker, "from": p.source}
-                                        for bundle, p in sorted(placements.items())}},
-                           separators=(",", ":")).encode()
-        try:
-            if node is None:
-                await metadata.create(PLACEMENTS, value)
-            else:
-                await metadata.put(PLACEMENTS, value, node.version)
-            return
-        except (NodeExists, BadVersion):
-            continue
-    raise StorageError(f"{PLACEMENTS}: too many concurrent writers")
+        return {"bundles": {bundle: {"broker": p.broker, "from": p.source} for bundle, p in placements.items()}}
+
+    await update_json(metadata, PLACEMENTS, changed)
 
 
-def _decode(raw: bytes) -> dict[str, Placement]:
-    return {bundle: Placement(int(value["broker"]), None if value.get("from") is None else int(value["from"]))
-            for bundle, value in json.loads(raw)["bundles"].items()}
+def _decode(value) -> dict[str, Placement]:
+    if value is None:
+        return {}
+    # Paths as this version writes them (earlier versions named a bundle by its index).
+    return {Bundle.parse(bundle).path: Placement(int(entry["broker"]), None if entry.get("from") is None
+                                                 else int(entry["from"]))
+            for bundle, entry in value["bundles"].items()}

@@ -22,6 +22,7 @@ Each names its tenant and namespace. A broker that does not serve what is asked 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from core.cluster.bundles import Bundle, partition_bundle
 from core.cluster.owners import ask_owner_waiting, retrieved
@@ -45,9 +46,9 @@ class RemoteStore:
     """A namespace's store as a broker that does not serve it sees it: holds and transaction ends go
     to its owner. Back-pressure as on a store's intake."""
 
-    def __init__(self, core, bundle: Bundle) -> None:
+    def __init__(self, core, tenant: str, namespace: str, topic: str) -> None:
         self._core = core
-        self._bundle = bundle
+        self._tenant, self._namespace, self._topic = tenant, namespace, topic    # the store's topic
         self._in_flight = 0
         self._writable = asyncio.Event()
         self._writable.set()
@@ -71,7 +72,7 @@ class RemoteStore:
 
     def hold_many(self, items: list[tuple[Record, int]], target: Target, txn: int | None) -> asyncio.Future:
         """Held at the owner: the future resolves to their ids once all are durable there."""
-        head = {"kind": HOLD, "tenant": self._bundle.tenant, "namespace": self._bundle.namespace,
+        head = {"kind": HOLD, "tenant": self._tenant, "namespace": self._namespace,
                 "target": [target.kind, target.name], "txn": txn, "dues": [due for _, due in items]}
         self._in_flight += len(items)
         if self._in_flight >= MAX_IN_FLIGHT:
@@ -79,6 +80,9 @@ class RemoteStore:
         sending = asyncio.ensure_future(self._ask(head, pack([record for record, _ in items])))
         sending.add_done_callback(lambda done: self._sent(done, len(items)))
         return sending
+
+    def _bundle(self) -> Bundle:
+        return partition_bundle(self._tenant, self._namespace, self._topic, 0)
 
     async def _ask(self, head: dict, payload: bytes) -> list[int]:
         answer, _ = await ask_owner_waiting(self._core, self._bundle, head, payload)
@@ -101,7 +105,7 @@ class RemoteStore:
 
     async def _ask_store(self, kind: str, **fields) -> dict:
         answer, _ = await ask_owner_waiting(self._core, self._bundle, {
-            "kind": kind, "tenant": self._bundle.tenant, "namespace": self._bundle.namespace, **fields})
+            "kind": kind, "tenant": self._tenant, "namespace": self._namespace, **fields})
         return answer
 
 
@@ -120,6 +124,10 @@ def _elsewhere(core, name: TopicName, index: int) -> Bundle | None:
     return None if core.cluster.owns(bundle) else bundle
 
 
+def _locate(name: TopicName, index: int) -> Callable[[], Bundle]:
+    return lambda: partition_bundle(name.tenant, name.namespace, name.topic, index)
+
+
 def _head(kind: str, name: TopicName, index: int, **fields) -> dict:
     return {"kind": kind, "tenant": name.tenant, "namespace": name.namespace, "topic": name.topic,
             "partition": index, **fields}
@@ -130,7 +138,7 @@ async def partition_end(core, name: TopicName, index: int) -> int:
     bundle = _elsewhere(core, name, index)
     if bundle is None:
         return (await core.partition(name, index)).high_watermark
-    answer, _ = await ask_owner_waiting(core, bundle, _head(END, name, index))
+    answer, _ = await ask_owner_waiting(core, _locate(name, index), _head(END, name, index))
     return answer["high_watermark"]
 
 
@@ -141,7 +149,7 @@ async def append_released(core, name: TopicName, index: int, records: list[Recor
     if bundle is None:
         partition = await core.partition(name, index)
         return await partition.start_append(build_batch(records))
-    answer, _ = await ask_owner_waiting(core, bundle, _head(APPEND, name, index), pack(records))
+    answer, _ = await ask_owner_waiting(core, _locate(name, index), _head(APPEND, name, index), pack(records))
     return answer["offset"]
 
 
@@ -150,7 +158,7 @@ async def delayed_ids(core, name: TopicName, index: int, start: int) -> set[int]
     bundle = _elsewhere(core, name, index)
     if bundle is None:
         return await delayed_ids_in(await core.partition(name, index), start)
-    answer, _ = await ask_owner_waiting(core, bundle, _head(IDS, name, index, start=start))
+    answer, _ = await ask_owner_waiting(core, _locate(name, index), _head(IDS, name, index, start=start))
     return set(answer["ids"])
 
 

@@ -109,7 +109,7 @@ class DelayedService:
     async def _on_acquire(self, bundle: Bundle) -> None:
         """A namespace's held messages are delivered by the owner of its system topic's bundle: when
         this broker takes that bundle, it starts the store (the previous owner's schedule resumes)."""
-        if partition_bundle(bundle.tenant, bundle.namespace, SYSTEM_TOPIC, 0) != bundle:
+        if not bundle.holds_partition(bundle.tenant, bundle.namespace, SYSTEM_TOPIC, 0):
             return
         if await self._core.metadata.get(f"{INDEX}/{bundle.tenant}/{bundle.namespace}") is not None:
             self._starting.add(bundle)      # once the bundle counts as owned (_on_serving)
@@ -121,7 +121,7 @@ class DelayedService:
 
     async def _on_release(self, bundle: Bundle) -> None:
         """The bundle goes to another broker: so does its store (a later return starts it afresh)."""
-        if partition_bundle(bundle.tenant, bundle.namespace, SYSTEM_TOPIC, 0) != bundle:
+        if not bundle.holds_partition(bundle.tenant, bundle.namespace, SYSTEM_TOPIC, 0):
             return
         self._starting.discard(bundle)
         store = self._stores.pop((bundle.tenant, bundle.namespace), None)
@@ -147,7 +147,7 @@ class DelayedService:
             raise self._core.not_owner(TopicName(tenant, namespace, SYSTEM_TOPIC), 0)   # refused now, not lost
         remote = self._remote.get((tenant, namespace))
         if remote is None:
-            remote = self._remote[(tenant, namespace)] = RemoteStore(self._core, bundle)
+            remote = self._remote[(tenant, namespace)] = RemoteStore(self._core, tenant, namespace, SYSTEM_TOPIC)
         return remote
 
     def local_store(self, tenant: str, namespace: str) -> DelayedStore:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from core.clock import Clock
-from core.cluster.bundles import Bundle, group_bundle
+from core.cluster.bundles import Bundle, group_bundle, group_key
 from core.errors import (CoreError, GroupError, GroupNotFound, GroupSubscribedToTopic, IllegalGeneration,
                          InconsistentGroupProtocol, InvalidGroupId, InvalidName, InvalidSessionTimeout, NonEmptyGroup,
                          NotCoordinator, OffsetMetadataTooLarge, UnknownMember, UnknownTopic)
@@ -549,7 +549,7 @@ class GroupCoordinator:
     async def _release_bundle(self, bundle: Bundle) -> None:
         """Another broker coordinates these groups now: forget them (their waiters are answered,
         their members join again there; offsets are stored, the new coordinator reads them)."""
-        for key in [k for k in self._groups if group_bundle(k.tenant, k.namespace, k.group_id) == bundle]:
+        for key in [k for k in self._groups if bundle.holds(k.tenant, k.namespace, group_key(k.group_id))]:
             self._groups[key].hand_over(NotCoordinator(f"group {key.group_id} moved to another broker"))
             self._drop(key)
 

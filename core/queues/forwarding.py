@@ -175,9 +175,9 @@ class RemotePublisher:
             self._sending = None
 
     async def _ask(self, payload: bytes, atomic: bool) -> dict:
-        bundle = self._queue.bundle
-        answer, _ = await ask_owner_waiting(self._core, bundle, request_head(PUBLISH, bundle, self._queue.name,
-                                                                           atomic=atomic), payload)
+        queue = self._queue
+        answer, _ = await ask_owner_waiting(self._core, lambda: queue.bundle,
+                                            request_head(PUBLISH, queue.bundle, queue.name, atomic=atomic), payload)
         return answer
 
 

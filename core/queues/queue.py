@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.clock import Clock
-from core.cluster.bundles import partition_bundle
+from core.cluster.bundles import Bundle, partition_bundle
 from core.delayed.held import Target
 from core.names import TopicName
 from core.partition import Partition
@@ -98,7 +98,6 @@ class Queue:
         self._clock = clock
         self.publisher = BatchPublisher(self.partition, on_durable=self._on_durable,
                                         deliver_first=self._deliver_durable)
-        self.bundle = partition_bundle(topic.tenant, topic.namespace, topic.topic, 0)   # its owner serves it
         self.subscription: SharedSubscription | None = None
         self._opening: asyncio.Future | None = None
         self.had_consumers = False            # auto-delete applies only once someone consumed
@@ -126,6 +125,11 @@ class Queue:
     @property
     def clock(self) -> Clock:
         return self._clock
+
+    @property
+    def bundle(self) -> Bundle:
+        """The bundle whose owner serves the queue (it changes when that bundle is split)."""
+        return partition_bundle(self.topic.tenant, self.topic.namespace, self.topic.topic, 0)
 
     @property
     def name(self) -> str:

@@ -372,7 +372,7 @@ class QueueNamespace:
         async with self._lock:
             await self._follow_store()
             for name, queue in list(self.queues.items()):
-                if queue.bundle == bundle and isinstance(queue.subscription, RemoteSubscription):
+                if bundle.overlaps(queue.bundle) and isinstance(queue.subscription, RemoteSubscription):
                     consumers = queue.subscription.consumers
                     self._forget(queue)
                     self._adopt(queue.info)
@@ -382,7 +382,7 @@ class QueueNamespace:
     def serving(self, bundle: Bundle) -> None:
         """The bundle counts as owned now: its queues' background work starts here."""
         for queue in self.queues.values():
-            if queue.bundle == bundle:
+            if bundle.overlaps(queue.bundle):
                 _start_background(queue)
 
     async def hand_over(self, bundle: Bundle) -> None:
@@ -390,7 +390,7 @@ class QueueNamespace:
         copy (refusing publishes and consumers here until the bundle comes back), its position is
         saved and its consumers are cancelled (basic.cancel), so clients reconnect to the owner."""
         for name, queue in list(self.queues.items()):
-            if queue.bundle != bundle:
+            if not bundle.overlaps(queue.bundle):
                 continue
             consumers = list(queue.subscription.consumers) if queue.subscription is not None else []
             self.queues[name] = self._attach(Queue(self._core, queue.info, queue.topic, self._core.clock,

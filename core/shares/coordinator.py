@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from core.cluster.bundles import Bundle, partition_bundle
+from core.cluster.bundles import Bundle
 from core.errors import GroupNotFound, InvalidGroupId, InvalidName, UnknownTopic
 from core.groups.store import GroupKey
 from core.groups.values import GroupOverview
@@ -135,7 +135,7 @@ class ShareCoordinator:
     async def _forget_bundle(self, bundle: Bundle) -> None:
         # Nothing to save: acknowledgements are durable in the cursor before they are answered.
         for ident in [i for i in self._partitions
-                      if partition_bundle(i[1].tenant, i[1].namespace, i[1].topic, i[2]) == bundle]:
+                      if bundle.holds_partition(i[1].tenant, i[1].namespace, i[1].topic, i[2])]:
             del self._partitions[ident]
 
     def list_groups(self, tenant: str, namespace: str) -> list[GroupOverview]:
