@@ -288,6 +288,23 @@ def cluster_moves() -> None:
     _show(document, ["bundle", "from", "to", "holder"], document["moves"])
 
 
+@cluster_cli.command("bundles")
+def cluster_bundles(tenant: str, namespace: str) -> None:
+    """A namespace's bundles (hash ranges) and the broker each is assigned to."""
+    document = _call("GET", f"/tenants/{tenant}/namespaces/{namespace}/bundles")
+    _show(document, ["bundle", "lower", "upper", "broker"], document["bundles"])
+
+
+@cluster_cli.command("split")
+def cluster_split(tenant: str, namespace: str, bundle: str,
+                  at: Annotated[int | None, typer.Option(help="The hash the upper half starts at "
+                                                                 "(default: where its traffic divides).")] = None) -> None:
+    """Split a bundle (`<lower>_<upper>`, as `bundles` lists it) in two; its owner carries it out."""
+    document = _call("PUT", f"/tenants/{tenant}/namespaces/{namespace}/bundles/{bundle}/split",
+                     {} if at is None else {"at": at})
+    _show(document, ["bundle", "at"], [document])
+
+
 @cluster_cli.command("move")
 def cluster_move(tenant: str, namespace: str, topic: str, partition: int, broker: int) -> None:
     """Move a partition, with the other partitions of its bundle, to a broker (a Kafka reassignment)."""
