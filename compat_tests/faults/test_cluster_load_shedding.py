@@ -163,3 +163,72 @@ def test_an_operator_moves_a_partition_through_the_admin_api_and_it_stays(cluste
     assert not failed and sorted(acked) == list(range(len(acked)))      # dense offsets across the move
     time.sleep(2 * SHED_INTERVAL_MS / 1000)                               # a shedding round or two later ...
     assert holders(cluster, topic)[0] == (bundle, target)                  # ... it is still where it was put
+
+
+def listed_bundles(cluster) -> list[dict]:
+    return gateway_admin(cluster, "cluster", "bundles", "public", "default")["bundles"]
+
+
+def within(listed: list[dict], lower: int, upper: int) -> list[dict]:
+    return [entry for entry in listed if lower <= int(entry["lower"], 16) and int(entry["upper"], 16) <= upper]
+
+
+def test_an_operator_splits_a_placed_bundle_through_gateway_admin_and_both_halves_stay_put(cluster) -> None:
+    """`gateway admin cluster split` (Pulsar's split-bundle): the owner cuts the bundle in two where
+    its traffic divides, both halves keep the broker an operator placed it on, and a producer
+    goes on with dense offsets. Last in the module: the split stays in the cluster's layout."""
+    bootstrap = cluster.brokers[0].ready["kafka"]
+    topic = f"split-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    deadline = time.monotonic() + DEADLINE_S
+    found = holders(cluster, topic)
+    while None in {broker for _, broker in found.values()}:
+        assert time.monotonic() < deadline, f"bundles never all held: {found}"
+        time.sleep(0.2)
+        found = holders(cluster, topic)
+    path, source = found[0]
+    target = 1 - source
+    gateway_admin(cluster, "cluster", "move", "public", "default", topic, "0", str(target))
+    while holders(cluster, topic)[0][1] != target:
+        assert time.monotonic() < deadline, "the partition never moved"
+        time.sleep(0.2)
+
+    acked, failed = [], []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True})
+
+    def delivered(error, message) -> None:
+        (failed if error is not None else acked).append((message.partition(), message.offset()))
+
+    in_bundle = [p for p, (bundle, _) in found.items() if bundle == path]
+    for _ in range(20):
+        for partition in in_bundle:
+            producer.produce(topic, b"before", partition=partition, on_delivery=delivered)
+    assert producer.flush(30) == 0
+
+    base = f"http://{cluster.brokers[1].ready['admin']}/api/v1/tenants/public/namespaces/default/bundles"
+    hashes = path.rsplit("/", 1)[1]
+    lower, upper = (int(bound, 16) for bound in hashes.split("_"))
+    assert httpx.put(f"{base}/{hashes}/split", json={}).status_code == 401
+    assert httpx.put(f"{base}/0x00000001_0x00000002/split", json={}, auth=ADMIN).status_code == 404
+    assert httpx.put(f"{base}/{hashes}/split", json={"at": upper}, auth=ADMIN).status_code == 400
+    assert {"bundle": path, "lower": f"0x{lower:08x}", "upper": f"0x{upper:08x}", "broker": target} in listed_bundles(cluster)
+    assert gateway_admin(cluster, "cluster", "split", "public", "default", hashes) == {"bundle": path, "at": None}
+    while any(entry["bundle"] == path for entry in listed_bundles(cluster)):
+        assert time.monotonic() < deadline, "the bundle was never split"
+        producer.produce(topic, b"during", partition=in_bundle[0], on_delivery=delivered)
+        producer.poll(0.05)
+    assert len(within(listed_bundles(cluster), lower, upper)) == 2 and len(listed_bundles(cluster)) == 17
+    while {entry["broker"] for entry in within(listed_bundles(cluster), lower, upper)} != {target}:
+        assert time.monotonic() < deadline, f"the halves did not stay on broker {target}"
+        time.sleep(0.2)
+    for _ in range(20):
+        for partition in in_bundle:
+            producer.produce(topic, b"after", partition=partition, on_delivery=delivered)
+    assert producer.flush(60) == 0
+    assert not failed
+    for partition in in_bundle:      # dense offsets across the split
+        offsets = sorted(offset for p, offset in acked if p == partition)
+        assert offsets == list(range(len(offsets)))
+    time.sleep(2 * SHED_INTERVAL_MS / 1000)           # a shedding round or two later, both still there
+    assert {entry["broker"] for entry in within(listed_bundles(cluster), lower, upper)} == {target}
