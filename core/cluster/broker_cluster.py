@@ -611,8 +611,9 @@ class BrokerCluster:
             for name in await self.metadata.children(f"{LEASES}/{bundle.tenant}/{bundle.namespace}"):
                 other = f"{bundle.tenant}/{bundle.namespace}/{name}"
                 if other != bundle.path and Bundle.parse(other).overlaps(bundle):
-                    blocker = f"{LEASES}/{other}"
-                    break
+                    if not await self._drop_stale_lease(other):
+                        blocker = f"{LEASES}/{other}"
+                        break
             else:
                 return True
         try:
@@ -623,6 +624,20 @@ class BrokerCluster:
             log.info("bundle %s waits for the lease of overlapping %s", bundle, blocker)
             self._waiting[bundle] = self.metadata.watch(blocker, self._wake)
         return False
+
+    async def _drop_stale_lease(self, path: str) -> bool:
+        """Delete the lease (and term) of a bundle this process holds no more, as a split that failed
+        after writing the layout leaves it; True if it was one (or is gone)."""
+        node = await self.metadata.get(f"{LEASES}/{path}")
+        if node is not None and (not _held_by(node.value, self.local) or Bundle.parse(path) in self._held):
+            return False
+        self._guards.pop(Bundle.parse(path), None)
+        for stale in (f"{TERMS}/{path}/{self.local.instance}", f"{LEASES}/{path}"):
+            try:
+                await self.metadata.delete(stale)
+            except NoNode:
+                pass
+        return True
 
     async def _release(self, bundle: Bundle, *, give_up_lease: bool) -> None:
         self._held.discard(bundle)

@@ -14,6 +14,7 @@ from core.cluster.bundles import LAYOUTS, Layouts, follow, namespace_bundles, pa
 from core.cluster.splits import SPLITS, SplitLimits, request_split
 from core.names import TopicName
 from core.records.builder import Record, build_batch
+from storage.api import StorageError
 from tests.core.cluster.test_cluster_membership import until
 
 TOPIC = TopicName.of("orders")
@@ -115,3 +116,24 @@ async def test_the_owner_splits_a_busy_bundle_of_its_own_accord_up_to_the_limit(
     assert first_half != partition_bundle("public", "default", TOPIC.topic, indexes[1])   # split between them
     with pytest.raises(ValueError, match="the most it may"):
         await first.split(first_half)
+
+
+async def test_a_split_that_failed_after_writing_the_layout_does_not_block_its_halves(brokers, monkeypatch) -> None:
+    """The owner wrote the new layout, then lost the store before giving the parent's lease up: its
+    own leftover lease is dropped when it takes the halves, instead of blocking them forever."""
+    (first, _), services = brokers
+    metadata = services[0]._core.metadata
+    bundle = next(iter(sorted(first.held)))
+
+    async def failing(bundle, *, give_up_lease):
+        first._held.discard(bundle)       # as _release does before its deletes
+        raise StorageError("connection lost")
+
+    monkeypatch.setattr(first, "_release", failing)
+    with pytest.raises(StorageError):
+        await first.split(bundle)
+    monkeypatch.undo()
+    assert await metadata.get(f"{LEASES}/{bundle.path}") is not None
+    low, high = bundle.halves((bundle.lower + bundle.upper) // 2)
+    await until(lambda: first.owns(low) and first.owns(high))
+    assert await metadata.get(f"{LEASES}/{bundle.path}") is None
