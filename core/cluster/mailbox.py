@@ -12,6 +12,13 @@ asked, so an answer can come only from a broker that owned it. A request's name 
 post repeated after a failure (by the poster, or by the next owner of the poster's bundle) finds
 the first one, answered or not. Requests outlive both brokers: the next owner of the asked bundle
 answers what it finds when it takes the bundle. Handlers must therefore be idempotent.
+
+A request may also outlive its bundle: one posted to a bundle that was split since (before the
+split, or by a broker that had not read the new layout yet) is answered by the owners of its
+halves, each watching and reading the mailboxes of the split ranges that overlap its own (the
+splitting owner makes the parent's mailbox as it lets the bundle go, so that it is there to watch);
+the owner of the other half refuses it as not its own (NotOwner, tried again later) until the right
+one answered it.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ class Mailbox:
         self._owner_metadata = owner_metadata
         self._handlers: dict[str, Handler] = {}
         self._watches: dict[Bundle, Callable[[], None]] = {}
+        self._split_watches: dict[Bundle, list[Callable[[], None]]] = {}    # mailboxes of split ranges
         self._draining: dict[Bundle, asyncio.Task] = {}
         self._again: set[Bundle] = set()
         cluster.on_acquire(self._open)
@@ -111,17 +119,44 @@ class Mailbox:
     async def _open(self, bundle: Bundle) -> None:
         if bundle not in self._watches:
             self._watches[bundle] = self._metadata.watch(f"{MAILBOX}/{bundle.path}", lambda _p: self._wake(bundle))
+            try:
+                self._split_watches[bundle] = [self._metadata.watch(path, lambda _p: self._wake(bundle))
+                                               for path in await self._split_mailboxes(bundle)]
+            except StorageError as exc:      # read again at every pass anyway
+                log.warning("finding the mailboxes of split bundles failed: %s", exc)
         self._wake(bundle)
 
+    async def _split_mailboxes(self, bundle: Bundle) -> list[str]:
+        """The mailboxes of ranges that are no bundle any more (split) and overlap `bundle`."""
+        current = self._cluster.layouts.bundles(bundle.tenant, bundle.namespace)
+        found = []
+        for name in await self._metadata.children(f"{MAILBOX}/{bundle.tenant}/{bundle.namespace}"):
+            try:
+                other = Bundle.parse(f"{bundle.tenant}/{bundle.namespace}/{name}")
+            except ValueError:
+                continue
+            if other not in current and other.overlaps(bundle):
+                found.append(f"{MAILBOX}/{other.path}")
+        return found
+
     async def _close(self, bundle: Bundle) -> None:
-        cancel = self._watches.pop(bundle, None)
-        if cancel is not None:
-            cancel()
+        for cancel in [self._watches.pop(bundle, None), *self._split_watches.pop(bundle, ())]:
+            if cancel is not None:
+                cancel()
         self._again.discard(bundle)
+        if bundle not in self._cluster.layouts.bundles(bundle.tenant, bundle.namespace):
+            try:     # split: its mailbox is made now, so that the halves' owners watch it from the start
+                await self._metadata.put(f"{MAILBOX}/{bundle.path}", b"")
+            except StorageError as exc:
+                log.warning("making the mailbox of split bundle %s failed: %s", bundle, exc)
 
     def close(self) -> None:
         for bundle in list(self._watches):
             self._watches.pop(bundle)()
+        for cancels in self._split_watches.values():
+            for cancel in cancels:
+                cancel()
+        self._split_watches.clear()
         for task in self._draining.values():
             task.cancel()
 
@@ -149,9 +184,10 @@ class Mailbox:
             if not self._cluster.owns(bundle):
                 retry_in = TAKING_S      # called while the bundle is being taken: once it is held
                 return
-            for name in await self._metadata.children(f"{MAILBOX}/{bundle.path}"):
-                if not await self._answer_one(bundle, f"{MAILBOX}/{bundle.path}/{name}"):
-                    retry_in = RETRY_S
+            for mailbox in [f"{MAILBOX}/{bundle.path}", *await self._split_mailboxes(bundle)]:
+                for name in await self._metadata.children(mailbox):
+                    if not await self._answer_one(bundle, f"{mailbox}/{name}"):
+                        retry_in = RETRY_S
         except StorageError as exc:
             log.warning("reading the requests to bundle %s failed, will retry: %s", bundle, exc)
             retry_in = RETRY_S
