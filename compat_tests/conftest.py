@@ -25,9 +25,19 @@ from pathlib import Path
 
 import pytest
 
+from core.cluster.bundles import Layouts, follow
+
 READY_PREFIX = "GATEWAY READY "
 READY_DEADLINE_S = 30.0
 WAIT_DEADLINE_S = 30.0
+
+
+@pytest.fixture(autouse=True)
+def first_layouts_after():
+    """A test that split bundles leaves this process's layouts (core/cluster/bundles.py) as they
+    were: the next one's brokers, or a test computing bundles without a broker, start from the first."""
+    yield
+    follow(Layouts())
 
 
 def wait_for(condition, what: str, deadline_s: float = WAIT_DEADLINE_S, interval_s: float = 0.1):

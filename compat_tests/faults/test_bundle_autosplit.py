@@ -33,7 +33,6 @@ def cluster(tmp_path_factory):
     local.start()
     yield local
     local.stop()
-    follow(Layouts())
 
 
 async def _holders(cluster, topic: str, partitions: list[int]) -> dict[int, tuple[str, int | None]]:

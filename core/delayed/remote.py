@@ -116,12 +116,11 @@ async def _first(ids: asyncio.Future) -> int:
 # --- the partitions a release goes to --------------------------------------------------------------
 
 
-def _elsewhere(core, name: TopicName, index: int) -> Bundle | None:
-    """The partition's bundle if another broker serves it (and links to it exist), else None."""
+def _elsewhere(core, name: TopicName, index: int) -> bool:
+    """Whether another broker serves the partition (and links to it exist)."""
     if core.cluster is None or core.peers is None:
-        return None
-    bundle = partition_bundle(name.tenant, name.namespace, name.topic, index)
-    return None if core.cluster.owns(bundle) else bundle
+        return False
+    return not core.cluster.owns(partition_bundle(name.tenant, name.namespace, name.topic, index))
 
 
 def _locate(name: TopicName, index: int) -> Callable[[], Bundle]:
@@ -135,8 +134,7 @@ def _head(kind: str, name: TopicName, index: int, **fields) -> dict:
 
 async def partition_end(core, name: TopicName, index: int) -> int:
     """The partition's high watermark, as the broker serving it knows it."""
-    bundle = _elsewhere(core, name, index)
-    if bundle is None:
+    if not _elsewhere(core, name, index):
         return (await core.partition(name, index)).high_watermark
     answer, _ = await ask_owner_waiting(core, _locate(name, index), _head(END, name, index))
     return answer["high_watermark"]
@@ -145,8 +143,7 @@ async def partition_end(core, name: TopicName, index: int) -> int:
 async def append_released(core, name: TopicName, index: int, records: list[Record]) -> int:
     """Append released records to the end of the partition, wherever it is served; the base offset
     once durable."""
-    bundle = _elsewhere(core, name, index)
-    if bundle is None:
+    if not _elsewhere(core, name, index):
         partition = await core.partition(name, index)
         return await partition.start_append(build_batch(records))
     answer, _ = await ask_owner_waiting(core, _locate(name, index), _head(APPEND, name, index), pack(records))
@@ -155,8 +152,7 @@ async def append_released(core, name: TopicName, index: int, records: list[Recor
 
 async def delayed_ids(core, name: TopicName, index: int, start: int) -> set[int]:
     """The delayed.id values of the partition's records from `start` to its end."""
-    bundle = _elsewhere(core, name, index)
-    if bundle is None:
+    if not _elsewhere(core, name, index):
         return await delayed_ids_in(await core.partition(name, index), start)
     answer, _ = await ask_owner_waiting(core, _locate(name, index), _head(IDS, name, index, start=start))
     return set(answer["ids"])

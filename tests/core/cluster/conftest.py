@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from core.cluster.broker_cluster import BrokerCluster
+from core.cluster.bundles import Layouts, follow
 from core.cluster.peers import PeerService
 from core.clock import SystemClock
 from core.queues.service import QueueService
@@ -17,6 +18,14 @@ from core.service import Core
 from tests.core.cluster.test_cluster_membership import POLL_S, broker, split_evenly, storage, until  # noqa: F401
 
 SECRET = b"test-secret"
+
+
+@pytest.fixture(autouse=True)
+def first_layouts_after():
+    """A test that split bundles leaves this process's layouts (core/cluster/bundles.py) as they
+    were: the next one's brokers, or a test computing bundles without a broker, start from the first."""
+    yield
+    follow(Layouts())
 
 
 def listening() -> socket.socket:

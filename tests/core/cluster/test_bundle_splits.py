@@ -10,7 +10,7 @@ import json
 import pytest
 
 from core.cluster.broker_cluster import LEASES
-from core.cluster.bundles import LAYOUTS, Layouts, follow, namespace_bundles, partition_bundle
+from core.cluster.bundles import LAYOUTS, namespace_bundles, partition_bundle
 from core.cluster.splits import SPLITS, SplitLimits, request_split
 from core.names import TopicName
 from core.records.builder import Record, build_batch
@@ -19,12 +19,6 @@ from tests.core.cluster.test_cluster_membership import until
 
 TOPIC = TopicName.of("orders")
 PARTITIONS = 64
-
-
-@pytest.fixture(autouse=True)
-def first_layout_after():
-    yield
-    follow(Layouts())    # what the next test's brokers read from their fresh store
 
 
 def _batch(value: bytes = b"v") -> bytes:

@@ -123,10 +123,12 @@ async def test_a_broker_without_the_bundle_it_posts_for_posts_nothing(storage) -
     await owner.close()
 
 
-async def test_a_request_to_a_bundle_split_since_is_answered_by_the_owner_of_its_half(storage) -> None:
-    """Posted to a bundle whose owner cannot answer it yet (as while a partition opens), which then
-    splits the bundle: the owner of the half holding the request's key (placed on the other broker)
-    answers it; the lower half's owner refuses it as not its own."""
+@pytest.fixture
+async def splitting(storage):
+    """Two brokers with mailboxes whose handler answers a request naming a hash only from the
+    bundle holding it (as a real one names a partition or group), and not from `parent` (as while a
+    partition opens); `parent`, a bundle of the first, is to be split with its upper half placed on
+    the second: (first, second, boxes, parent, low, high)."""
     first, second = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
     boxes = [mailbox_of(storage, member) for member in (first, second)]
     for member in (first, second):
@@ -134,9 +136,26 @@ async def test_a_request_to_a_bundle_split_since_is_answered_by_the_owner_of_its
     await until(lambda: split_evenly(first, second))
     parent = min(first.held)
     low, high = parent.halves((parent.lower + parent.upper) // 2)
+
+    async def echo_if_held(box: Mailbox, bundle: Bundle, request: dict) -> dict:
+        if bundle == parent or not bundle.lower <= request["hash"] < bundle.upper:
+            raise NotOwner(f"hash {request['hash']:#x} cannot be answered by {bundle} now")
+        return await _echo(box._cluster, bundle, request)
+
     for box in boxes:
-        box.handle("echo", lambda bundle, request, box=box: _echo_if_held(box, bundle, request, parent))
+        box.handle("echo", lambda bundle, request, box=box: echo_if_held(box, bundle, request))
     await first.place({high: 2})
+    yield first, second, boxes, parent, low, high
+    for box in boxes:
+        box.close()
+    await first.close()
+    await second.close()
+
+
+async def test_a_request_to_a_bundle_split_since_is_answered_by_the_owner_of_its_half(storage, splitting) -> None:
+    """Posted to a bundle whose owner cannot answer it yet, which then splits the bundle: the owner
+    of the half holding the request's key answers it; the lower half's owner refuses it."""
+    first, second, boxes, parent, low, high = splitting
     asking = asyncio.ensure_future(boxes[1].ask(parent, "across-the-split", {
         "kind": "echo", "value": "split", "hash": high.lower}, writer(storage, second)))
     async with asyncio.timeout(10):
@@ -145,39 +164,14 @@ async def test_a_request_to_a_bundle_split_since_is_answered_by_the_owner_of_its
     await first.split(parent, low.upper)
     async with asyncio.timeout(10):
         assert await asking == {"by": 2, "bundle": high.path, "value": "split"}
-    for box in boxes:
-        box.close()
-    await first.close()
-    await second.close()
 
 
-async def _echo_if_held(box: Mailbox, bundle: Bundle, request: dict, unready: Bundle) -> dict:
-    """A handler whose request names a hash (as a real one names a partition or group): only the
-    owner of the bundle holding it answers, and not yet while that is `unready`."""
-    if bundle == unready or not bundle.lower <= request["hash"] < bundle.upper:
-        raise NotOwner(f"hash {request['hash']:#x} cannot be answered by {bundle} now")
-    return await _echo(box._cluster, bundle, request)
-
-
-async def test_a_request_posted_to_a_bundle_after_its_split_is_answered_by_the_owner_of_its_half(storage) -> None:
+async def test_a_request_posted_to_a_bundle_after_its_split_is_answered_by_the_owner_of_its_half(storage, splitting) -> None:
     """A poster that has not read the new layout yet asks the parent: its half's owner answers."""
-    first, second = (BrokerCluster(storage.metadata, broker(i), poll_s=POLL_S) for i in (1, 2))
-    boxes = [mailbox_of(storage, member) for member in (first, second)]
-    for member in (first, second):
-        await member.start()
-    await until(lambda: split_evenly(first, second))
-    parent = min(first.held)
-    low, high = parent.halves((parent.lower + parent.upper) // 2)
-    for box in boxes:
-        box.handle("echo", lambda bundle, request, box=box: _echo_if_held(box, bundle, request, parent))
-    await first.place({high: 2})
+    first, second, boxes, parent, low, high = splitting
     await first.split(parent, low.upper)
     await until(lambda: second.owns(high) and first.owns(low))
     async with asyncio.timeout(10):
         reply = await boxes[1].ask(parent, "after-the-split", {"kind": "echo", "value": "late", "hash": high.lower},
                                    writer(storage, second))
     assert reply == {"by": 2, "bundle": high.path, "value": "late"}
-    for box in boxes:
-        box.close()
-    await first.close()
-    await second.close()
