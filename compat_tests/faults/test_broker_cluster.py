@@ -29,11 +29,12 @@ from kafka.errors import NoReassignmentInProgressError
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from compat_tests.faults.harness import cgroup
+from compat_tests.faults.harness.bundles import follow_layouts
 from compat_tests.faults.harness.failover import ack_latencies, describe, failover_times
 from compat_tests.faults.harness.history import INVOKE, OK
 from compat_tests.faults.harness.scenarios import settle
 from compat_tests.kafka.epoch_readers import READERS, AiokafkaReader, produce
-from core.cluster.bundles import LAYOUTS, Layouts, follow, group_bundle, partition_bundle, transaction_bundle
+from core.cluster.bundles import group_bundle, partition_bundle, transaction_bundle
 from core.cluster.splits import SPLITS, request_split
 from core.groups.naming import storage_name
 from compat_tests.faults.harness.proxy import TcpProxy
@@ -77,20 +78,12 @@ def create_topic(bootstrap: str, partitions: int) -> str:
 # --- ownership as stored in ZooKeeper -------------------------------------------------------------
 
 
-async def _follow_layouts(store) -> Layouts:
-    """The bundles as the cluster has them now (split or not), for partition_bundle and the like."""
-    node = await store.get(LAYOUTS, latest=True)
-    layouts = Layouts(None if node is None else json.loads(node.value))
-    follow(layouts)
-    return layouts
-
-
 async def _bundle_holders(cluster, bundles) -> list[int | None]:
     """The broker id holding each bundle's lease (None: nobody); `bundles` may be a function giving
     them, called once the cluster's current layouts are followed."""
     store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
     try:
-        await _follow_layouts(store)
+        await follow_layouts(store)
         holders = []
         for bundle in (bundles() if callable(bundles) else bundles):
             node = await store.get(f"/cluster/leases/{bundle.path}")
@@ -1098,7 +1091,7 @@ async def _split_state(cluster, bundles) -> tuple[list, dict]:
     """Which of `bundles` are still in the layout, and the split requests not carried out yet."""
     store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
     try:
-        layouts = await _follow_layouts(store)
+        layouts = await follow_layouts(store)
         node = await store.get(SPLITS, latest=True)
         return ([b for b in bundles if b in layouts.bundles(b.tenant, b.namespace)],
                 {} if node is None else json.loads(node.value))

@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from core.cluster.bundles import LAYOUTS, Layouts, partition_bundle, follow
+from compat_tests.faults.harness.bundles import follow_layouts
+from core.cluster.bundles import partition_bundle
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
 from storage.metadata.zookeeper import ZooKeeperMetadataStore
 
@@ -39,8 +40,7 @@ async def _holders(cluster, topic: str, partitions: list[int]) -> dict[int, tupl
     """Partition -> (its bundle now, the broker holding that bundle's lease)."""
     store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
     try:
-        node = await store.get(LAYOUTS)
-        follow(Layouts(None if node is None else json.loads(node.value)))
+        await follow_layouts(store)
         found = {}
         for index in partitions:
             bundle = partition_bundle("public", "default", topic, index).path

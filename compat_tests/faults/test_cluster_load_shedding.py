@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat_tests.faults.harness.bundles import follow_layouts
 from core.cluster.bundles import partition_bundle
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
 from storage.metadata.zookeeper import ZooKeeperMetadataStore
@@ -47,6 +48,7 @@ async def _holders(cluster, topic: str) -> dict[int, tuple[str, int | None]]:
     """Partition -> (its bundle, the broker holding the bundle's lease)."""
     store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
     try:
+        await follow_layouts(store)      # the last test splits a bundle
         found = {}
         for index in range(PARTITIONS):
             bundle = partition_bundle("public", "default", topic, index).path
