@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
 from core.cluster.broker_cluster import LEASES
 from core.cluster.bundles import LAYOUTS, namespace_bundles, partition_bundle
 from core.cluster.splits import SPLITS, SplitLimits, request_split
+from core.delayed.store import SYSTEM_TOPIC as DELAYED_TOPIC
 from core.names import TopicName
+from core.queues.exchange import Binding, DestinationKind, ExchangeType
+from core.queues.naming import queue_topic
 from core.records.builder import Record, build_batch
 from storage.api import StorageError
 from tests.core.cluster.test_cluster_membership import until
@@ -131,3 +135,36 @@ async def test_a_split_that_failed_after_writing_the_layout_does_not_block_its_h
     low, high = bundle.halves((bundle.lower + bundle.upper) // 2)
     await until(lambda: first.owns(low) and first.owns(high))
     assert await metadata.get(f"{LEASES}/{bundle.path}") is None
+
+
+async def test_the_delayed_store_and_a_queue_go_on_through_a_split_of_their_bundle(brokers) -> None:
+    """The bundle holding the namespace's delayed store and an AMQP queue is split: the store
+    closes and starts again on the half holding it, the queue keeps its messages, and each held
+    message is released into the queue once, whether held before or after the split."""
+    (first, second), services = brokers
+    store = partition_bundle("public", "default", DELAYED_TOPIC, 0)
+    home = 0 if first.owns(store) else 1
+    member, space = (first, second)[home], await services[home].namespace("public", "default")
+    name = next(f"split{i}" for i in range(5000) if store.holds_partition("public", "default", queue_topic(f"split{i}"), 0))
+    await space.declare_exchange("delays", ExchangeType.DELAYED, arguments={"x-delayed-type": "direct"})
+    queue = await space.declare_queue(name)
+    await space.bind(Binding("delays", name, DestinationKind.QUEUE, "k"))
+    await queue.publish(Record(0, key=b"k", value=b"before"))
+    now_ms = int(time.time() * 1000)
+    await space.hold("delays", Record(0, key=b"k", value=b"held-before"), now_ms + 1000)
+
+    await member.split(store)
+    await until(lambda: member.owns(partition_bundle("public", "default", DELAYED_TOPIC, 0))
+                and member.owns(space.queues[name].bundle))
+    await space.hold("delays", Record(0, key=b"k", value=b"held-after"), now_ms + 1500)
+
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 3 or time.monotonic() < deadline - 27:     # and a little longer: nothing twice
+        message = await space.queue(name, "client").get("client", auto_ack=True)
+        if message is not None:
+            got.append(message.value)
+        else:
+            assert time.monotonic() < deadline, f"got so far: {got}"
+            await asyncio.sleep(0.05)
+    assert sorted(got) == [b"before", b"held-after", b"held-before"]
