@@ -65,7 +65,7 @@ from core.cluster.load import LOAD, LoadReport, RateMeter, Traffic, shed
 from core.cluster.members import SERVING, BrokerInfo
 from core.cluster.placements import PLACEMENTS, Placement, read_placements, update_placements
 from core.cluster.splits import SPLITS, SplitLimits, drop_split_requests, read_split_requests, traffic_split
-from storage.api import Fenced, Guard, MetadataStore, NodeExists, NoNode, SessionState, StorageError
+from storage.api import BadVersion, Fenced, Guard, MetadataStore, NodeExists, NoNode, SessionState, StorageError
 
 log = logging.getLogger("gateway.cluster")
 
@@ -478,7 +478,9 @@ class BrokerCluster:
                                  f"{self.split_limits.max_bundles} bundles, the most it may")
             return layouts.split(bundle, at).as_dict()
 
-        follow(layouts := Layouts(await update_json(self.metadata, LAYOUTS, cut)))
+        # Guarded by this broker's term: a broker paused past its session must not split the bundle
+        # after another took it over.
+        follow(layouts := Layouts(await update_json(self.metadata, LAYOUTS, cut, guard=self.guard(bundle))))
         self.layouts = layouts
         placed = (await read_placements(self.metadata)).get(bundle.path)
         if placed is not None:     # an operator's placement holds for both halves
@@ -649,10 +651,21 @@ class BrokerCluster:
         guard = self._guards.pop(bundle, None)
         if give_up_lease:
             # The term ends before the lease: no write of this broker lands once another owns it.
-            for path in (guard.path if guard is not None else None, f"{LEASES}/{bundle.path}"):
+            if guard is not None:
                 try:
-                    if path is not None:
-                        await self.metadata.delete(path)
+                    await self.metadata.delete(guard.path)
                 except NoNode:
                     pass
+            await self._give_up_lease(bundle)
         log.info("released bundle %s", bundle)
+
+    async def _give_up_lease(self, bundle: Bundle) -> None:
+        """Delete the bundle's lease if it is still this session's: a step that ran on after a
+        pause past the session must not delete the lease the next owner took."""
+        path = f"{LEASES}/{bundle.path}"
+        node = await self.metadata.get(path, latest=True)
+        if node is not None and _held_by(node.value, self.local):
+            try:
+                await self.metadata.delete(path, node.version)
+            except (NoNode, BadVersion):
+                pass

@@ -18,7 +18,7 @@ from core.names import TopicName
 from core.queues.exchange import Binding, DestinationKind, ExchangeType
 from core.queues.naming import queue_topic
 from core.records.builder import Record, build_batch
-from storage.api import StorageError
+from storage.api import Fenced, StorageError
 from tests.core.cluster.test_cluster_membership import until
 
 TOPIC = TopicName.of("orders")
@@ -168,3 +168,23 @@ async def test_the_delayed_store_and_a_queue_go_on_through_a_split_of_their_bund
             assert time.monotonic() < deadline, f"got so far: {got}"
             await asyncio.sleep(0.05)
     assert sorted(got) == [b"before", b"held-after", b"held-before"]
+
+
+async def test_an_owner_whose_term_ended_cannot_split_nor_delete_the_next_owners_lease(brokers) -> None:
+    """As after a pause past its session: its term on the bundle is gone and another broker holds
+    the lease. A split it was making writes no layout (Fenced), and its release leaves that lease."""
+    (first, _), services = brokers
+    metadata = services[0]._core.metadata
+    bundle = next(iter(sorted(first.held)))
+    lease = f"{LEASES}/{bundle.path}"
+    async with first._steps:     # no step of its own meanwhile, as while it was paused
+        await metadata.delete(first.guard(bundle).path)      # the session's expiry took the term ...
+        await metadata.delete(lease)                         # ... and the lease, which another took
+        await metadata.create(lease, json.dumps({"broker": 9, "instance": "next-owner"}).encode())
+        with pytest.raises(Fenced):
+            await first._split(bundle, None)
+        assert bundle in first.layouts.bundles("public", "default")
+        assert await metadata.get(LAYOUTS) is None
+        await first._release(bundle, give_up_lease=True)
+        assert json.loads((await metadata.get(lease)).value)["instance"] == "next-owner"
+    await metadata.delete(lease)
