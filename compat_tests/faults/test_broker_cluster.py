@@ -1114,8 +1114,10 @@ def test_bundles_split_under_traffic_and_through_a_kill9_of_their_owner_lose_not
     every partition of their topic and of their queue are split, asked as an operator asks (the
     owners carry it out: each bundle's partitions close, sealing their ledgers, and its halves are
     taken again). Then a split is asked of the owner of partition 0's bundle, which is killed -9 at
-    once: whether or not it got to split, another broker serves the partition. The checkers' bar as
-    for a kill -9: nothing acknowledged lost, no offset reused, no reordering, no duplicate."""
+    once: whether or not it got to split, another broker serves the partition; and one of the owner
+    of partition 2's bundle, which is paused past its session instead and woken once another broker
+    took over. The checkers' bar as for a kill -9: nothing acknowledged lost, no offset reused, no
+    reordering, no duplicate."""
     wait_until_balanced(healthy)
     workloads = workloads_for([kafka_address(healthy.brokers[0])], amqp_addresses(healthy), partitions=6)
     topic, queue = workloads.kafka.topic, workloads.amqp.queue
@@ -1146,6 +1148,24 @@ def test_bundles_split_under_traffic_and_through_a_kill9_of_their_owner_lose_not
     healthy.restart(victim)
     wait_for_splits(healthy, halves)        # asked again of the next owner if the victim did not get to it
     workloads.wait_for_progress(100)
+
+    # The owner asked to split is paused past its session and woken once another took its bundle:
+    # whatever it had done of the split, it writes nothing more (its term went with its session).
+    halves = [partition_bundle("public", "default", topic, 2)]
+    owner, = asyncio.run(_bundle_holders(healthy, halves))
+    victim = healthy.brokers[owner]
+    asyncio.run(_split_bundles(healthy, halves))
+    victim.signal(signal.SIGSTOP)
+    try:
+        workloads.fault("split-sigstop-owner", broker=victim.name)
+        wait_for_holders(healthy, topic, 6, lambda h: h[2] not in (None, owner))
+        wait_for_acks(workloads.kafka_history, workloads.kafka.key(2), time.monotonic(), 20)
+    finally:
+        victim.signal(signal.SIGCONT)
+    workloads.fault("sigcont", broker=victim.name)
+    wait_for_splits(healthy, halves)
+    wait_until_balanced(healthy)
+    workloads.wait_for_progress(100)
     finish(workloads, "split")
     latencies = ack_latencies(workloads.kafka_history, started, done)
     p99 = latencies[int(0.99 * (len(latencies) - 1))] if latencies else None
@@ -1154,4 +1174,6 @@ def test_bundles_split_under_traffic_and_through_a_kill9_of_their_owner_lose_not
           f"; produce p99 during the splits {p99:.3f}s" if p99 is not None else "",
           "; AMQP:", describe(failover_times(workloads.amqp_history, "split")),
           "; then kill -9 of the owner asked to split:",
-          describe(failover_times(workloads.kafka_history, "split-kill9-owner")))
+          describe(failover_times(workloads.kafka_history, "split-kill9-owner")),
+          "; then SIGSTOP of the owner asked to split:",
+          describe(failover_times(workloads.kafka_history, "split-sigstop-owner")))

@@ -100,7 +100,7 @@ class RemoteSubscription:
         return name
 
     async def get(self, owner: Hashable, *, auto_ack: bool) -> QueuedMessage | None:
-        await self._settled()     # a reject with requeue before this get is seen by it
+        await self.settled()     # a reject with requeue before this get is seen by it
         messages = unpack_messages(*await self._ask(GET, holder=self._holder(owner), auto_ack=auto_ack))
         return messages[0] if messages else None
 
@@ -119,12 +119,12 @@ class RemoteSubscription:
         """Durable at the owner when it returns (a transaction's acknowledgements at tx.commit)."""
         self._failed = None
         self._control(["save"])
-        await self._settled()
+        await self.settled()
         if self._failed is not None:
             raise self._failed
 
     async def purge(self) -> int:
-        await self._settled()
+        await self.settled()
         answer, _ = await self._ask(PURGE)
         return answer["purged"]
 
@@ -149,7 +149,8 @@ class RemoteSubscription:
             self._sending = None
             self._sent.set()
 
-    async def _settled(self) -> None:
+    async def settled(self) -> None:
+        """Once every acknowledgement, rejection and cancel sent so far was answered by the owner."""
         while self._sending is not None:
             await self._sent.wait()
 
@@ -160,7 +161,7 @@ class RemoteSubscription:
             self.remove_consumer(consumer)
         for owner in list(self._holders):
             self.release(owner)
-        await self._settled()
+        await self.settled()
 
     def discard(self) -> None:
         for poll in self._polls.values():

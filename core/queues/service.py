@@ -43,6 +43,7 @@ log = logging.getLogger("gateway.core")
 
 RESERVED_PREFIX = "amq."
 FOLLOW_RETRY_S = 1.0
+CANCEL_SETTLE_S = 2.0     # how long a cancel through another broker waits for its owner to apply it
 LOCAL_NAME_TRIES = 200   # names tried for a server-named queue on a bundle of this broker (1/16 each at worst)
 PREDECLARED_EXCHANGES = (
     Exchange("amq.direct", ExchangeType.DIRECT),
@@ -514,6 +515,15 @@ class QueueNamespace:
         by the broker serving it)."""
         queue.touch()
         if not queue.served_here:
+            # Answered once the owner removed it (and deleted an auto-delete queue with its last
+            # consumer), as RabbitMQ's cancel-ok is: a declare that follows finds what is left. Not
+            # longer than a moment: an owner that is gone must not hold a channel's close.
+            if isinstance(queue.subscription, RemoteSubscription):
+                try:
+                    async with asyncio.timeout(CANCEL_SETTLE_S):
+                        await queue.subscription.settled()
+                except TimeoutError:
+                    pass
             return
         if queue.info.auto_delete and queue.had_consumers and not queue.consumer_count and not queue.deleted:
             async with self._lock:

@@ -119,6 +119,29 @@ async def test_a_queue_of_the_other_broker_is_consumed_acknowledged_and_deleted_
     await until(lambda: name not in there.queues and name not in here.queues)
 
 
+async def test_a_cancel_through_this_broker_has_deleted_an_auto_delete_queue_before_it_is_answered(brokers) -> None:
+    """As RabbitMQ's cancel-ok comes after the queue went with its last consumer: the same name
+    declared again at once (aio-pika's Master patterns do) is a new queue, which a consumer finds."""
+    members, services = brokers
+    here = await services[0].namespace("public", "default")
+    there = await services[1].namespace("public", "default")
+    name = served_by(members[1], "worker")
+    for _ in range(5):
+        queue = await here.declare_queue(name, auto_delete=True)
+        taker = Taker(prefetch=4)
+        await queue.add_consumer(taker)
+        await until(lambda: name in there.queues and there.queues[name].consumer_count == 1)
+        queue.subscription.remove_consumer(taker)
+        await here.consumer_removed(queue)                  # answered: cancel-ok
+        assert name not in there.queues                     # the queue went with its last consumer
+        queue = await here.declare_queue(name, auto_delete=True)
+        await until(lambda: name in there.queues)
+        taker = Taker(prefetch=4)
+        await queue.add_consumer(taker)                     # NotFound if the old one went only now
+        queue.subscription.remove_consumer(taker)
+        await here.consumer_removed(queue)
+
+
 async def test_consumers_through_a_link_that_breaks_give_back_what_they_held(brokers) -> None:
     members, services = brokers
     here = await services[0].namespace("public", "default")
