@@ -38,6 +38,7 @@ from core.queues.queue import CURSOR_NAME, QUEUE_TOPIC_CONFIGS, REQUEUE_TARGET, 
 from core.queues.routing import DEFAULT_EXCHANGE, HeadersFunction, PropertiesFunction, RoutingTable, no_properties
 from core.queues.store import NamespaceStore
 from core.records.builder import Record
+from storage.api import StorageError
 
 log = logging.getLogger("gateway.core")
 
@@ -398,7 +399,7 @@ class QueueNamespace:
                                                    owner=queue.owner, restored=True))
             try:
                 await queue.close()
-            except CoreError as exc:
+            except (CoreError, StorageError) as exc:     # Fenced: the next owner reads what was saved
                 log.warning("saving the position of queue %s failed: %s", name, exc)
             for consumer in consumers:
                 consumer.queue_deleted()

@@ -654,15 +654,15 @@ class SharedSubscription:
                     await self.cursor.flush()
                     _resolve(waiters)
                     await self._trim()
-                except CoreError as exc:
-                    log.warning("saving the position of queue %s failed: %s", self._name, exc)
-                    self._flush_waiters[:0] = [w for w in waiters if not w.done()]
-                    self._cursor_dirty = True
-                    await asyncio.sleep(DATA_WAIT_S)
                 except Exception as exc:
-                    log.warning("saving the position of queue %s failed: %r", self._name, exc)
+                    log.warning("saving the position of queue %s failed: %s", self._name,
+                                exc if isinstance(exc, CoreError) else repr(exc))
                     self._flush_waiters[:0] = [w for w in waiters if not w.done()]
                     self._cursor_dirty = True
+                    if self._closed:
+                        # close() tries once more and says how it went: a write refused for good
+                        # (Fenced: this broker's term on the queue ended) must not hold the close.
+                        return
                     await asyncio.sleep(DATA_WAIT_S)
         finally:
             self._flusher = None

@@ -18,6 +18,7 @@ from core.queues.exchange import Binding, DestinationKind, ExchangeType
 from core.queues.naming import queue_topic
 from core.queues.routing import no_properties as no_headers
 from core.queues.store import NamespaceStore
+from core.records.builder import Record
 from tests.core.cluster.test_cluster_membership import until
 
 
@@ -121,3 +122,23 @@ async def test_two_brokers_declaring_one_exchange_at_once_agree_on_the_first(bro
         assert isinstance(refused[0], InequivalentDeclaration)
         await until(lambda: all(space.routing.exchanges.get(name) is not None
                                 and space.routing.exchanges[name].type == won[0].type for space in spaces))
+
+
+async def test_a_queue_whose_owner_lost_its_term_is_released_without_waiting_for_its_position(brokers) -> None:
+    """As a broker paused past its session finds on waking: the queue's position can no longer be
+    saved (Fenced, for good). Releasing its bundle must still finish, or the broker never takes
+    part in the cluster again."""
+    members, services = brokers
+    space = await services[0].namespace("public", "default")
+    name = served_by(members[0], "fenced")
+    queue = await space.declare_queue(name)
+    await queue.publish(Record(0, value=b"one"))
+    await queue.publish(Record(0, value=b"two"))
+    bundle = queue.bundle
+    await services[0]._core.metadata.delete(members[0].guard(bundle).path)     # the term went with the session
+    got = await queue.get("client", auto_ack=True)                              # moves the position: cannot be saved
+    assert got.value == b"one"
+    await asyncio.sleep(0.05)
+    async with members[0]._steps, asyncio.timeout(10):       # no step takes the bundle again meanwhile
+        await members[0]._release(bundle, give_up_lease=False)
+        assert not members[0].owns(bundle)
