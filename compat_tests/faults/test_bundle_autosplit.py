@@ -6,8 +6,6 @@ producer follows with every message acknowledged once, offsets dense."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 import uuid
 
@@ -15,10 +13,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.faults.harness.bundles import follow_layouts
-from core.cluster.bundles import partition_bundle
+from compat_tests.faults.harness.bundles import partition_holders
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
-from storage.metadata.zookeeper import ZooKeeperMetadataStore
 
 PARTITIONS = 16
 DEADLINE_S = 90.0
@@ -36,23 +32,8 @@ def cluster(tmp_path_factory):
     local.stop()
 
 
-async def _holders(cluster, topic: str, partitions: list[int]) -> dict[int, tuple[str, int | None]]:
-    """Partition -> (its bundle now, the broker holding that bundle's lease)."""
-    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
-    try:
-        await follow_layouts(store)
-        found = {}
-        for index in partitions:
-            bundle = partition_bundle("public", "default", topic, index).path
-            lease = await store.get(f"/cluster/leases/{bundle}")
-            found[index] = (bundle, None if lease is None else json.loads(lease.value)["broker"])
-        return found
-    finally:
-        await store.close()
-
-
 def holders(cluster, topic: str, partitions: list[int]) -> dict[int, tuple[str, int | None]]:
-    return asyncio.run(_holders(cluster, topic, partitions))
+    return partition_holders(cluster, topic, partitions)
 
 
 def test_a_bundle_hot_with_two_partitions_is_split_and_half_of_it_shed(cluster) -> None:

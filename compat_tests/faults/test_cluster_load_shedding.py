@@ -6,7 +6,6 @@ is not sent back while the load goes on. Then an operator's move through the adm
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -20,10 +19,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.faults.harness.bundles import follow_layouts
-from core.cluster.bundles import partition_bundle
+from compat_tests.faults.harness.bundles import partition_holders
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
-from storage.metadata.zookeeper import ZooKeeperMetadataStore
 
 SHED_INTERVAL_MS = 2000
 PARTITIONS = 16
@@ -44,23 +41,8 @@ def cluster(tmp_path_factory):
     local.stop()
 
 
-async def _holders(cluster, topic: str) -> dict[int, tuple[str, int | None]]:
-    """Partition -> (its bundle, the broker holding the bundle's lease)."""
-    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
-    try:
-        await follow_layouts(store)      # the last test splits a bundle
-        found = {}
-        for index in range(PARTITIONS):
-            bundle = partition_bundle("public", "default", topic, index).path
-            node = await store.get(f"/cluster/leases/{bundle}")
-            found[index] = (bundle, None if node is None else json.loads(node.value)["broker"])
-        return found
-    finally:
-        await store.close()
-
-
 def holders(cluster, topic: str) -> dict[int, tuple[str, int | None]]:
-    return asyncio.run(_holders(cluster, topic))
+    return partition_holders(cluster, topic, range(PARTITIONS))     # the last test splits a bundle
 
 
 def test_the_leader_moves_a_loaded_bundle_off_the_busy_broker_and_not_back(cluster) -> None:

@@ -466,7 +466,7 @@ class BrokerCluster:
         if not self.owns(bundle):
             raise ValueError(f"broker {self.local.id} does not own bundle {bundle}")
         if at is None:
-            at = traffic_split(self.partition_weights(bundle) if self.partition_weights else ())
+            at = self._traffic_split(bundle)
         if at is None:
             at = (bundle.lower + bundle.upper) // 2
         halves = bundle.halves(at)
@@ -500,10 +500,13 @@ class BrokerCluster:
                 return None
             if len(self.layouts.bundles(bundle.tenant, bundle.namespace)) >= self.split_limits.max_bundles:
                 continue
-            at = traffic_split(self.partition_weights(bundle) if self.partition_weights else ())
+            at = self._traffic_split(bundle)
             if at is not None:
                 return bundle, at
         return None
+
+    def _traffic_split(self, bundle: Bundle) -> int | None:
+        return traffic_split(self.partition_weights(bundle) if self.partition_weights else ())
 
     async def _split_requested(self) -> None:
         requests = await read_split_requests(self.metadata)
