@@ -11,7 +11,8 @@ This is an AMQP queue's delivery side, in the core's words:
   through `can_deliver` (a paused channel, a full output buffer). Auto-ack consumers acknowledge
   on delivery.
 - Acknowledging moves the cursor (committed offset plus individually acknowledged ranges); the
-  cursor is persisted in the background, one write at a time however many acks arrive meanwhile.
+  cursor is persisted in the background, one write at a time and at most one per
+  CURSOR_FLUSH_INTERVAL_S however many acks arrive meanwhile (`save_position` does not wait).
   Acks delete nothing: records go by the topic's retention (core/retention.py).
 - A rejected message with requeue, and every unacknowledged message of a consumer that goes away,
   is handed out again before anything newer, in offset order, marked as redelivered. Rejected
@@ -63,6 +64,9 @@ log = logging.getLogger("gateway.core")
 READ_BYTES = 1 << 20             # per log read (at least one whole batch)
 DATA_WAIT_S = 1.0                # re-check for consumers this often while waiting for new data
 TRIM_INTERVAL_MS = 10_000        # ask the core to drop consumed ledgers at most this often
+# The cursor's background writes come at most this often (each is a metadata store commit, fsync
+# included): a crash may hand out again what was acknowledged in the last interval, never lose it.
+CURSOR_FLUSH_INTERVAL_S = 0.02
 UNCHECKED = -1                   # QueuedMessage.expires_at not computed yet
 _DEAD_LETTERING = object()       # the holder of messages on their way to a dead-letter exchange
 _REQUEUEING_LATER = object()     # ... and of those being held for a delayed requeue (x-requeue-delay)
@@ -86,7 +90,9 @@ class QueuedMessage:
 class Consumer(Protocol):
     prefetch: int                # unacknowledged deliveries it may hold; 0: no limit
     auto_ack: bool               # deliveries count as acknowledged at once
-    # Optionally `priority: int` (default 0): consumers of a higher priority are served first.
+    # Optionally `priority: int` (default 0): consumers of a higher priority are served first; and
+    # `flush()`: called after a dispatch that handed it messages, so a consumer that buffers its
+    # output sends them at once rather than after whatever else the event loop has queued.
 
     def can_deliver(self) -> bool:
         """Room beyond prefetch: False while paused or while its output is backed up."""
@@ -127,7 +133,8 @@ class SharedSubscription:
         self._read_offset = cursor.committed_offset
         self._high_watermark = 0                         # as last seen; refreshed on every read
         self._read_lock = asyncio.Lock()
-        self._wake = asyncio.Event()
+        self._woken = False                               # the feeder should look again
+        self._feeder_waiter: asyncio.Future | None = None  # what the feeder sleeps on
         self._feeder: asyncio.Task | None = None
         self._flusher: asyncio.Task | None = None
         self._cursor_dirty = False
@@ -139,6 +146,8 @@ class SharedSubscription:
         self._closed = False
         self._redelivered_below = redelivered_below
         self._flush_waiters: list[asyncio.Future] = []
+        self._flushed_at = 0.0                           # loop time of the last cursor write
+        self._flush_hurry: asyncio.Future | None = None  # cuts the pause before the next write short
         self._read_waiters: list[tuple[int, asyncio.Future]] = []   # (end offset, done once read and handed out)
         self.message_ttl_ms = message_ttl_ms
         self.delivery_limit = delivery_limit      # a message handed out more often than this dies
@@ -326,18 +335,23 @@ class SharedSubscription:
             self._dispatch_again = True
             return
         self._dispatching = True
+        served: set[Consumer] = set()
         try:
             again = True
             while again:
                 self._dispatch_again = False
-                self._dispatch_round()
+                self._dispatch_round(served)
                 again = self._dispatch_again
         finally:
             self._dispatching = False
+            for consumer in served:
+                flush = getattr(consumer, "flush", None)
+                if flush is not None:
+                    flush()
         if self._wants_data():
-            self._wake.set()
+            self._wake_feeder()
 
-    def _dispatch_round(self) -> None:
+    def _dispatch_round(self, served: set[Consumer]) -> None:
         pick, has_room = self._picker.pick, self._has_room
         while (message := self._peek()) is not None:
             consumer = pick(has_room)
@@ -346,6 +360,7 @@ class SharedSubscription:
             self._backlog.take()
             self._hand_out(message, consumer, consumer.auto_ack)
             consumer.deliver(message)
+            served.add(consumer)
             message.deliveries += 1
 
     def _has_room(self, consumer: Consumer) -> bool:
@@ -414,7 +429,7 @@ class SharedSubscription:
                                          message.headers, message.deliveries)
         message.deliveries += 1
         if self._wants_data():
-            self._wake.set()
+            self._wake_feeder()
         return redelivered_copy
 
     # --- message groups (key-shared) ------------------------------------------------------------
@@ -515,7 +530,7 @@ class SharedSubscription:
     def _start_feeding(self) -> None:
         if self._feeder is None and not self._closed:
             self._feeder = asyncio.create_task(self._feed(), name=f"queue-feed {self._name}")
-        self._wake.set()
+        self._wake_feeder()
 
     def read_up_to(self, end: int) -> asyncio.Future | None:
         """A future done once the messages below `end` were read and handed to the consumers with
@@ -524,7 +539,7 @@ class SharedSubscription:
             return None
         waiter = asyncio.get_running_loop().create_future()
         self._read_waiters.append((end, waiter))
-        self._wake.set()
+        self._wake_feeder()
         return waiter
 
     def _read_done(self, everything: bool = False) -> None:
@@ -545,8 +560,34 @@ class SharedSubscription:
     def wake(self) -> None:
         """New data may be there, or a consumer has room again."""
         if self._wants_data():
-            self._wake.set()
+            self._wake_feeder()
         self.dispatch()
+
+    def _wake_feeder(self) -> None:
+        self._woken = True
+        waiter = self._feeder_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _sleep(self, partition: Partition | None = None) -> None:
+        """The feeder waits for _wake_feeder, the partition's next durable append or transaction
+        marker, or DATA_WAIT_S: one future, no task per wait (it sleeps after every read)."""
+        if self._woken:
+            self._woken = False
+            return
+        loop = asyncio.get_running_loop()
+        waiter = self._feeder_waiter = loop.create_future()
+        timer = loop.call_later(DATA_WAIT_S, _resolve, [waiter])
+        if partition is not None:
+            partition.watch(waiter)
+        try:
+            await waiter
+        finally:
+            self._feeder_waiter = None
+            self._woken = False
+            timer.cancel()
+            if partition is not None:
+                partition.unwatch(waiter)
 
     async def _feed(self) -> None:
         try:
@@ -556,19 +597,17 @@ class SharedSubscription:
 
     async def _feed_loop(self) -> None:
         while not self._closed:
+            self._woken = False     # looking now: what woke it before is seen below
             if not self._wants_data():
                 self._read_done(everything=True)    # no room: what is read waits for it
-                self._wake.clear()
-                await self._wake.wait()
+                await self._sleep()
                 continue
             try:
                 partition = await self._partition()
                 self.note_high_watermark(partition.high_watermark)
                 if self._read_offset >= partition.last_stable_offset and not self._body_missing():
                     self._read_done(everything=True)    # all there is (below an open transaction) is out
-                    self._wake.clear()
-                    await _first_of(partition.wait_for_data(self._read_offset, DATA_WAIT_S, committed=True),
-                                    self._wake.wait())
+                    await self._sleep(partition)
                     continue
                 self._fresh_from = self._read_offset
                 await self._read_more()
@@ -648,6 +687,7 @@ class SharedSubscription:
     async def _flush_cursor(self) -> None:
         try:
             while self._cursor_dirty:
+                await self._pause_between_flushes()
                 self._cursor_dirty = False
                 waiters, self._flush_waiters = self._flush_waiters, []
                 try:
@@ -667,13 +707,31 @@ class SharedSubscription:
         finally:
             self._flusher = None
 
+    async def _pause_between_flushes(self) -> None:
+        loop = asyncio.get_running_loop()
+        wait_s = self._flushed_at + CURSOR_FLUSH_INTERVAL_S - loop.time()
+        if wait_s > 0 and not self._flush_waiters and not self._closed:
+            hurry = self._flush_hurry = loop.create_future()
+            timer = loop.call_later(wait_s, _resolve, [hurry])
+            try:
+                await hurry
+            finally:
+                timer.cancel()
+                self._flush_hurry = None
+        self._flushed_at = loop.time()
+
+    def _hurry_flush(self) -> None:
+        if self._flush_hurry is not None:
+            _resolve([self._flush_hurry])
+
     async def save_position(self) -> None:
-        """Wait until the cursor, as it is now, is persisted (by the background flush)."""
+        """Wait until the cursor, as it is now, is persisted (by the background flush, at once)."""
         if self._closed:
             return
         waiter = asyncio.get_running_loop().create_future()
         self._flush_waiters.append(waiter)
         self._cursor_changed()
+        self._hurry_flush()
         await waiter
 
     async def _trim(self) -> None:
@@ -707,6 +765,7 @@ class SharedSubscription:
                 task.cancel()
         self._feeder = self._trim_later = None
         self._read_done(everything=True)
+        self._hurry_flush()
         flusher = self._flusher
         if flusher is not None:
             try:
@@ -740,11 +799,3 @@ def _resolve(waiters: list[asyncio.Future]) -> None:
         if not waiter.done():
             waiter.set_result(None)
 
-
-async def _first_of(*waits: Awaitable) -> None:
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()

@@ -77,6 +77,9 @@ class ChannelConsumer:
     def deliver(self, message: QueuedMessage) -> None:
         self.channel.deliver(self, message)
 
+    def flush(self) -> None:
+        self.channel.session.flush()
+
     def queue_deleted(self) -> None:
         self.channel.cancelled_by_server(self)
 

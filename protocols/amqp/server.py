@@ -144,7 +144,7 @@ class AmqpConnection:
         self.principal: Principal | None = None
         self.user: User | None = None
         self.session = Session(self.machine, self.write, self.clock, lambda: self.writable,
-                               DeliveryClock(self.clock, int(TICK_S * 1000)))
+                               DeliveryClock(self.clock, int(TICK_S * 1000)), self.flush)
         self.meter: NamespaceMeter | None = None     # the vhost's namespace's rates, set when it is open
         self.writable = True                 # False while the output is backed up or the dispatch rate is spent
         self._rate_paused = False            # the namespace's dispatch rate holds deliveries back

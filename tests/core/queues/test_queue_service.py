@@ -13,6 +13,7 @@ from core.errors import (ExclusiveUse, InequivalentDeclaration, InvalidArgument,
 from core.queues.exchange import Binding, DestinationKind, ExchangeType
 from core.queues.naming import name_of, queue_topic, storage_key
 from core.queues.service import QueueService, publish
+from core.queues import subscription as subscription_module
 from core.queues.subscription import QueuedMessage
 from core.records.builder import Record, build_batch
 from core.service import Core
@@ -100,6 +101,53 @@ async def test_consumer_gets_messages_in_order_and_acks_move_the_cursor(space) -
     queue.subscription.ack([consumer.got[0].offset])
     assert queue.subscription.cursor.committed_offset == 2
     assert await queue.message_count() == 0 and queue.subscription.unacked_count == 1
+
+
+class Flushing(Recorder):
+    """A consumer that buffers its output, as an AMQP channel does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed_after: list[int] = []     # how many it had been given at each flush
+
+    def flush(self) -> None:
+        self.flushed_after.append(len(self.got))
+
+
+async def test_a_consumer_that_buffers_is_flushed_once_after_each_dispatch(space) -> None:
+    queue = await space.declare_queue("jobs")
+    await publish_all(space, "jobs", [b"a", b"b", b"c"])
+    consumer = Flushing()
+    await queue.add_consumer(consumer)
+    await eventually(lambda: len(consumer.got) == 3)
+    assert consumer.flushed_after == [3]        # the three of one read: one flush after the last
+    await publish_all(space, "jobs", [b"d"])
+    await eventually(lambda: consumer.flushed_after[-1:] == [4])
+
+
+async def test_acks_between_two_cursor_writes_are_saved_together(space, monkeypatch) -> None:
+    monkeypatch.setattr(subscription_module, "CURSOR_FLUSH_INTERVAL_S", 3600.0)
+    queue = await space.declare_queue("jobs")
+    await publish_all(space, "jobs", [b"%d" % i for i in range(20)])
+    consumer = Recorder()
+    await queue.add_consumer(consumer)
+    await eventually(lambda: len(consumer.got) == 20)
+    subscription = queue.subscription
+    writes: list[int] = []
+    flush = subscription.cursor.flush
+
+    async def counted_flush() -> None:
+        writes.append(subscription.cursor.committed_offset)
+        await flush()
+    monkeypatch.setattr(subscription.cursor, "flush", counted_flush)
+    for message in consumer.got:
+        subscription.ack([message.offset])
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.05)
+    assert len(writes) <= 1        # the first ack's write, or none if the delivery's just went
+    # Someone waiting for the position does not wait out the interval.
+    await asyncio.wait_for(subscription.save_position(), 5)
+    assert writes[-1] == 20
 
 
 async def test_prefetch_bounds_unacked_deliveries_per_consumer(space) -> None:
