@@ -570,23 +570,25 @@ class SharedSubscription:
             waiter.set_result(None)
 
     async def _sleep(self, partition: Partition | None = None) -> None:
-        """The feeder waits for _wake_feeder, the partition's next durable append or transaction
-        marker, or DATA_WAIT_S: one future, no task per wait (it sleeps after every read)."""
+        """The feeder waits for _wake_feeder or, given the partition, for its next durable append
+        or transaction marker or DATA_WAIT_S: one future, no task per wait (it sleeps after every
+        read)."""
         if self._woken:
             self._woken = False
             return
         loop = asyncio.get_running_loop()
         waiter = self._feeder_waiter = loop.create_future()
-        timer = loop.call_later(DATA_WAIT_S, _resolve, [waiter])
+        timer = None
         if partition is not None:
             partition.watch(waiter)
+            timer = loop.call_later(DATA_WAIT_S, _resolve, [waiter])
         try:
             await waiter
         finally:
             self._feeder_waiter = None
             self._woken = False
-            timer.cancel()
             if partition is not None:
+                timer.cancel()
                 partition.unwatch(waiter)
 
     async def _feed(self) -> None:
