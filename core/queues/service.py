@@ -73,6 +73,11 @@ class QueueNamespace:
     def _topic(self, info: QueueInfo) -> TopicName:
         return TopicName(self.tenant, self.namespace, info.topic)
 
+    def _serves(self, info: QueueInfo) -> bool:
+        """This broker serves the queue (as Queue.served_here, for a queue not made yet)."""
+        cluster = self._core.cluster
+        return cluster is None or cluster.owns(partition_bundle(self.tenant, self.namespace, info.topic, 0))
+
     # --- loading --------------------------------------------------------------------------------
 
     async def load(self) -> None:
@@ -102,11 +107,14 @@ class QueueNamespace:
                 self.routing.put_exchange(exchange)
         queues: dict[str, QueueInfo] = {}
         for info in stored.queues:
-            if info.transient and left_behind(info.declared_by):
+            if not (info.transient and left_behind(info.declared_by)):
+                queues[info.name] = info
+            elif self._serves(info):
+                # Only the broker serving the queue deletes it: it closes the queue's log first. Another
+                # broker deleting the ledgers under that open log made its close fail to seal it.
+                # (Elsewhere it is only forgotten; a broker that takes the bundle over deletes it then.)
                 await self._store.delete_queue(info.name)
                 await self._delete_topic(info)
-            else:
-                queues[info.name] = info
         for name, queue in list(self.queues.items()):
             if queues.get(name) != queue.info:    # deleted (or deleted and declared anew) elsewhere
                 self._forget(queue)

@@ -1,4 +1,4 @@
-"""Two brokers of one cluster in one process, on one embedded (SQLite) store, each with its peer
+"""Two (or three) brokers of one cluster in one process, on one embedded (SQLite) store, each with its peer
 link listening (core/cluster/peers.py)."""
 
 from __future__ import annotations
@@ -35,12 +35,11 @@ def listening() -> socket.socket:
     return sock
 
 
-@pytest.fixture
-async def brokers(storage):  # noqa: F811 (the fixture imported above)
-    """([BrokerCluster] * 2, [QueueService] * 2), the bundles split evenly."""
+async def _cluster(storage, count: int):  # noqa: F811 (the fixture imported above)
+    """([BrokerCluster] * count, [QueueService] * count) on one store, the bundles split evenly."""
     await Registry(storage.metadata, SystemClock()).start()
     peers, members = [], []
-    for i in (1, 2):
+    for i in range(1, count + 1):
         sock, service = listening(), PeerService(SECRET)
         await service.start(sock)
         peers.append(service)
@@ -58,3 +57,16 @@ async def brokers(storage):  # noqa: F811 (the fixture imported above)
         await member.close()
         await core.close()
         await service.close()
+
+
+@pytest.fixture
+async def brokers(storage):  # noqa: F811 (the fixture imported above)
+    """Two brokers."""
+    async for cluster in _cluster(storage, 2):
+        yield cluster
+
+
+@pytest.fixture
+async def three_brokers(storage):  # noqa: F811 (the fixture imported above)
+    async for cluster in _cluster(storage, 3):
+        yield cluster

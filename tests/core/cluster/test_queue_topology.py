@@ -17,8 +17,10 @@ from core.errors import InequivalentDeclaration, ResourceLocked
 from core.queues.exchange import Binding, DestinationKind, ExchangeType
 from core.queues.naming import queue_topic
 from core.queues.routing import no_properties as no_headers
+from core.queues.service import publish
 from core.queues.store import NamespaceStore
 from core.records.builder import Record
+from core.service import Core
 from tests.core.cluster.test_cluster_membership import until
 
 
@@ -77,8 +79,41 @@ async def test_a_transient_queue_lives_as_long_as_the_broker_process_that_declar
 
     await members[0].close()        # the declaring broker goes: so do its transient queue and exchange
     await until(lambda: reply_to not in there.queues and "scratch" not in there.routing.exchanges)
-    assert await store.get_queue(reply_to) is None
+    await stored_until(lambda: store.get_queue(reply_to), None)   # deleted once the other broker serves it
     assert not any(exchange.name == "scratch" for exchange in (await store.load()).exchanges)
+
+
+async def test_a_transient_queue_left_behind_is_deleted_by_the_broker_serving_it_only(three_brokers, storage,
+                                                                                        monkeypatch) -> None:
+    # The broker serving the queue has its log open; another broker deleting the ledgers under it
+    # made that log fail to seal when it closed.
+    members, services = three_brokers
+    spaces = [await service.namespace("public", "default") for service in services]
+    reply_to = served_by(members[1], "reply-to")
+    await spaces[0].declare_queue(reply_to, exclusive=True, owner=object())    # through the broker serving it
+    await until(lambda: all(reply_to in space.queues for space in spaces))
+    await asyncio.gather(*publish([spaces[1].queues[reply_to]], Record(1_700_000_000_000, value=b"x")))
+    bundle = partition_bundle("public", "default", queue_topic(reply_to), 0)
+    deleting: list[bool] = []        # whether each broker deleting the topic served it
+    delete_topic = Core.delete_topic
+
+    async def noted(core, name):
+        deleting.append(core.cluster.owns(bundle))
+        await delete_topic(core, name)
+    monkeypatch.setattr(Core, "delete_topic", noted)
+
+    await members[0].close()        # the declaring broker goes
+    store = NamespaceStore(storage.metadata, "public", "default")
+    await stored_until(lambda: store.get_queue(reply_to), None)
+    await until(lambda: all(reply_to not in space.queues for space in spaces[1:]))
+    assert deleting and all(deleting)
+
+
+async def stored_until(read, expected, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while (found := await read()) != expected:
+        assert asyncio.get_running_loop().time() < deadline, f"still {found!r}"
+        await asyncio.sleep(0.02)
 
 
 async def test_a_server_named_queue_is_named_into_a_bundle_its_broker_owns(brokers) -> None:
