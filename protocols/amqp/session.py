@@ -23,8 +23,7 @@ from protocols.amqp.permissions import ResourceAccess
 
 class Session:
     def __init__(self, machine: AmqpServerConnection, write: Callable[[bytes], None], clock: Clock,
-                 writable: Callable[[], bool], delivery_clock: DeliveryClock,
-                 flush: Callable[[], None] = lambda: None) -> None:
+                 writable: Callable[[], bool], delivery_clock: DeliveryClock, flush: Callable[[], None]) -> None:
         self.machine = machine
         self.write = write
         self.flush = flush          # send what was written now, not at the end of the event-loop turn

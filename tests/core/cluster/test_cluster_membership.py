@@ -7,9 +7,10 @@ events that only ZooKeeper has (SUSPENDED, LOST) run against a real private ZooK
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from kazoo.client import KazooClient
@@ -44,9 +45,10 @@ def broker(broker_id: int) -> BrokerInfo:
                       instance=f"instance-{broker_id}-{time.monotonic_ns()}")
 
 
-async def until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+async def until(predicate: Callable[[], bool | Awaitable[bool]], timeout_s: float = 30.0) -> None:
+    """Poll `predicate` (a plain or an async function) until it holds."""
     deadline = time.monotonic() + timeout_s
-    while not predicate():
+    while not ((await met) if inspect.isawaitable(met := predicate()) else met):
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
 

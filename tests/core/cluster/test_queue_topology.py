@@ -79,7 +79,7 @@ async def test_a_transient_queue_lives_as_long_as_the_broker_process_that_declar
 
     await members[0].close()        # the declaring broker goes: so do its transient queue and exchange
     await until(lambda: reply_to not in there.queues and "scratch" not in there.routing.exchanges)
-    await stored_until(lambda: store.get_queue(reply_to), None)   # deleted once the other broker serves it
+    await until(queue_gone(store, reply_to))      # deleted once the other broker serves it
     assert not any(exchange.name == "scratch" for exchange in (await store.load()).exchanges)
 
 
@@ -104,16 +104,15 @@ async def test_a_transient_queue_left_behind_is_deleted_by_the_broker_serving_it
 
     await members[0].close()        # the declaring broker goes
     store = NamespaceStore(storage.metadata, "public", "default")
-    await stored_until(lambda: store.get_queue(reply_to), None)
+    await until(queue_gone(store, reply_to))
     await until(lambda: all(reply_to not in space.queues for space in spaces[1:]))
     assert deleting and all(deleting)
 
 
-async def stored_until(read, expected, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while (found := await read()) != expected:
-        assert asyncio.get_running_loop().time() < deadline, f"still {found!r}"
-        await asyncio.sleep(0.02)
+def queue_gone(store: NamespaceStore, name: str):
+    async def gone() -> bool:
+        return await store.get_queue(name) is None
+    return gone
 
 
 async def test_a_server_named_queue_is_named_into_a_bundle_its_broker_owns(brokers) -> None:
