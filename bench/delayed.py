@@ -3,6 +3,7 @@ are at a given rate. Runs the core in-process on the embedded storage (a real da
 fsyncs), holding records for a topic's partition as Kafka's deliver-at-ms does.
 
     python -m bench.delayed [--pending 1000000] [--rate 10000] [--seconds 10] [--memory-keys 100000] [--shuffle]
+                            [--background 1000000]
 
 memory    holds --pending messages (100-byte values) due an hour from now and reports the growth
           of the Python heap (tracemalloc: every object of the core and the storage, kept after a
@@ -14,7 +15,9 @@ lateness  holds --rate * --seconds messages due evenly over --seconds (after the
           watermark covers it (durable, visible to a consumer; woken at each durable append, as
           a waiting Fetch is). Reports p50/p99/max of
           (visible time - due time) and that nothing came early or twice. The target is p99 <= 100 ms.
-          Also the process's CPU (every thread) while releasing, per message.
+          Also the process's CPU (every thread) while releasing, per message. With --background N,
+          N messages due an hour later are held first, so the release runs with that many pending
+          and (past --memory-keys) most of the index on storage.
 """
 
 from __future__ import annotations
@@ -100,12 +103,16 @@ async def memory(directory: Path, pending: int, memory_keys: int) -> None:
         await storage.close()
 
 
-async def lateness(directory: Path, rate: int, seconds: float, memory_keys: int, shuffle: bool) -> None:
+async def lateness(directory: Path, rate: int, seconds: float, memory_keys: int, shuffle: bool,
+                   background: int) -> None:
     core, storage = await _open(directory, memory_keys)
     try:
         count = int(rate * seconds)
         store = core.delayed.store("public", "default")
         await store.wait_loaded()
+        if background:           # pending far beyond the window: most of the index is on storage
+            later = int(time.time() * 1000) + 3_600_000
+            await _hold_all(core, [later + n % 600_000 for n in range(background)])
         lead_ms = max(5_000, count * 1000 // 8_000)        # time to hold them all first
         start = int(time.time() * 1000) + lead_ms
         dues = [start + n * 1000 // rate for n in range(count)]
@@ -138,11 +145,12 @@ async def lateness(directory: Path, rate: int, seconds: float, memory_keys: int,
             result = await partition.read(offset, 8 << 20)
             for batch in split_batches(result.records):
                 records = decode_batch(batch)[1]
-                values += [int(record.key) for record in records]
+                values += [int(record.key) for record in records]   # background keys are never released
                 offset = records[-1].offset + 1
         late = sorted(visible_at[index] - dues[n] for index, n in enumerate(values))
         quantiles = statistics.quantiles(late, n=100)
         print(f"lateness at {rate:,} due/s over {seconds:g} s ({count:,} messages{' held in random order' if shuffle else ''}, "
+              f"{background:,} more pending an hour later, "
               f"held at {held_rate:,.0f}/s, "
               f"{memory_keys:,} keys in memory): released {len(values):,} ({len(set(values)):,} distinct); "
               f"late p50 {quantiles[49]:.1f} ms, p99 {quantiles[98]:.1f} ms, max {late[-1]:.1f} ms, "
@@ -160,13 +168,16 @@ def main() -> None:
     parser.add_argument("--memory-keys", type=int, default=100_000)
     parser.add_argument("--only", choices=("memory", "lateness"))
     parser.add_argument("--shuffle", action="store_true", help="hold in random due order")
+    parser.add_argument("--background", type=int, default=0,
+                        help="lateness: messages held first, due an hour later (pending during the run)")
     args = parser.parse_args()
     tune_gc()         # as the gateway process runs
     with tempfile.TemporaryDirectory(prefix="bench-delayed-") as tmp:
         if args.only in (None, "memory"):
             asyncio.run(memory(Path(tmp) / "memory", args.pending, args.memory_keys))
         if args.only in (None, "lateness"):
-            asyncio.run(lateness(Path(tmp) / "lateness", args.rate, args.seconds, args.memory_keys, args.shuffle))
+            asyncio.run(lateness(Path(tmp) / "lateness", args.rate, args.seconds, args.memory_keys, args.shuffle,
+                                args.background))
 
 
 if __name__ == "__main__":
