@@ -10,6 +10,7 @@ class FlushReason(enum.Enum):
     MAX_WAIT = "max_wait"     # the oldest pending add waited long enough
     MAX_BYTES = "max_bytes"   # enough bytes are buffered
     IDLE = "idle"             # nothing else is queued: waiting longer only adds latency
+    INLINE = "inline"         # the journal was idle: the event loop flushed its turn's adds itself
 
 
 @dataclass(frozen=True, slots=True)
