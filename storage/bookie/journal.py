@@ -8,8 +8,8 @@ pending and future add and the bookie turns read-only.
 
 An add that finds the journal idle is flushed by the event loop itself instead, at the end of the
 loop turn, with every add of that turn. At low rates the round trip to the thread (a condition
-wake-up, the GIL, the loop's self-pipe) costs about as much CPU as the rest of the add and adds
-~100 us of latency, while overlapping the fsync with the loop's work gains nothing. "Idle" means:
+wake-up, the GIL, the loop's self-pipe) adds ~100 us of latency and several context switches per
+add, while overlapping the fsync with the loop's work gains nothing. "Idle" means:
 nothing pending, the thread asleep, and the last flush ended at least one fsync ago (so the loop
 spends at most about half its time in fsyncs). A slow disk (an fsync over INLINE_MAX_FSYNC_S) and a
 turn that queues over INLINE_MAX_BYTES go to the thread, and so does everything that arrives while
