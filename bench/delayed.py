@@ -71,6 +71,12 @@ async def _hold_all(core: Core, dues, order=None, window: int = 20_000) -> float
     return len(dues) / (time.perf_counter() - started)
 
 
+def _due_in_an_hour(count: int) -> list[int]:
+    """`count` due times spread over ten minutes, an hour from now: pending for any run here."""
+    due = int(time.time() * 1000) + 3_600_000
+    return [due + n % 600_000 for n in range(count)]
+
+
 def _rss() -> int:
     gc.collect()
     return psutil.Process().memory_info().rss
@@ -84,8 +90,7 @@ async def memory(directory: Path, pending: int, memory_keys: int) -> None:
         before = _rss()
         tracemalloc.start()
         heap_before = tracemalloc.get_traced_memory()[0]
-        due = int(time.time() * 1000) + 3_600_000
-        rate = await _hold_all(core, [due + n % 600_000 for n in range(pending)])
+        rate = await _hold_all(core, _due_in_an_hour(pending))
         while store._spills:
             await asyncio.sleep(0.05)
         gc.collect()
@@ -111,8 +116,7 @@ async def lateness(directory: Path, rate: int, seconds: float, memory_keys: int,
         store = core.delayed.store("public", "default")
         await store.wait_loaded()
         if background:           # pending far beyond the window: most of the index is on storage
-            later = int(time.time() * 1000) + 3_600_000
-            await _hold_all(core, [later + n % 600_000 for n in range(background)])
+            await _hold_all(core, _due_in_an_hour(background))
         lead_ms = max(5_000, count * 1000 // 8_000)        # time to hold them all first
         start = int(time.time() * 1000) + lead_ms
         dues = [start + n * 1000 // rate for n in range(count)]

@@ -172,7 +172,7 @@ class Journal:
             self._count_flush(FlushReason.INLINE)
             written, error = self._write_batch(batch)
             self._idle_since = time.monotonic()
-        self._complete(written, [item[6] for item in batch], error)
+        self._complete(written, batch, error)
 
     async def close(self) -> None:
         with self._cond:
@@ -193,7 +193,7 @@ class Journal:
             self._count_flush(reason)
             written, error = self._write_batch(batch)
             # Queued before ownership is given up, so a flush of the loop's completes after this one.
-            self._loop.call_soon_threadsafe(self._complete, written, [item[6] for item in batch], error)
+            self._loop.call_soon_threadsafe(self._complete, written, batch, error)
             with self._cond:
                 if not self._pending:
                     self._thread_owns = False
@@ -227,10 +227,11 @@ class Journal:
             self.failure = exc
             return [], exc
 
-    def _complete(self, written: list[Written], futures: list[asyncio.Future], error: BaseException | None) -> None:
+    def _complete(self, written: list[Written], batch: list, error: BaseException | None) -> None:
         if written:
             self._on_durable(written)
-        for fut in futures:
+        for item in batch:
+            fut = item[6]
             if fut.done():
                 continue
             if error is None:
