@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -62,26 +62,38 @@ class CommittedRead:
     aborted: list[AbortedTxn]
 
 
+def as_core_error(exc: BaseException) -> BaseException:
+    """The core's protocol-neutral error for a storage failure (others are returned as they are)."""
+    if isinstance(exc, (LogClosed, LedgerFenced, Fenced)):
+        error: BaseException = NotOwner(str(exc))
+    elif isinstance(exc, PositionOutOfRange):
+        error = OffsetOutOfRange(str(exc))
+    elif isinstance(exc, NotEnoughBookies):
+        error = NotEnoughReplicas(str(exc))
+    elif isinstance(exc, StorageError):
+        error = StorageUnavailable(str(exc))
+    else:
+        return exc
+    error.__cause__ = exc
+    return error
+
+
 @contextmanager
 def storage_errors() -> Iterator[None]:
     """Turn storage failures into the core's protocol-neutral errors."""
     try:
         yield
-    except (LogClosed, LedgerFenced, Fenced) as exc:
-        raise NotOwner(str(exc)) from exc
-    except PositionOutOfRange as exc:
-        raise OffsetOutOfRange(str(exc)) from exc
-    except NotEnoughBookies as exc:
-        raise NotEnoughReplicas(str(exc)) from exc
     except StorageError as exc:
-        raise StorageUnavailable(str(exc)) from exc
+        raise as_core_error(exc) from exc
 
 
 RELEARN_RETRY_S = 0.5
 
 
-async def _resolved(value: int) -> int:
-    return value
+def _resolved(value: int) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
 
 
 def _retrieve(future: asyncio.Future) -> None:
@@ -160,7 +172,7 @@ class Partition:
         """Store every batch of a Produce "records" field; returns the base offset of the first."""
         return await self.start_append(records)
 
-    def start_append(self, records: bytes | memoryview) -> Awaitable[int]:
+    def start_append(self, records: bytes | memoryview) -> asyncio.Future:
         """Validate and queue the batches now (their offsets are assigned before this returns);
         the awaitable resolves to the first base offset once all are durable.
 
@@ -174,7 +186,7 @@ class Partition:
         self.meter.published(len(records), count)
         self.messages_in += count
         self.bytes_in += len(records)
-        pending: list[Awaitable[int]] = []
+        pending: list[asyncio.Future] = []
         appended = None
         first_queued = self.log.next_offset
         with storage_errors():
@@ -204,13 +216,15 @@ class Partition:
                                           header.record_count, base_offset, header.max_timestamp)
                     if header.is_transactional:
                         self.producers.begin_transaction(header.producer_id, base_offset)
+        durable = self._first_offset(pending, first_queued)
         if appended is not None:
             # Resolved once the log's high watermark covers the last batch (it moves first); a
-            # reader may start watching before then, so the callback is always there.
-            asyncio.ensure_future(appended).add_done_callback(self.wake_watchers)
+            # reader may start watching before then, so the callback is always there. Registered
+            # after _first_offset's: whoever appended hears of it before the readers wake.
+            appended.add_done_callback(self.wake_watchers)
         if self.meter.tracer is not None and self.log.next_offset > first_queued:
             self.meter.tracer.produced(self.topic, self.index, first_queued, self.log.next_offset - 1)
-        return self._first_offset(pending, first_queued)
+        return durable
 
     def _validated(self, records: bytes | memoryview, *, from_client: bool) -> tuple[list, list]:
         """The batches of a Produce "records" field and their headers, all checked before any is
@@ -250,7 +264,7 @@ class Partition:
             raise MirrorTopic(f"{self.topic} is not a mirror topic")
         batches, headers = self._validated(records, from_client=False)
         first = None
-        pending: list[Awaitable[int]] = []
+        pending: list[asyncio.Future] = []
         aborted: list[AbortedTxn] = []
         first_queued = self.log.next_offset
         for batch, header in zip(batches, headers):
@@ -317,28 +331,45 @@ class Partition:
                 waiter.set_result(None)
         return aborted
 
-    async def _first_offset(self, pending: list[Awaitable[int]], first_queued: int) -> int:
-        try:
-            with storage_errors():
-                # Appends complete in order, so awaiting them one by one takes no longer than a
-                # gather, and needs no task per batch.
-                first = await pending[0]
-                for later in pending[1:]:
-                    await later
-        except CoreError as exc:
-            for later in pending:   # what was not awaited: no "never awaited/retrieved" warnings
-                if asyncio.iscoroutine(later):
-                    later.close()
-                elif asyncio.isfuture(later):
-                    later.add_done_callback(_retrieve)
-            if isinstance(exc, StorageUnavailable):
-                # Some of these batches may be stored after all (a failed ledger keeps what reached
-                # its bookies): a retry must find them, or an idempotent producer's retry is stored twice.
-                self._relearn_producers()
-            else:
-                self.producers.forget_from(first_queued)   # nothing from here on was stored
-            raise
-        return first
+    def _first_offset(self, pending: list[asyncio.Future], first_queued: int) -> asyncio.Future:
+        """The first batch's offset, once every batch is durable; the first failure fails it.
+        Chained by callbacks on the appends rather than awaited by a task: it resolves in the same
+        pass of the event loop as the last append, before the readers that one wakes."""
+        durable = asyncio.get_running_loop().create_future()
+        durable.add_done_callback(_retrieve)      # a caller that went away must not log its failure
+        waiting = len(pending)
+
+        def settled(done: asyncio.Future) -> None:
+            nonlocal waiting
+            if durable.done():
+                _retrieve(done)       # an earlier one failed: this one is answered for
+                return
+            if done.cancelled():
+                durable.cancel()
+                return
+            error = done.exception()
+            if error is not None:
+                self._append_failed(pending, first_queued, error)
+                durable.set_exception(as_core_error(error))
+                return
+            waiting -= 1
+            if waiting == 0:
+                durable.set_result(pending[0].result())
+
+        for append in pending:
+            append.add_done_callback(settled)
+        return durable
+
+    def _append_failed(self, pending: list[asyncio.Future], first_queued: int, error: BaseException) -> None:
+        for append in pending:    # what fails after this one: no "never retrieved" warnings
+            append.add_done_callback(_retrieve)
+        error = as_core_error(error)
+        if isinstance(error, StorageUnavailable):
+            # Some of these batches may be stored after all (a failed ledger keeps what reached
+            # its bookies): a retry must find them, or an idempotent producer's retry is stored twice.
+            self._relearn_producers()
+        elif isinstance(error, CoreError):
+            self.producers.forget_from(first_queued)   # nothing from here on was stored
 
     def _relearn_producers(self) -> None:
         if self._relearning is None:

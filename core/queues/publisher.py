@@ -6,7 +6,9 @@ and many connections publish at once) wait in a list; a flush task takes them as
 publish of a batch gets the same future, which resolves once the batch is durable, so a publisher
 confirm is never sent for a message that is not stored. The queue's consumers are handed the
 batch's messages before that future resolves: a delivery goes out before the confirm of the same
-message, as RabbitMQ writes them. Batches of one queue are durable in the order they were made.
+message, as RabbitMQ writes them. They are handed the records the batch was built from, when the
+queue has read everything before it, rather than reading back and decoding what was just written.
+Batches of one queue are durable in the order they were made.
 
 Back-pressure: `backlog_bytes` counts what is queued or appended but not yet durable; callers wait
 on `wait_writable()` past MAX_BACKLOG_BYTES.
@@ -36,11 +38,12 @@ def _retrieve(future: asyncio.Future) -> None:
 
 class BatchPublisher:
     """Owned by the event loop. `partition` returns the queue's partition (reopened if the core
-    closed it while idle). Once a batch is durable, `deliver_first` is called; if it returns a
-    future, the batch's future resolves (and `on_durable` is called) only once that one is done."""
+    closed it while idle). Once a batch is durable, `deliver_first` is called with its base offset
+    and records; if it returns a future, the batch's future resolves (and `on_durable` is called)
+    only once that one is done."""
 
     def __init__(self, partition: Callable[[], Awaitable[Partition]], *, on_durable: Callable[[], None] | None = None,
-                 deliver_first: Callable[[], asyncio.Future | None] | None = None,
+                 deliver_first: Callable[[int, list[Record]], asyncio.Future | None] | None = None,
                  max_batch_bytes: int = MAX_BATCH_BYTES) -> None:
         self._partition = partition
         self._on_durable = on_durable
@@ -129,15 +132,14 @@ class BatchPublisher:
 
     def _append(self, partition: Partition, records: list[Record], size: int, future: asyncio.Future) -> None:
         try:
-            pending = partition.start_append(build_batch(records))
+            appended = partition.start_append(build_batch(records))
         except Exception as exc:
             self._fail(future, size, exc)
             return
         self.batches_appended += 1
-        appended = asyncio.ensure_future(pending)
-        appended.add_done_callback(lambda done: self._appended(done, future, size))
+        appended.add_done_callback(lambda done: self._appended(done, records, future, size))
 
-    def _appended(self, done: asyncio.Future, future: asyncio.Future, size: int) -> None:
+    def _appended(self, done: asyncio.Future, records: list[Record], future: asyncio.Future, size: int) -> None:
         exc = None if done.cancelled() else done.exception()
         if done.cancelled():
             exc = asyncio.CancelledError()
@@ -145,7 +147,7 @@ class BatchPublisher:
             self._fail(future, size, exc)
             return
         self._add_backlog(-size)
-        handed_out = self._deliver_first() if self._deliver_first is not None else None
+        handed_out = self._deliver_first(done.result(), records) if self._deliver_first is not None else None
         if handed_out is None:
             self._durable(future)
         else:     # confirms after the deliveries of the batch, as RabbitMQ writes them

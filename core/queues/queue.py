@@ -254,14 +254,16 @@ class Queue:
             self._remote = RemotePublisher(self._core, self)
         return self._remote
 
-    def _deliver_durable(self) -> asyncio.Future | None:
+    def _deliver_durable(self, base_offset: int, records: list[Record]) -> asyncio.Future | None:
         """A batch is durable: a future done once its messages were handed to the consumers with
-        room (None: no consumers)."""
+        room (None: no consumers, or handed to them already)."""
         subscription, partition = self.subscription, self._last_partition
         if subscription is None or partition is None:
             return None
         end = partition.high_watermark
         subscription.note_high_watermark(end)
+        if subscription.hand_out_appended(partition, base_offset, records):
+            return None
         return subscription.read_up_to(end)
 
     def _on_durable(self) -> None:

@@ -58,6 +58,7 @@ from core.queues.log_records import data_records
 from core.queues.picker import ConsumerPicker
 from core.queues.policy import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED
 from core.queues.priority import PriorityReadAhead
+from core.records.builder import Record
 
 log = logging.getLogger("gateway.core")
 
@@ -541,6 +542,32 @@ class SharedSubscription:
         self._read_waiters.append((end, waiter))
         self._wake_feeder()
         return waiter
+
+    def hand_out_appended(self, partition: Partition, base_offset: int, records: list[Record]) -> bool:
+        """This queue's publisher made the batch at `base_offset` durable: if the queue has read
+        everything before it and nothing is reading now, its records go into the backlog as they
+        were published, and out to the consumers with room, without being read back and decoded.
+        False: the feeder reads them from the log as usual."""
+        if (self._read_offset != base_offset or self._read_lock.locked() or not self._wants_data()
+                or self._body_missing() or partition.config.log_append_time):
+            return False
+        end = base_offset + len(records)
+        if end > partition.last_stable_offset:
+            return False
+        cursor, redelivered_below = self.cursor, self._redelivered_below
+        self._partition_of = partition
+        self._backlog.extend([
+            QueuedMessage(offset, record.timestamp_ms, record.key, record.value, record.headers,
+                          1 if offset < redelivered_below else 0)
+            for offset, record in enumerate(records, base_offset) if not cursor.is_acked(offset)])
+        self._read_offset = end
+        self._fresh_from = base_offset
+        try:
+            self.dispatch()
+        finally:
+            self._fresh_from = None
+            self._read_done()
+        return True
 
     def _read_done(self, everything: bool = False) -> None:
         """Resolve the read waiters up to the read offset (all of them with `everything`)."""

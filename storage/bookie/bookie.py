@@ -354,6 +354,9 @@ def _replay_segment(journal_dir: Path, segment_id: int, start: int, *, is_last: 
         end = max(start, fmt.SEGMENT_HEADER.size)
         for item in fmt.scan(fd, end, size):
             if isinstance(item, fmt.ScanStop):
+                if item.preallocated:    # the unused end of a segment written until the crash
+                    os.ftruncate(fd, item.offset)
+                    break
                 report.dropped.append((segment_id, item.offset, item.dropped_bytes, item.reason))
                 if not is_last:
                     log.error("sealed journal segment %x is corrupt at %d: %s", segment_id, item.offset, item.reason)

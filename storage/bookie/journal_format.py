@@ -24,10 +24,15 @@ Records follow back to back:
     25      8     lac              i64, the writer's LastAddConfirmed piggybacked on the entry
     33      n-25  payload          the entry's bytes (empty for fence / delete)
 
+The segment being written is preallocated (journal.py), so its file may go on in zeros after the
+last record; sealed segments are cut back to their records.
+
 Crash policy: a scan stops at the first record that is short, has an impossible length, a bad CRC
 or an unknown kind, and reports how many bytes follow it and why. It never skips a bad record to
 look for a later good one, so the halves of two different records can never be glued together.
-The last segment is truncated at that point; anything after it was never acknowledged.
+The last segment is truncated at that point; anything after it was never acknowledged. Zeros from
+there to the end of the file are the preallocated space, not damage: a record's length is never 0,
+and a torn write leaves some of its bytes, so nothing written is mistaken for it.
 """
 
 from __future__ import annotations
@@ -104,6 +109,7 @@ class ScanStop:
     offset: int
     dropped_bytes: int
     reason: str
+    preallocated: bool = False    # only zeros follow: the segment's unused space, nothing was lost
 
 
 def decode_record(buf: bytes | memoryview, offset: int = 0) -> Record:
@@ -153,6 +159,9 @@ def scan(fd: int, start: int, file_size: int) -> Iterator[Record | ScanStop]:
             yield ScanStop(offset, file_size - offset, "truncated record header")
             return
         body_len, crc = RECORD_HEADER.unpack_from(buf, rel)
+        if body_len == 0 and _zeros_to_end(fd, offset, file_size):
+            yield ScanStop(offset, file_size - offset, "preallocated space", preallocated=True)
+            return
         if not BODY_FIXED.size <= body_len <= MAX_BODY_BYTES:
             yield ScanStop(offset, file_size - offset, f"impossible record length {body_len}")
             return
@@ -170,6 +179,18 @@ def scan(fd: int, start: int, file_size: int) -> Iterator[Record | ScanStop]:
         size = RECORD_HEADER.size + body_len
         yield Record(RecordKind(kind), ledger_id, entry_id, lac, offset, size, bytes(body[BODY_FIXED.size:]))
         offset += size
+
+
+def _zeros_to_end(fd: int, offset: int, file_size: int) -> bool:
+    chunk_bytes = 4 << 20
+    while offset < file_size:
+        chunk = os.pread(fd, min(chunk_bytes, file_size - offset), offset)
+        if not chunk:
+            break
+        if chunk.count(0) != len(chunk):
+            return False
+        offset += len(chunk)
+    return True
 
 
 def _peek_need(buf: bytes, rel: int) -> int:

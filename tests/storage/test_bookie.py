@@ -60,6 +60,8 @@ class Node:
             items = list(fmt.scan(fd, fmt.SEGMENT_HEADER.size, os.fstat(fd).st_size))
         finally:
             os.close(fd)
+        if items and isinstance(items[-1], fmt.ScanStop) and items[-1].preallocated:
+            items.pop()      # the segment being written: its unused space
         assert all(isinstance(item, fmt.Record) for item in items)
         return items
 
@@ -314,8 +316,8 @@ async def test_unindexed_tail_record_is_replayed_after_a_crash(node: Node) -> No
         assert bookie.last_entry_id(1) == 4
 
 
-@pytest.mark.parametrize("junk", [bytes(4096), b"\x00\x00\x01\x00garbage" * 10, b"\x07"],
-                         ids=["zeros", "plausible-length", "one-byte"])
+@pytest.mark.parametrize("junk", [b"\x00\x00\x01\x00garbage" * 10, b"\x07", bytes(4096) + b"\x01"],
+                         ids=["plausible-length", "one-byte", "zeros-then-a-byte"])
 async def test_junk_tail_after_the_last_record_is_dropped_and_reported(node: Node, junk: bytes) -> None:
     async with node.bookie() as bookie:
         await write_entries(bookie, 1, 6)
@@ -326,6 +328,20 @@ async def test_junk_tail_after_the_last_record_is_dropped_and_reported(node: Nod
     async with node.bookie() as bookie:
         (dropped,) = bookie.recovery_report.dropped
         assert dropped[:3] == (node.segments()[-2], good_size, len(junk))
+        assert path.stat().st_size == good_size
+        await assert_readable(bookie, 1, 6)
+
+
+async def test_preallocated_zeros_after_the_last_record_are_cut_and_not_reported_as_loss(node: Node) -> None:
+    """What a crash leaves of the segment being written: its records, then its unused space."""
+    async with node.bookie() as bookie:
+        await write_entries(bookie, 1, 6)
+    path = node.last_segment()
+    good_size = path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(bytes(1 << 20))
+    async with node.bookie() as bookie:
+        assert bookie.recovery_report.dropped == []
         assert path.stat().st_size == good_size
         await assert_readable(bookie, 1, 6)
 

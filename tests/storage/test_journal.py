@@ -1,6 +1,7 @@
 """Who flushes the journal: the event loop, for an add that finds it idle, or the journal thread,
 for everything that arrives while it is busy, for bursts and behind a slow disk. Either way every
-add is durable before its future resolves, and the records land in the file in the order added."""
+add is durable before its future resolves, and the records land in the file in the order added.
+The segment being written is preallocated; sealed and closed ones are cut back to their records."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from storage.api import BookieReadOnly
 from storage.bookie import journal as journal_module
 from storage.bookie import journal_format as fmt
 from storage.bookie.group_commit import FlushReason, GroupCommitPolicy
-from storage.bookie.journal import INLINE_MAX_BYTES, INLINE_MAX_FSYNC_S, Journal, Written
+from storage.bookie.journal import INLINE_MAX_BYTES, INLINE_MAX_FSYNC_S, PREALLOCATE_BYTES, Journal, Written
 
 SEGMENT_ID = 1
 
@@ -66,6 +67,8 @@ def entry_ids_in_file(directory: Path) -> list[int]:
         records = list(fmt.scan(fd, fmt.SEGMENT_HEADER.size, os.fstat(fd).st_size))
     finally:
         os.close(fd)
+    if records and isinstance(records[-1], fmt.ScanStop) and records[-1].preallocated:
+        records.pop()        # still being written: its unused space
     assert all(isinstance(record, fmt.Record) for record in records)
     return [record.entry_id for record in records]
 
@@ -155,3 +158,66 @@ async def test_a_failed_fsync_fails_the_adds_of_either_flusher(journal: Journal,
     assert (recorder.reasons[0] is FlushReason.INLINE) == (size == 100)
     later = add(journal, count)
     assert later.done() and isinstance(later.exception(), BookieReadOnly)
+
+
+def segment_sizes(directory: Path) -> list[int]:
+    return [(directory / fmt.segment_name(segment_id)).stat().st_size
+            for segment_id in journal_module.list_segments(directory)]
+
+
+def written_end(directory: Path, segment_id: int) -> int:
+    """Where the segment's last record ends, and that nothing but preallocated space follows it."""
+    fd = os.open(directory / fmt.segment_name(segment_id), os.O_RDONLY)
+    try:
+        *records, stop = [fmt.Record(0, 0, 0, 0, fmt.SEGMENT_HEADER.size, 0, b"")] + list(
+            fmt.scan(fd, fmt.SEGMENT_HEADER.size, os.fstat(fd).st_size))
+    finally:
+        os.close(fd)
+    assert isinstance(stop, fmt.ScanStop) and stop.preallocated
+    return stop.offset
+
+
+async def test_the_segment_being_written_is_preallocated_and_cut_back_on_close(
+        tmp_path: Path, recorder: Recorder) -> None:
+    journal = Journal(tmp_path, SEGMENT_ID, GroupCommitPolicy(), 64 << 20, recorder.on_flushed,
+                      recorder.on_durable, recorder.count)
+    await asyncio.gather(*(add(journal, i) for i in range(10)))
+    (size,) = segment_sizes(tmp_path)
+    end = written_end(tmp_path, SEGMENT_ID)    # what a crash now would leave
+    assert size >= end + PREALLOCATE_BYTES - 10 * 200
+    await journal.close()
+    assert segment_sizes(tmp_path) == [end]
+    assert entry_ids_in_file(tmp_path) == list(range(10))
+
+
+async def test_a_sealed_segment_is_cut_back_to_its_records(tmp_path: Path, recorder: Recorder) -> None:
+    journal = Journal(tmp_path, SEGMENT_ID, GroupCommitPolicy(), 1 << 20, recorder.on_flushed,
+                      recorder.on_durable, recorder.count)
+    try:
+        for i in range(30):      # 100 KiB each: a roll about every ten
+            await add(journal, i, size=100_000)
+        sealed = journal_module.list_segments(tmp_path)[:-1]
+        assert len(sealed) >= 2
+        for segment_id, size in zip(sealed, segment_sizes(tmp_path)):
+            assert size <= 1 << 20
+            fd = os.open(tmp_path / fmt.segment_name(segment_id), os.O_RDONLY)
+            try:
+                assert all(isinstance(item, fmt.Record) for item in fmt.scan(fd, fmt.SEGMENT_HEADER.size, size))
+            finally:
+                os.close(fd)
+    finally:
+        await journal.close()
+
+
+async def test_without_preallocation_the_segment_grows_as_written(tmp_path: Path, recorder: Recorder,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "preallocate", lambda fd, offset, length: errno.EOPNOTSUPP)
+    journal = Journal(tmp_path, SEGMENT_ID, GroupCommitPolicy(), 64 << 20, recorder.on_flushed,
+                      recorder.on_durable, recorder.count)
+    try:
+        for i in range(5):
+            await add(journal, i)
+            assert segment_sizes(tmp_path) == [fmt.SEGMENT_HEADER.size + (i + 1) * (fmt.RECORD_OVERHEAD + 100)]
+    finally:
+        await journal.close()
+    assert entry_ids_in_file(tmp_path) == list(range(5))

@@ -237,6 +237,25 @@ def test_scan_stops_at_an_impossible_record_length(tmp_path: Path, body_len: int
     assert stop == ScanStop(HEADER_SIZE + len(r0), len(r1), f"impossible record length {body_len}")
 
 
+def test_zeros_from_a_record_boundary_to_the_end_are_preallocated_space_not_damage(tmp_path: Path) -> None:
+    good = [entry(i, b"good %d" % i) for i in range(2)]
+    path = write_segment(tmp_path / "s.log", *good, bytes(5 << 20))   # past one read chunk
+    records, stop = split(scan_file(path))
+    assert [r.entry_id for r in records] == [0, 1]
+    assert stop == ScanStop(HEADER_SIZE + sum(map(len, good)), 5 << 20, "preallocated space", preallocated=True)
+
+
+@pytest.mark.parametrize("where", [0, (4 << 20) + 17, (5 << 20) - 1])
+def test_zeros_with_any_written_byte_after_them_are_damage(tmp_path: Path, where: int) -> None:
+    """A torn write may leave a record's first page unwritten and a later one written: not space."""
+    tail = bytearray(5 << 20)
+    tail[max(where, RECORD_HEADER.size)] = 1
+    path = write_segment(tmp_path / "s.log", entry(0, b"good"), bytes(tail))
+    records, stop = split(scan_file(path))
+    assert [r.entry_id for r in records] == [0]
+    assert stop == ScanStop(HEADER_SIZE + len(entry(0, b"good")), len(tail), "impossible record length 0")
+
+
 def test_scan_accepts_a_record_of_the_minimum_body_length(tmp_path: Path) -> None:
     path = write_segment(tmp_path / "s.log", record_bytes(RecordKind.FENCE, 1, -1, -1, b""))
     records, stop = split(scan_file(path))
