@@ -56,11 +56,34 @@ def test_admin_api_answers_health_metrics_and_info(gateway_process):
     assert metrics.headers["content-type"].startswith("text/plain")
     assert "gateway_up 1.0" in metrics.text
     assert "gateway_build_info{" in metrics.text
+    assert set(journal_flushes(metrics.text)) == {"max_wait", "max_bytes", "idle", "inline"}
     assert info.status_code == 200
     body = info.json()
     assert body["listeners"] == {name: gateway_process.ready[name] for name in ("kafka", "amqp", "admin")}
     assert body["data_dir"] == str(gateway_process.data_dir)
     assert body["version"]
+
+
+def journal_flushes(metrics_text: str) -> dict[str, float]:
+    return {line.split('"')[1]: float(line.split()[-1]) for line in metrics_text.splitlines()
+            if line.startswith("gateway_storage_journal_flushes_total{")}
+
+
+def test_a_confirmed_publish_to_an_idle_gateway_is_one_inline_journal_flush(gateway_process):
+    import pika
+    host, port = gateway_process.amqp
+    with admin_client() as client:
+        before = journal_flushes(client.get(f"{gateway_process.admin_url}/metrics").text)
+        connection = pika.BlockingConnection(pika.ConnectionParameters(host, port))
+        try:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.queue_declare("flushes", durable=True)
+            channel.basic_publish("", "flushes", b"stored", pika.BasicProperties(delivery_mode=2))
+        finally:
+            connection.close()
+        after = journal_flushes(client.get(f"{gateway_process.admin_url}/metrics").text)
+    assert after["inline"] >= before["inline"] + 1     # the event loop flushed the idle journal
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

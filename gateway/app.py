@@ -229,6 +229,7 @@ class Gateway:
                 self.metrics.track_auditor(self._storage.auditor.stats)
         else:
             self._storage = await EmbeddedStorage.open(config.data_dir, config.storage)
+            self.metrics.track_journal(self._storage.bookie.flush_counts)
         self._check_stop()
 
         if config.storage.mode == REPLICATED:

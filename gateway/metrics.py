@@ -3,13 +3,14 @@ tests and several gateways in one interpreter never collide)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Gauge, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from storage.bookie.group_commit import FlushReason
 from storage.ledger.auditor import AuditorStats
 
 
@@ -43,6 +44,9 @@ class GatewayMetrics:
 
     def track_auditor(self, stats: AuditorStats) -> None:
         self.registry.register(_AuditorCollector(stats))
+
+    def track_journal(self, flush_counts: Mapping[FlushReason, int]) -> None:
+        self.registry.register(_JournalCollector(flush_counts))
 
     def track_replication(self, replicators: Sequence) -> None:
         if replicators:
@@ -104,6 +108,24 @@ class _AuditorCollector(Collector):
         for reason, count in stats.failures.items():
             failed.add_metric([reason], count)
         yield failed
+
+    def describe(self) -> Iterable[Metric]:
+        return self.collect()
+
+
+class _JournalCollector(Collector):
+    """The in-process bookie's journal: its flushes (one write and fdatasync each) by what started
+    them, as BookKeeper counts its journal's; many max_wait or max_bytes flushes mean a loaded disk."""
+
+    def __init__(self, flush_counts: Mapping[FlushReason, int]) -> None:
+        self._counts = flush_counts
+
+    def collect(self) -> Iterator[Metric]:
+        flushes = CounterMetricFamily("gateway_storage_journal_flushes", "Journal flushes by what started them",
+                                      labels=["reason"])
+        for reason, count in self._counts.items():
+            flushes.add_metric([reason.value], count)
+        yield flushes
 
     def describe(self) -> Iterable[Metric]:
         return self.collect()
