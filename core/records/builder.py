@@ -143,22 +143,30 @@ def _encode_record(record: Record | EncodedRecord, offset_delta: int, base_times
         body = b"".join((b"\x00", encode_varlong(record.timestamp_ms - base_timestamp), encode_varint(offset_delta),
                          record.tail))
         return encode_varint(len(body)) + body
+    key, value, headers = record.key, record.value, record.headers
     parts = [
         b"\x00",  # attributes
         encode_varlong(record.timestamp_ms - base_timestamp),
         encode_varint(offset_delta),
-        *_nullable_bytes(record.key),
-        *_nullable_bytes(record.value),
-        encode_varint(len(record.headers)),
+        _NULL_LENGTH if key is None else encode_varint(len(key)), key or b"",
+        _NULL_LENGTH if value is None else encode_varint(len(value)), value or b"",
+        encode_varint(len(headers)),
     ]
-    for key, value in record.headers:
-        encoded_key = key.encode("utf-8")
-        parts += (encode_varint(len(encoded_key)), encoded_key, *_nullable_bytes(value))
+    for name, header in headers:
+        parts += (_header_key(name), _NULL_LENGTH if header is None else encode_varint(len(header)), header or b"")
     body = b"".join(parts)
     return encode_varint(len(body)) + body
 
 
-def _nullable_bytes(data: bytes | None) -> tuple[bytes, ...]:
-    if data is None:
-        return (_NULL_LENGTH,)
-    return (encode_varint(len(data)), data)
+_HEADER_KEYS: dict[str, bytes] = {}   # name -> its length and UTF-8 bytes; a few names serve most records
+_HEADER_KEYS_MAX = 1024
+
+
+def _header_key(key: str) -> bytes:
+    encoded = _HEADER_KEYS.get(key)
+    if encoded is None:
+        raw = key.encode("utf-8")
+        encoded = encode_varint(len(raw)) + raw
+        if len(_HEADER_KEYS) < _HEADER_KEYS_MAX:
+            _HEADER_KEYS[key] = encoded
+    return encoded

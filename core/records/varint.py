@@ -20,6 +20,8 @@ _VARLONG_MAX_BYTES = 10
 
 
 _ONE_BYTE = tuple(bytes((raw,)) for raw in range(0x80))   # the encodings of zigzag values 0..127
+# ... and of 128..16383: the lengths of records and values up to 8 KiB, looked up, not looped over
+_TWO_BYTES = tuple(bytes(((raw & 0x7F) | 0x80, raw >> 7)) for raw in range(0x4000))
 
 
 class MalformedVarint(ValueError):
@@ -30,6 +32,8 @@ def encode_varint(value: int) -> bytes:
     """Zigzag-encode a signed 32-bit integer."""
     if -64 <= value < 64:            # one byte: most lengths and deltas of a record
         return _ONE_BYTE[(value << 1) ^ (value >> 31)]
+    if -8192 <= value < 8192:
+        return _TWO_BYTES[(value << 1) ^ (value >> 31)]
     if not _INT32_MIN <= value <= _INT32_MAX:
         raise ValueError(f"{value} does not fit in a varint (int32)")
     return _encode_unsigned((value << 1) ^ (value >> 31))
@@ -39,6 +43,8 @@ def encode_varlong(value: int) -> bytes:
     """Zigzag-encode a signed 64-bit integer."""
     if -64 <= value < 64:
         return _ONE_BYTE[(value << 1) ^ (value >> 63)]
+    if -8192 <= value < 8192:
+        return _TWO_BYTES[(value << 1) ^ (value >> 63)]
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise ValueError(f"{value} does not fit in a varlong (int64)")
     return _encode_unsigned((value << 1) ^ (value >> 63))

@@ -4,6 +4,7 @@ from hypothesis import strategies as st
 
 from core.records.varint import (
     MalformedVarint,
+    _encode_unsigned,
     decode_varint,
     decode_varlong,
     encode_varint,
@@ -29,6 +30,14 @@ def test_known_encodings(value, encoded):
     assert encode_varint(value) == encoded
     assert encode_varlong(value) == encoded
     assert decode_varint(encoded) == (value, len(encoded))
+
+
+def test_the_one_and_two_byte_tables_agree_with_the_encoding_loop_and_the_decoder():
+    for value in range(-8192, 8192):
+        zigzag = (value << 1) ^ (value >> 63)
+        assert encode_varint(value) == encode_varlong(value) == _encode_unsigned(zigzag)
+        assert decode_varint(encode_varint(value)) == (value, 1 if -64 <= value < 64 else 2)
+    assert len(encode_varint(8192)) == len(encode_varint(-8193)) == 3
 
 
 @settings(max_examples=300)
