@@ -167,15 +167,23 @@ class Core:
 
     # --- partitions ---------------------------------------------------------------------------
 
-    async def partition(self, name: TopicName, index: int) -> Partition:
+    def open_partition(self, name: TopicName, index: int) -> Partition | None:
+        """The partition if it is open here and may be written now (no await); else None, and
+        `partition` opens it or says why it cannot."""
         key = (name, index)
         partition = self._partitions.get(key)
-        if partition is not None:
+        if partition is None or (self.cluster is not None and self.cluster.suspended):
+            return None
+        self._partitions.move_to_end(key)
+        self._last_used[key] = time.monotonic()
+        return partition
+
+    async def partition(self, name: TopicName, index: int) -> Partition:
+        key = (name, index)
+        if key in self._partitions:
             if self.cluster is not None and self.cluster.suspended:
                 raise self.not_owner(name, index)
-            self._partitions.move_to_end(key)
-            self._last_used[key] = time.monotonic()
-            return partition
+            return self.open_partition(name, index)
         partition = await self._opening(key, lambda: self._open_owned(name, index))
         self._partitions[key] = partition
         self._epochs[key] = partition.leader_epoch

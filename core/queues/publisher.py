@@ -1,8 +1,9 @@
 """Coalescing publishes into record batches: one storage append per batch, not per message.
 
 Publishes made while the event loop runs other work (one read from a socket often holds hundreds,
-and many connections publish at once) wait in a list; a flush task takes them as one RecordBatch v2
-(up to MAX_BATCH_BYTES; a single larger message gets a batch of its own) and appends it. Every
+and many connections publish at once) wait in a list; at the end of the loop's turn they are taken
+as one RecordBatch v2 (up to MAX_BATCH_BYTES; a single larger message gets a batch of its own) and
+appended: by a plain callback when the queue's partition is open, else by a task that opens it. Every
 publish of a batch gets the same future, which resolves once the batch is durable, so a publisher
 confirm is never sent for a message that is not stored. The queue's consumers are handed the
 batch's messages before that future resolves: a delivery goes out before the confirm of the same
@@ -44,8 +45,10 @@ class BatchPublisher:
 
     def __init__(self, partition: Callable[[], Awaitable[Partition]], *, on_durable: Callable[[], None] | None = None,
                  deliver_first: Callable[[int, list[Record]], asyncio.Future | None] | None = None,
+                 open_partition: Callable[[], Partition | None] = lambda: None,
                  max_batch_bytes: int = MAX_BATCH_BYTES) -> None:
         self._partition = partition
+        self._open_partition = open_partition
         self._on_durable = on_durable
         self._deliver_first = deliver_first
         self._max_batch_bytes = max_batch_bytes
@@ -53,7 +56,7 @@ class BatchPublisher:
         self._pending_bytes = 0
         self._future: asyncio.Future | None = None      # shared by the records waiting in _records
         self._sealed: list[tuple[list[Record], int, asyncio.Future]] = []   # batches not yet appended
-        self._flusher: asyncio.Task | None = None
+        self._flusher: asyncio.Task | asyncio.Handle | None = None   # the cut at the end of this turn
         self._backlog = 0
         self._writable = asyncio.Event()
         self._writable.set()
@@ -76,7 +79,7 @@ class BatchPublisher:
         self._add_backlog(size)
         future = self._future
         if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush(), name="queue-publish")
+            self._flusher = asyncio.get_running_loop().call_soon(self._cut)
         return future
 
     def publish_batch(self, records: list[Record]) -> asyncio.Future:
@@ -89,7 +92,7 @@ class BatchPublisher:
         self._sealed.append((list(records), size, future))
         self._add_backlog(size)
         if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush(), name="queue-publish")
+            self._flusher = asyncio.get_running_loop().call_soon(self._cut)
         return future
 
     @property
@@ -107,6 +110,20 @@ class BatchPublisher:
         if self._records:
             self._sealed.append((self._records, self._pending_bytes, self._future))
         self._records, self._pending_bytes, self._future = [], 0, None
+
+    def _cut(self) -> None:
+        try:
+            partition = self._open_partition()
+        except Exception:    # the task below meets the same error and fails what waits
+            partition = None
+        if partition is None:
+            self._flusher = asyncio.create_task(self._flush(), name="queue-publish")
+            return
+        self._flusher = None
+        self._seal()
+        batches, self._sealed = self._sealed, []
+        for records, size, future in batches:
+            self._append(partition, records, size, future)
 
     async def _flush(self) -> None:
         batches: list = []

@@ -97,7 +97,7 @@ class Queue:
         self.owner = owner                    # the exclusive owner, if exclusive
         self._clock = clock
         self.publisher = BatchPublisher(self.partition, on_durable=self._on_durable,
-                                        deliver_first=self._deliver_durable)
+                                        deliver_first=self._deliver_durable, open_partition=self.open_partition)
         self.subscription: SharedSubscription | None = None
         self._opening: asyncio.Future | None = None
         self.had_consumers = False            # auto-delete applies only once someone consumed
@@ -134,6 +134,15 @@ class Queue:
     @property
     def name(self) -> str:
         return self.info.name
+
+    def open_partition(self) -> Partition | None:
+        """The queue's partition if the core has it open now (None: `partition` is needed)."""
+        if self._earlier_end is None:
+            return None      # never opened through `partition` yet
+        partition = self._core.open_partition(self.topic, 0)
+        if partition is not None:
+            self._last_partition = partition
+        return partition
 
     async def partition(self) -> Partition:
         # Always through the core: it reopens a partition that it closed while idle.
