@@ -68,6 +68,25 @@ def test_unsynced_overwrite_inside_the_file_is_undone(lazy) -> None:
     assert (lazy.backing / "data").read_bytes() == b"A" * 10_000
 
 
+def test_preallocated_space_keeps_what_was_synced_into_it_and_loses_the_rest(lazy) -> None:
+    segment = lazy.mountpoint / "segment"
+    fd = os.open(segment, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, 3 * 4096)     # reserved and fsynced: durable zeros
+        os.fsync(fd)
+        sync_dir(lazy.mountpoint)
+        os.pwrite(fd, b"synced", 0)
+        os.fsync(fd)
+        os.pwrite(fd, b"lost", 4096)             # into reserved space, never fsynced
+        os.posix_fallocate(fd, 3 * 4096, 4096)   # an extension, never fsynced
+    finally:
+        os.close(fd)
+    assert segment.stat().st_size == 4 * 4096
+    lazy.power_off()
+    kept = (lazy.backing / "segment").read_bytes()
+    assert kept == b"synced" + bytes(3 * 4096 - len(b"synced"))
+
+
 def test_new_file_needs_its_directory_fsynced(lazy) -> None:
     (lazy.mountpoint / "sub").mkdir()
     sync_dir(lazy.mountpoint)

@@ -197,6 +197,18 @@ def _operations_class():
                         os.close(fd)
                 return 0
 
+        def fallocate(self, path, mode, offset, length, fh):
+            """Mode 0 only (blocks reserved, the file extended over them), as the journal asks: an
+            extension not yet fsynced is cut off at power off like an unsynced append, and writes
+            into reserved space fsynced before are overwrites, undone page by page."""
+            with self._mutex:
+                self._guard()
+                if mode != 0:
+                    raise FuseOSError(errno.EOPNOTSUPP)
+                self._before_data_change(fh, offset, offset + length)
+                os.posix_fallocate(fh, offset, length)
+                return 0
+
         def fsync(self, path, datasync, fh):
             with self._mutex:
                 self._guard()
