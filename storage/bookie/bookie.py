@@ -355,6 +355,9 @@ def _replay_segment(journal_dir: Path, segment_id: int, start: int, *, is_last: 
         for item in fmt.scan(fd, end, size):
             if isinstance(item, fmt.ScanStop):
                 if item.preallocated:    # the unused end of a segment written until the crash
+                    if not is_last:      # a crash while rolling, before the old one was cut back
+                        log.warning("sealed journal segment %x ends in %d bytes of preallocated space: cut back",
+                                    segment_id, item.dropped_bytes)
                     os.ftruncate(fd, item.offset)
                     break
                 report.dropped.append((segment_id, item.offset, item.dropped_bytes, item.reason))

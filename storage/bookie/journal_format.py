@@ -31,8 +31,9 @@ Crash policy: a scan stops at the first record that is short, has an impossible 
 or an unknown kind, and reports how many bytes follow it and why. It never skips a bad record to
 look for a later good one, so the halves of two different records can never be glued together.
 The last segment is truncated at that point; anything after it was never acknowledged. Zeros from
-there to the end of the file are the preallocated space, not damage: a record's length is never 0,
-and a torn write leaves some of its bytes, so nothing written is mistaken for it.
+a record boundary to the end of the file are the preallocated space (or writes that never reached
+the disk): no record's length is 0, and a zero length followed by any other byte is reported as
+damage like any other impossible length.
 """
 
 from __future__ import annotations

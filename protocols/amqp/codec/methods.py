@@ -85,8 +85,8 @@ def _straight_line_decoder(m: Method, groups: list[list[Field]]) -> Callable[[by
     for index, group in enumerate(groups):
         domain = group[0].domain
         if domain is Domain.SHORTSTR:
-            lines += [f"        size = payload[pos]; pos += 1",
-                      f"        if pos + size > end: return None",
+            lines += ["        size = payload[pos]; pos += 1",
+                      "        if pos + size > end: return None",
                       f"        v{index} = payload[pos:pos + size].decode({text}); pos += size"]
             values.append(f"{group[0].attr!r}: v{index}")
         else:
