@@ -180,10 +180,11 @@ class Core:
 
     async def partition(self, name: TopicName, index: int) -> Partition:
         key = (name, index)
-        if key in self._partitions:
-            if self.cluster is not None and self.cluster.suspended:
-                raise self.not_owner(name, index)
-            return self.open_partition(name, index)
+        partition = self.open_partition(name, index)
+        if partition is not None:
+            return partition
+        if key in self._partitions:     # open, but this broker's cluster session is suspended
+            raise self.not_owner(name, index)
         partition = await self._opening(key, lambda: self._open_owned(name, index))
         self._partitions[key] = partition
         self._epochs[key] = partition.leader_epoch

@@ -78,8 +78,7 @@ class BatchPublisher:
         self._pending_bytes += size
         self._add_backlog(size)
         future = self._future
-        if self._flusher is None:
-            self._flusher = asyncio.get_running_loop().call_soon(self._cut)
+        self._cut_at_end_of_turn()
         return future
 
     def publish_batch(self, records: list[Record]) -> asyncio.Future:
@@ -91,8 +90,7 @@ class BatchPublisher:
         size = sum(len(r.value or b"") + len(r.key or b"") + _RECORD_OVERHEAD for r in records)
         self._sealed.append((list(records), size, future))
         self._add_backlog(size)
-        if self._flusher is None:
-            self._flusher = asyncio.get_running_loop().call_soon(self._cut)
+        self._cut_at_end_of_turn()
         return future
 
     @property
@@ -111,6 +109,15 @@ class BatchPublisher:
             self._sealed.append((self._records, self._pending_bytes, self._future))
         self._records, self._pending_bytes, self._future = [], 0, None
 
+    def _take_sealed(self) -> list[tuple[list[Record], int, asyncio.Future]]:
+        self._seal()
+        batches, self._sealed = self._sealed, []
+        return batches
+
+    def _cut_at_end_of_turn(self) -> None:
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().call_soon(self._cut)
+
     def _cut(self) -> None:
         try:
             partition = self._open_partition()
@@ -120,32 +127,24 @@ class BatchPublisher:
             self._flusher = asyncio.create_task(self._flush(), name="queue-publish")
             return
         self._flusher = None
-        self._seal()
-        batches, self._sealed = self._sealed, []
-        for records, size, future in batches:
+        for records, size, future in self._take_sealed():
             self._append(partition, records, size, future)
 
     async def _flush(self) -> None:
         batches: list = []
         try:
-            while True:
-                self._seal()
-                batches, self._sealed = self._sealed, []
-                if not batches:
-                    return
+            while batches := self._take_sealed():
                 partition = await self._partition()
                 for records, size, future in batches:
                     self._append(partition, records, size, future)
                 batches = []
         except Exception as exc:   # the partition could not be opened: fail everything waiting
-            self._seal()
-            batches, self._sealed = batches + self._sealed, []   # those taken before the failure too
-            for _, size, future in batches:
+            for _, size, future in batches + self._take_sealed():   # those taken before the failure too
                 self._fail(future, size, exc)
         finally:
             self._flusher = None
             if self._records:    # arrived while the last append was being queued
-                self._flusher = asyncio.create_task(self._flush(), name="queue-publish")
+                self._cut_at_end_of_turn()
 
     def _append(self, partition: Partition, records: list[Record], size: int, future: asyncio.Future) -> None:
         try:

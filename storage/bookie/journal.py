@@ -1,7 +1,7 @@
 """The journal: one sequential, group-committed, fsynced write stream shared by every ledger.
 
 Adds are queued from the event loop; the journal thread writes whatever queued up while it was busy
-in one `writev`, fsyncs, hands the written positions to the bookie's index, and only then resolves
+in one `pwritev`, fsyncs, hands the written positions to the bookie's index, and only then resolves
 the adds' futures. A failed write or fsync is never retried: the data it held may be gone from the
 page cache while a retry reports success (the "fsyncgate" lesson), so the journal fails every
 pending and future add and the bookie turns read-only.
