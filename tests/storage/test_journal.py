@@ -169,8 +169,7 @@ def written_end(directory: Path, segment_id: int) -> int:
     """Where the segment's last record ends, and that nothing but preallocated space follows it."""
     fd = os.open(directory / fmt.segment_name(segment_id), os.O_RDONLY)
     try:
-        *records, stop = [fmt.Record(0, 0, 0, 0, fmt.SEGMENT_HEADER.size, 0, b"")] + list(
-            fmt.scan(fd, fmt.SEGMENT_HEADER.size, os.fstat(fd).st_size))
+        stop = list(fmt.scan(fd, fmt.SEGMENT_HEADER.size, os.fstat(fd).st_size))[-1]
     finally:
         os.close(fd)
     assert isinstance(stop, fmt.ScanStop) and stop.preallocated
