@@ -4,7 +4,8 @@ responses back in request order.
 Requests are handled one after another, in order, as a Kafka broker does; a handler may return an
 awaitable instead of a response (Produce does, once its batches are queued for storage), so the
 next request is read while earlier ones wait for durability. Responses are written strictly in
-request order by one sender task per connection.
+request order by one sender task per connection; a ready response with none before it still to be
+written is written by the reader itself, which saves waking the sender for most requests.
 
 Back-pressure: at most MAX_PENDING responses may wait for the sender; past that the connection is
 not read, and the sender waits in `drain()` while the peer does not read what was written. So a
@@ -111,6 +112,7 @@ class KafkaConnection:
         self._peer = writer.get_extra_info("peername")
         self._session = ConnectionSession(client_host=self._peer[0] if isinstance(self._peer, tuple) else None)
         self._sender: asyncio.Task[None] | None = None
+        self._sender_holds = False   # the sender took a response from the queue and has not written it yet
         self._failed = False   # a failure was logged and counted: the connection's one log line
         self._throttled_until = 0.0   # loop time before which nothing more is read (quota exceeded)
         self._session.client = ClientConnection("kafka", peer_address(self._peer), self._close_for_operator)
@@ -165,7 +167,9 @@ class KafkaConnection:
             for event in self._conn.receive_data(data):
                 if self._throttled_until:
                     await self._wait_out_throttle()
-                await self._enqueue((event, await self._respond(event)))
+                response = await self._respond(event)
+                if not self._wrote_at_once(response):
+                    await self._enqueue((event, response))
                 if self._session.authenticated and not self._conn.authenticated:
                     self._conn.authenticated = True
                     self._meter = None   # the principal's namespace from now on
@@ -268,6 +272,17 @@ class KafkaConnection:
     def _encode(self, event: RequestReceived, body) -> bytes | None:
         return None if body is None else self._conn.response(event.api, event.header, body)
 
+    def _wrote_at_once(self, response: Response) -> bool:
+        """Write a ready response here when no earlier one is still to be written and the transport
+        holds nothing back: the order is kept without waking the sender (a tailing Fetch, Metadata)."""
+        if self._sender_holds or not self._pending.empty() or self._sender.done() \
+                or not (response is None or isinstance(response, bytes)) \
+                or self._writer.transport.get_write_buffer_size():
+            return False
+        if response is not None:
+            self._writer.write(response)
+        return True
+
     async def _enqueue(self, item: object) -> None:
         """Queue `item` for the sender, waiting while MAX_PENDING are queued: that is the read pause."""
         assert self._sender is not None
@@ -300,12 +315,14 @@ class KafkaConnection:
     async def _send_responses(self) -> None:
         try:
             while (item := await self._pending.get()) is not _END:
+                self._sender_holds = True
                 event, response = item
                 if inspect.isawaitable(response):
                     response = await self._finish(event, response)
                 if response is not None:      # acks=0 Produce: no response at all
                     self._writer.write(response)
                     await self._writer.drain()
+                self._sender_holds = False
             return
         except ConnectionError:
             pass  # the peer is gone; the reader sees that too

@@ -148,6 +148,39 @@ async def test_peer_that_does_not_read_stops_the_reader_with_bounded_buffers(har
     writer.close()
 
 
+async def test_ready_responses_wait_for_deferred_ones_before_them(harness_factory):
+    # Odd requests answer later (as Produce does, once durable); even ones at once, which the
+    # reader writes itself only when nothing before them is still to be written.
+    release = asyncio.Event()
+    answer = {"error_code": 0, "api_keys": []}
+
+    handled = []
+
+    async def handle(request, ctx):
+        handled.append(ctx.header.correlation_id)
+        if ctx.header.correlation_id % 2 == 0:
+            return answer
+
+        async def later():
+            await release.wait()
+            return answer
+        return later()
+    harness, address = await harness_factory({API_VERSIONS_KEY: handle})
+    reader, writer = await harness.connect(address)
+    writer.write(api_versions_request(0))
+    assert (await read_response(reader))[0] == 0
+    writer.write(api_versions_request(1))
+    await wait_until(lambda: handled[-1] == 1 and harness.connections[0].pending_responses == 0,
+                     "the sender holds the first")
+    writer.write(b"".join(api_versions_request(i) for i in range(2, 7)))
+    await wait_until(lambda: harness.connections[0].pending_responses == 5, "the next five are queued")
+    release.set()
+    assert [(await read_response(reader))[0] for _ in range(6)] == [1, 2, 3, 4, 5, 6]
+    writer.write(api_versions_request(8))
+    assert (await read_response(reader))[0] == 8
+    writer.close()
+
+
 async def test_handler_exception_closes_only_that_connection_after_one_log_line(harness_factory, caplog):
     async def broken(request, ctx):
         raise RuntimeError("handler bug")
