@@ -323,13 +323,15 @@ def run_all(names: list[str], work_dir: Path, args: argparse.Namespace) -> tuple
             # Rounds alternate between the brokers and their delays are pooled: a burst of other work
             # on the machine lands in one short round of one broker, not in its whole figure.
             pooled: dict[tuple[str, str], tuple[int, list[int]]] = {}
+            undeclared: set[tuple[str, str]] = set()
             for round_ in range(args.latency_rounds):
                 for queue_type in args.queue_types:
                     for name, broker in brokers.items():
-                        if queue_type in results[name].refused:
-                            continue
                         queue = f"bench-latency-{queue_type}"
-                        if round_ == 0 and declare(broker, queue, queue_type) is not None:
+                        if round_ == 0 and (queue_type in results[name].refused
+                                            or declare(broker, queue, queue_type) is not None):
+                            undeclared.add((name, queue_type))
+                        if (name, queue_type) in undeclared:
                             continue
                         print(f"  latency round {round_ + 1} {queue_type} {name}", file=sys.stderr, flush=True)
                         sent, delays = measure_latency(broker, queue, args.latency_rate,

@@ -153,7 +153,6 @@ async def test_ready_responses_wait_for_deferred_ones_before_them(harness_factor
     # reader writes itself only when nothing before them is still to be written.
     release = asyncio.Event()
     answer = {"error_code": 0, "api_keys": []}
-
     handled = []
 
     async def handle(request, ctx):
