@@ -8,12 +8,16 @@ moves the position past every contiguous acknowledged offset.
 Persisted at /cursors/<tenant>/<namespace>/<topic>/<partition>/<cursor name>:
 
     {"committed": int, "acked": [[first, end), ...], "metadata": str, "updated_ms": int,
-     "delivered": int, "leader_epoch": int}
+     "delivered": int, "reserved": int, "leader_epoch": int}
 
-"delivered" (written only when set) is one past the highest offset ever handed out through the
-cursor (a queue's deliveries): after a restart, what is below it and not acknowledged may have
-been seen by a consumer and goes out again marked redelivered. "leader_epoch" (written only when
-known) is the leader epoch a Kafka consumer committed with its offset.
+"delivered" (written only when set) is one past the highest offset handed out through the cursor
+(a queue's deliveries) as of the write. "reserved" (written only while above "delivered") bounds
+what may have been handed out since: a queue hands out an offset only once a reservation above
+it is stored, so after a crash or a failover everything below `maybe_delivered_below` that is not
+acknowledged may have been seen by a consumer and goes out again marked redelivered, although the
+last "delivered" written is older than the last hand-out. A clean close drops the reservation.
+"leader_epoch" (written only when known) is the leader epoch a Kafka consumer committed with its
+offset.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ class CursorState:
     acked: AckSet
     metadata: str = ""
     delivered: int = 0
+    reserved: int = 0        # hand-outs may reach up to here once it is stored
     leader_epoch: int = -1
     updated_ms: int = 0      # when last stored (0: never)
 
@@ -98,6 +103,7 @@ class Cursor:
         self._state = state
         self._version = version
         self._dirty = False
+        self._reserved_stored = 0    # max(delivered, reserved) as last stored
 
     @staticmethod
     def path(topic: TopicName, partition: int, name: str) -> str:
@@ -112,8 +118,11 @@ class Cursor:
             return cls(store, clock, topic, partition, name, CursorState(initial_offset, AckSet()), None)
         doc = json.loads(node.value)
         state = CursorState(doc["committed"], AckSet([tuple(r) for r in doc["acked"]]), doc.get("metadata", ""),
-                            doc.get("delivered", 0), doc.get("leader_epoch", -1), doc.get("updated_ms", 0))
-        return cls(store, clock, topic, partition, name, state, node.version)
+                            doc.get("delivered", 0), doc.get("reserved", 0), doc.get("leader_epoch", -1),
+                            doc.get("updated_ms", 0))
+        cursor = cls(store, clock, topic, partition, name, state, node.version)
+        cursor._reserved_stored = max(state.delivered, state.reserved)
+        return cursor
 
     @property
     def committed_offset(self) -> int:
@@ -148,6 +157,30 @@ class Cursor:
             self._state.delivered = offset + 1
             self._dirty = True
 
+    @property
+    def delivery_reserved(self) -> int:
+        """Offsets below this may be handed out: the bound a load would find in the store."""
+        return self._reserved_stored
+
+    def reserve_deliveries(self, end: int) -> None:
+        """Ask for hand-outs below `end`: `delivery_reserved` covers them once the next flush stored it."""
+        if end > self._state.reserved:
+            self._state.reserved = end
+            self._dirty = True
+
+    def end_reservation(self) -> None:
+        """Nothing more will be handed out through this cursor here (a clean close): the next flush
+        stores what was really handed out, so a restart marks nothing beyond it as redelivered."""
+        if self._state.reserved:
+            self._state.reserved = 0
+            self._dirty = True
+
+    def maybe_delivered_below(self, earlier_end: int) -> int:
+        """After a load: offsets below this may have been handed out by an earlier owner. The
+        reservation counts only up to `earlier_end`, the log's end as this process found it:
+        nothing past it existed to hand out."""
+        return max(self._state.delivered, min(self._reserved_stored, earlier_end))
+
     def is_acked(self, offset: int) -> bool:
         return offset < self._state.committed or offset in self._state.acked
 
@@ -179,17 +212,24 @@ class Cursor:
         self._state.updated_ms = self._clock.now_ms()
         fields = {"committed": self._state.committed, "acked": self._state.acked.ranges(),
                   "metadata": self._state.metadata, "updated_ms": self._state.updated_ms}
-        if self._state.delivered:
-            fields["delivered"] = self._state.delivered
+        delivered, reserved = self._state.delivered, self._state.reserved
+        if delivered:
+            fields["delivered"] = delivered
+        if reserved > delivered:
+            fields["reserved"] = reserved
         if self._state.leader_epoch >= 0:
             fields["leader_epoch"] = self._state.leader_epoch
         doc = json.dumps(fields, separators=(",", ":")).encode()
         self._dirty = False
+        bound = max(delivered, reserved)
+        # While the write is under way the store holds the old bound or the new: count on the lower.
+        self._reserved_stored = min(self._reserved_stored, bound)
         try:
             self._version = await self._store.put(self.path(self.topic, self.partition, self.name), doc)
         except BaseException:
             self._dirty = True
             raise
+        self._reserved_stored = bound
 
     async def delete(self) -> None:
         try:

@@ -1,11 +1,12 @@
 """pika against a real `gateway serve` process that is restarted (SIGTERM, and SIGKILL as a crash):
 the transient messages of a durable queue are gone, the persistent confirmed ones are kept, and
-what was delivered but not acknowledged comes back marked redelivered, as with RabbitMQ."""
+what was delivered but not acknowledged comes back marked redelivered, as with RabbitMQ, even when
+the crash comes right after the delivery. After a crash, messages waiting next in line may come
+marked redelivered too (docs/AMQP.md: the delivery reservation); after a clean stop they never do."""
 
 from __future__ import annotations
 
 import signal
-import time
 import uuid
 
 import pika
@@ -51,7 +52,6 @@ def test_restart_keeps_persistent_drops_transient_and_marks_unacked_redelivered(
         if len(handed_out) == 3:
             break
     assert handed_out == [b"pending-0", b"pending-1", b"pending-2"]
-    time.sleep(0.5)     # the position (with what was handed out) is saved in the background
 
     if stop == "SIGKILL":
         gateway.kill()
@@ -68,6 +68,10 @@ def test_restart_keeps_persistent_drops_transient_and_marks_unacked_redelivered(
         channel = connection.channel()
         assert channel.queue_declare(mixed, durable=True).method.message_count == 5
         assert received(channel, mixed, 10, timeout=2) == [(b"persistent-%d" % i, False) for i in range(5)]
-        assert received(channel, pending, 5) == [(b"pending-%d" % i, i < 3) for i in range(5)]
+        again = received(channel, pending, 5)
+        assert [body for body, _ in again] == [b"pending-%d" % i for i in range(5)]
+        assert all(flag for _, flag in again[:3]), again
+        if stop == "SIGTERM":
+            assert not any(flag for _, flag in again[3:]), again
     finally:
         connection.close()

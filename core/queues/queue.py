@@ -179,7 +179,7 @@ class Queue:
         subscription = SharedSubscription(
             self.partition, cursor, self._clock, name=self.info.name, max_priority=policy.max_priority,
             subscription_type=policy.subscription_type, group_poison_policy=policy.group_poison_policy,
-            redelivered_below=cursor.delivered_offset,
+            redelivered_below=cursor.maybe_delivered_below(self._earlier_end),
             message_ttl_ms=policy.message_ttl_ms, delivery_limit=policy.delivery_limit, dead_letter=dead_letter,
             delete_consumed=lambda: self._core.delete_consumed(self.topic, 0))
         subscription.note_high_watermark(partition.high_watermark)

@@ -56,6 +56,23 @@ async def test_cursor_persists_position_acks_and_metadata(core) -> None:
     assert not (await core.cursor(TOPIC, 0, "billing")).exists
 
 
+async def test_a_delivery_reservation_counts_once_stored_and_a_clean_end_drops_it(core) -> None:
+    cursor = await core.cursor(TOPIC, 0, "queue")
+    cursor.reserve_deliveries(100)
+    assert cursor.delivery_reserved == 0          # asked for, not stored
+    await cursor.flush()
+    assert cursor.delivery_reserved == 100
+    cursor.note_delivered(9)
+    crashed = await core.cursor(TOPIC, 0, "queue")     # as a process that died before the next flush finds it
+    assert crashed.delivered_offset == 0 and crashed.delivery_reserved == 100
+    assert crashed.maybe_delivered_below(earlier_end=40) == 40    # nothing past the log's end was handed out
+    assert crashed.maybe_delivered_below(earlier_end=500) == 100
+    cursor.end_reservation()
+    await cursor.flush()
+    closed = await core.cursor(TOPIC, 0, "queue")
+    assert closed.maybe_delivered_below(earlier_end=500) == 10 and closed.delivery_reserved == 10
+
+
 async def test_commit_backwards_resets_the_position(core) -> None:
     cursor = await core.cursor(TOPIC, 1, "reset", initial_offset=10)
     cursor.commit(3)
