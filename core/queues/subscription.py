@@ -157,7 +157,7 @@ class SharedSubscription:
         self._flushed_at = 0.0                           # loop time of the last cursor write
         self._flush_hurry: asyncio.Future | None = None  # cuts the pause before the next write short
         self._reserving: asyncio.Future | None = None    # done once the reservation asked for is stored
-        self._fresh_when_reserved: int | None = None    # _fresh_from as it was when a hand-out had to wait
+        self._fresh_when_reserved: int | None = None    # _fresh_from when a hand-out began to wait for a reservation
         self._read_waiters: list[tuple[int, asyncio.Future]] = []   # (end offset, done once read and handed out)
         self.message_ttl_ms = message_ttl_ms
         self.delivery_limit = delivery_limit      # a message handed out more often than this dies
@@ -470,9 +470,12 @@ class SharedSubscription:
     def _expired(self, message: QueuedMessage, expires_at: int) -> bool:
         if self._clock.now_ms() < expires_at:
             return False
-        # Just read and handed out in the same turn counts as "at once" (TTL 0 delivers or expires).
-        fresh = self._fresh_from
-        return fresh is None or message.offset < fresh or message.deliveries > 0
+        # Just read and handed out in the same turn counts as "at once" (TTL 0 delivers or expires),
+        # and so does just read and held only until the delivery reservation is stored.
+        if message.deliveries > 0:
+            return True
+        return not any(mark is not None and message.offset >= mark
+                       for mark in (self._fresh_from, self._fresh_when_reserved))
 
     def _over_delivery_limit(self, message: QueuedMessage) -> bool:
         limit = self.delivery_limit
@@ -750,15 +753,12 @@ class SharedSubscription:
 
     def _reservation_stored(self, _waiter: asyncio.Future) -> None:
         self._reserving = None
-        fresh, self._fresh_when_reserved = self._fresh_when_reserved, None
-        if self._closed:
-            return
-        reading = self._fresh_from      # a read under way keeps its own mark
-        self._fresh_from = fresh if reading is None or fresh is None else min(fresh, reading)
         try:
-            self.dispatch()
+            if not self._closed:
+                self.dispatch()
         finally:
-            self._fresh_from = reading
+            if self._reserving is None:     # no new wait began: what was held is no longer "at once"
+                self._fresh_when_reserved = None
 
     def _cursor_changed(self) -> None:
         self._cursor_dirty = True
