@@ -143,6 +143,8 @@ class SharedSubscription:
         self._read_lock = asyncio.Lock()
         self._woken = False                               # the feeder should look again
         self._feeder_waiter: asyncio.Future | None = None  # what the feeder sleeps on
+        self._watching: Partition | None = None           # the partition the caught-up feeder waits on
+        self._watch_signal: asyncio.Future | None = None  # resolved by that partition's next append
         self._feeder: asyncio.Task | None = None
         self._flusher: asyncio.Task | None = None
         self._cursor_dirty = False
@@ -359,8 +361,7 @@ class SharedSubscription:
                 flush = getattr(consumer, "flush", None)
                 if flush is not None:
                     flush()
-        if self._wants_data():
-            self._wake_feeder()
+        self._nudge_feeder()
 
     def _dispatch_round(self, served: set[Consumer]) -> None:
         pick, has_room = self._picker.pick, self._has_room
@@ -447,8 +448,7 @@ class SharedSubscription:
         redelivered_copy = QueuedMessage(message.offset, message.timestamp_ms, message.key, message.value,
                                          message.headers, message.deliveries)
         message.deliveries += 1
-        if self._wants_data():
-            self._wake_feeder()
+        self._nudge_feeder()
         return redelivered_copy
 
     # --- message groups (key-shared) ------------------------------------------------------------
@@ -607,9 +607,18 @@ class SharedSubscription:
 
     def wake(self) -> None:
         """New data may be there, or a consumer has room again."""
-        if self._wants_data():
-            self._wake_feeder()
+        self._nudge_feeder()
         self.dispatch()
+
+    def _nudge_feeder(self) -> None:
+        """Something changed that may give the feeder work. A feeder that caught up with the log and
+        waits for its next append is left alone unless something is known to be unread: that append
+        wakes it (`_partition_moved`); a queue's own publishes are handed out as they are appended."""
+        if not self._wants_data():
+            return
+        if self._watching is not None and self._read_offset >= self._high_watermark and not self._body_missing():
+            return
+        self._wake_feeder()
 
     def _wake_feeder(self) -> None:
         self._woken = True
@@ -628,7 +637,8 @@ class SharedSubscription:
         waiter = self._feeder_waiter = loop.create_future()
         timer = None
         if partition is not None:
-            partition.watch(waiter)
+            self._watching = partition
+            self._watch(partition)
             timer = loop.call_later(DATA_WAIT_S, _resolve, [waiter])
         try:
             await waiter
@@ -637,7 +647,28 @@ class SharedSubscription:
             self._woken = False
             if partition is not None:
                 timer.cancel()
-                partition.unwatch(waiter)
+                self._watching = None
+                partition.unwatch(self._watch_signal)
+                self._watch_signal = None
+
+    def _watch(self, partition: Partition) -> None:
+        signal = self._watch_signal = asyncio.get_running_loop().create_future()
+        signal.add_done_callback(self._partition_moved)
+        partition.watch(signal)
+
+    def _partition_moved(self, signal: asyncio.Future) -> None:
+        """The partition the feeder waits on had a durable append or a transaction marker. When the
+        queue's publisher already handed the append out (hand_out_appended: it hears of the append
+        first), there is nothing to read, and waking the feeder only to find that out would cost a
+        task step and a new wait per message."""
+        partition = self._watching
+        if signal is not self._watch_signal or partition is None:
+            return
+        self.note_high_watermark(partition.high_watermark)
+        if self._read_offset >= partition.last_stable_offset and not self._body_missing():
+            self._watch(partition)
+        else:
+            self._wake_feeder()
 
     async def _feed(self) -> None:
         try:

@@ -16,7 +16,7 @@ from core.queues.attributes import PRIORITY, TRANSIENT
 from core.queues.priority import PriorityReadAhead
 from core.queues.service import QueueService, publish
 from core.queues.subscription import QueuedMessage
-from core.records.builder import Record
+from core.records.builder import Record, build_batch
 from core.service import Core
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
@@ -276,6 +276,23 @@ async def test_every_hand_out_is_below_a_stored_reservation(space, monkeypatch) 
     assert consumer.values() == [b"%d" % i for i in range(30)]
     assert all(offset < reserved for offset, reserved in seen), seen
     assert (await type(cursor).load(space._core.metadata, FakeClock(), queue.topic, 0, "queue")).delivery_reserved >= 30
+
+
+async def test_a_caught_up_queue_hears_of_appends_that_bypass_its_publisher(space, monkeypatch) -> None:
+    """A queue's own publishes are handed out as they are appended; anything else appended to its
+    topic (a Kafka producer, cross-protocol) must wake its reader through the partition."""
+    monkeypatch.setattr(subscription_module, "DATA_WAIT_S", 600)     # no periodic look to fall back on
+    queue = await space.declare_queue("bypass")
+    consumer = Recorder()
+    await queue.add_consumer(consumer)
+    await store(queue, [message_record(b"own-1")])
+    await eventually(lambda: consumer.values() == [b"own-1"])
+    await asyncio.sleep(0.01)       # the reader is waiting for the next append
+    partition = await queue.partition()
+    await partition.append(build_batch([message_record(b"as-kafka")]))
+    await eventually(lambda: consumer.values() == [b"own-1", b"as-kafka"])
+    await store(queue, [message_record(b"own-2")])
+    await eventually(lambda: consumer.values() == [b"own-1", b"as-kafka", b"own-2"])
 
 
 # --- transactions' building blocks --------------------------------------------------------------
