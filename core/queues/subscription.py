@@ -365,7 +365,7 @@ class SharedSubscription:
 
     def _dispatch_round(self, served: set[Consumer]) -> None:
         pick, has_room = self._picker.pick, self._has_room
-        ask_from = self.cursor.delivery_reserved - DELIVERY_RESERVATION // 2
+        ask_from = self.cursor.delivery_reserved - DELIVERY_RESERVATION // 2   # _reserved_for, inlined
         while (message := self._peek()) is not None:
             if message.offset >= ask_from and not self._reserved_for(message.offset):
                 return
@@ -766,7 +766,10 @@ class SharedSubscription:
             self._cursor_changed()
 
     def _reserved_for(self, offset: int) -> bool:
-        """Whether `offset` may be handed out now; asks for a reservation ahead of it either way."""
+        """Whether `offset` may be handed out now; asks for a reservation further ahead once half of
+        the stored one is used, and waits for one beyond it."""
+        if offset < self.cursor.delivery_reserved - DELIVERY_RESERVATION // 2:
+            return True
         if self._closed:
             return False
         self._reserve_ahead_of(offset)
