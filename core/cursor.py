@@ -103,7 +103,7 @@ class Cursor:
         self._state = state
         self._version = version
         self._dirty = False
-        self._reserved_stored = 0    # max(delivered, reserved) as last stored
+        self._reserved_stored = max(state.delivered, state.reserved)   # as last stored (state is as loaded)
 
     @staticmethod
     def path(topic: TopicName, partition: int, name: str) -> str:
@@ -120,9 +120,7 @@ class Cursor:
         state = CursorState(doc["committed"], AckSet([tuple(r) for r in doc["acked"]]), doc.get("metadata", ""),
                             doc.get("delivered", 0), doc.get("reserved", 0), doc.get("leader_epoch", -1),
                             doc.get("updated_ms", 0))
-        cursor = cls(store, clock, topic, partition, name, state, node.version)
-        cursor._reserved_stored = max(state.delivered, state.reserved)
-        return cursor
+        return cls(store, clock, topic, partition, name, state, node.version)
 
     @property
     def committed_offset(self) -> int:
