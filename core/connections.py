@@ -90,9 +90,12 @@ class ClientConnections:
             if cancel is not None:
                 cancel()
 
-    def logged_in(self, connection: ClientConnection, user: str, tenant: str, namespace: str) -> None:
+    def logged_in(self, connection: ClientConnection, user: str, tenant: str, namespace: str, *,
+                  stored: bool = True) -> None:
+        """`stored`: the user is one of the store's (the built-in loopback guest is not: its missing
+        node, read again when a watch fires after a reconnection, must not close its connections)."""
         connection.user, connection.tenant, connection.namespace = user, tenant, namespace
-        if user not in self._user_watches:
+        if stored and user not in self._user_watches:
             self._user_watches[user] = self._metadata.watch(f"/users/{user}", self._user_changed)
 
     async def enter(self, connection: ClientConnection, tenant: str, namespace: str) -> bool:

@@ -172,6 +172,12 @@ class MetadataStore(Protocol):
     def session_id(self) -> int | None:
         """The current session's id; None where there are no sessions (embedded)."""
 
+    def session_alive_until(self) -> float:
+        """Until when (time.monotonic()) the current session surely lasts: a session expires only
+        after the server heard nothing from it for its timeout, so the send time of the latest
+        request answered in it, plus that timeout. -inf without a session; inf where sessions do
+        not expire (embedded)."""
+
     async def close(self) -> None: ...
 
 

@@ -76,7 +76,7 @@ def run(minutes: float, rng: random.Random, out: Path, every: tuple[float, float
         workloads.wait_for_progress()
         workloads.stop()
         workloads.drain()
-        verdicts = workloads.verdicts("soak", one_owner=True)
+        verdicts = workloads.verdicts("soak")
         histories = workloads.histories
     finally:
         if workloads is not None:  # kept for a second look, also when the run broke off

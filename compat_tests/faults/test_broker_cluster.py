@@ -800,6 +800,69 @@ def test_kill9_of_the_broker_amqp_clients_go_through_loses_nothing(healthy, work
           describe(failover_times(workloads.amqp_history, "kill9-forwarding-broker")))
 
 
+def test_a_queue_owner_paused_past_its_session_hands_out_nothing_when_it_wakes(healthy) -> None:
+    """The killer scenario for a queue: its owner is paused with ten messages in a consumer's hands
+    and ninety read ahead; another broker takes the queue and delivers all hundred to a second
+    consumer. The first consumer acknowledges its ten meanwhile (the acks wait in the paused
+    owner's socket). Woken, the old owner must not fill the freed prefetch from what it had read
+    ahead: those messages were delivered already, and would come again without the redelivered
+    flag."""
+    wait_until_balanced(healthy)
+    queue, owner, _ = served_queue(healthy, "zombie-queue")
+    addresses = amqp_addresses(healthy)
+    victim = healthy.brokers[owner]
+
+    def connect(broker: int) -> pika.BlockingConnection:
+        return pika.BlockingConnection(pika.ConnectionParameters(*addresses[broker], heartbeat=600))
+
+    def pump(connection: pika.BlockingConnection, done, what: str) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            connection.process_data_events(time_limit=0.1)
+
+    first = connect(owner)
+    channel = first.channel()
+    channel.confirm_delivery()
+    channel.queue_declare(queue, durable=True)
+    for i in range(100):
+        channel.basic_publish("", queue, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    channel.basic_qos(prefetch_count=10)
+    held, cancelled = [], []
+    channel.add_on_cancel_callback(lambda _frame: cancelled.append(True))
+    channel.basic_consume(queue, lambda _ch, method, _props, body: held.append((method, body)))
+    pump(first, lambda: len(held) == 10, "the first consumer's prefetch")
+    victim.signal(signal.SIGSTOP)
+    try:
+        holders = wait_for_holders(healthy, queue, 1, lambda h: h[0] not in (None, owner))
+        with connect(holders[0]) as second:
+            other = second.channel()
+            other.basic_qos(prefetch_count=200)
+            taken = set()
+
+            def take(ch, method, _props, body) -> None:
+                taken.add(body)
+                ch.basic_ack(method.delivery_tag)
+            other.basic_consume(queue, take)
+            pump(second, lambda: len(taken) == 100, "the new owner's deliveries")
+        for method, _ in held:      # waits in the paused owner's socket
+            channel.basic_ack(method.delivery_tag)
+    finally:
+        victim.signal(signal.SIGCONT)
+    woken_at = len(held)
+    try:
+        pump(first, lambda: cancelled or first.is_closed or not channel.is_open,
+             "the woken owner to give the queue up")
+    except (pika.exceptions.AMQPError, OSError):
+        pass                        # the connection went: nothing more was handed out on it
+    late = [(int(body), method.redelivered) for method, body in held[woken_at:]]
+    assert not [number for number, flagged in late if not flagged], \
+        f"the woken owner handed out messages the new owner had delivered, unflagged: {late}"
+    if first.is_open:
+        first.close()
+    print("paused owner", owner, "woke to", len(late), "late deliveries", late[:5])
+
+
 def test_a_message_dead_lettered_into_a_queue_of_another_broker_reaches_it(healthy) -> None:
     """pika declares the dead-letter queue through its owner and the source queue through another
     broker: a message the source pushes out (x-max-length 1) reaches the other broker's queue."""

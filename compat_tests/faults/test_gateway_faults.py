@@ -31,7 +31,7 @@ def finish(workloads, name: str) -> None:
     workloads.wait_for_progress(acks=0, at_least=MIN_ACKED)
     workloads.stop()
     workloads.drain()
-    settle(workloads.verdicts(name, one_owner=True), MIN_ACKED)
+    settle(workloads.verdicts(name), MIN_ACKED)
 
 
 def test_kill9_of_the_gateway_under_load_loses_nothing(nodes, tmp_path, workloads_for, rng) -> None:

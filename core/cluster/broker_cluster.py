@@ -46,6 +46,13 @@ fail because each carries the guard of its term on the bundle (`guard`): a node 
 session that took the lease, under a path no later term uses. The session's expiry deleted it
 before any other broker could take the lease, so a late write cannot land after the new owner
 read the state, and nothing the new owner writes depends on it.
+
+What needs no write is stopped by the clock: a broker counts as suspended as soon as its session
+was not confirmed alive within its timeout (MetadataStore.session_alive_until: no other broker can
+have taken its leases before then). So a paused broker, woken, hands nothing it held in memory
+(a queue's read-ahead) to its consumers before it learns of the loss: `owns` is False from the
+first instant. Whatever waits on that (`when_serving`) is called once a step confirmed the
+session again.
 """
 
 from __future__ import annotations
@@ -75,6 +82,7 @@ ASSIGNMENT = "/cluster/assignment"
 LEASES = "/cluster/leases"
 TERMS = "/cluster/terms"
 POLL_S = 1.0
+CONFIRM_S = 0.5      # the session is confirmed alive at least this often (well under its timeout)
 REPORT_INTERVAL_S = 5.0
 SHED_INTERVAL_S = 60.0      # Pulsar's loadBalancerSheddingIntervalMinutes
 SHED_THRESHOLD = 0.10       # Pulsar's loadBalancerBrokerThresholdShedderPercentage
@@ -94,6 +102,24 @@ def _held_by(raw: bytes, local: BrokerInfo) -> bool:
         return False
 
 
+class OwnerLease:
+    """What a bundle's owner asks before acting on state it holds only in memory (handing a queue's
+    read-ahead out): whether it owns the bundle now, and a call once it may again."""
+
+    __slots__ = ("_cluster", "_bundle")
+
+    def __init__(self, cluster: "BrokerCluster", bundle: Bundle) -> None:
+        self._cluster, self._bundle = cluster, bundle
+
+    def held(self) -> bool:
+        return self._cluster.owns(self._bundle)
+
+    def when_held(self, callback: Callable[[], None]) -> None:
+        """`callback()` once the broker serves again; the bundle may have gone meanwhile (then its
+        release closed what asked)."""
+        self._cluster.when_serving(callback)
+
+
 class BrokerCluster:
     def __init__(self, metadata: MetadataStore, local: BrokerInfo, *, poll_s: float = POLL_S,
                  report_interval_s: float = REPORT_INTERVAL_S, shed_interval_s: float = SHED_INTERVAL_S,
@@ -102,7 +128,8 @@ class BrokerCluster:
         self.local = local
         self._instance = local.instance or uuid.uuid4().hex
         self._sessions = 0
-        self.suspended = True            # serving nothing: not registered yet, or the session is in doubt
+        self._suspended = True           # serving nothing: not registered yet, or the session is in doubt
+        self._serving_waiters: list[Callable[[], None]] = []
         self._poll_s = poll_s
         self._session = SessionState.CONNECTED
         self._sessions_lost = 0          # what a step made in an earlier session went with it
@@ -125,6 +152,7 @@ class BrokerCluster:
         self._changed = asyncio.Event()
         self._cancels: list[Callable[[], None]] = []
         self._task: asyncio.Task | None = None
+        self._confirming: asyncio.Task | None = None
         # Load: what this broker reports (set by its owner: cumulative counts per bundle path) ...
         self.traffic: Callable[[], Mapping[str, Traffic]] | None = None
         self.connections: Callable[[], int] | None = None
@@ -143,8 +171,24 @@ class BrokerCluster:
 
     # --- what the rest of the broker asks -------------------------------------------------------
 
+    @property
+    def suspended(self) -> bool:
+        """Serving nothing: not registered yet, the session in doubt, or not confirmed alive lately."""
+        return self._suspended or time.monotonic() >= self.metadata.session_alive_until()
+
     def owns(self, bundle: Bundle) -> bool:
-        return not self.suspended and bundle in self._held
+        return bundle in self._held and not self.suspended
+
+    def lease(self, bundle: Bundle) -> "OwnerLease":
+        return OwnerLease(self, bundle)
+
+    def when_serving(self, callback: Callable[[], None]) -> None:
+        """`callback()` runs once this broker is no longer `suspended` (at once if it is not): in the
+        session it had, or in a new one (where it may own nothing it had)."""
+        if self.suspended:
+            self._serving_waiters.append(callback)
+        else:
+            asyncio.get_running_loop().call_soon(callback)
 
     def guard(self, bundle: Bundle) -> Guard:
         """What a write made as the bundle's owner must carry (Fenced if this broker has no term on it)."""
@@ -211,19 +255,21 @@ class BrokerCluster:
         async with self._steps:
             await self._step()
         self._task = asyncio.create_task(self._run(), name="broker-cluster")
+        self._confirming = asyncio.create_task(self._confirm_session(), name="broker-cluster-session")
 
     async def close(self) -> None:
         """Give every bundle back (closing what it serves) so other brokers take over at once."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._confirming):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for cancel in self._cancels + list(self._waiting.values()) + list(self._member_watches.values()):
             cancel()
         self._waiting.clear()
         self._member_watches.clear()
         for bundle in sorted(self._held):
             await self._release(bundle, give_up_lease=self._session is SessionState.CONNECTED)
-        self.suspended = True
+        self._suspended = True
         for path in (LEADER if self.is_leader else None, f"{BROKERS}/{self.local.id}" if self._registered else None):
             if path is not None:
                 try:
@@ -237,9 +283,9 @@ class BrokerCluster:
     def _on_session(self, state: SessionState) -> None:
         self._session = state
         if state is not SessionState.CONNECTED:
-            if not self.suspended:
+            if not self._suspended:
                 log.warning("metadata session %s: serving nothing until it is back", state.value)
-            self.suspended = True
+            self._suspended = True
         if state is SessionState.LOST:
             # Every ephemeral node went with the session: the leases, the registration, the leadership.
             self._sessions_lost += 1
@@ -270,6 +316,25 @@ class BrokerCluster:
                 log.warning("cluster membership step failed, will retry: %s", exc)
             except Exception:
                 log.exception("cluster membership step failed")
+            self._call_serving_waiters()
+
+    async def _confirm_session(self) -> None:
+        """A read every CONFIRM_S keeps the session confirmed alive (`suspended`) however long a
+        step takes, and ends a lapse soon after the store answers again."""
+        while True:
+            await asyncio.sleep(CONFIRM_S)
+            if self._session is SessionState.CONNECTED:
+                try:
+                    await self.metadata.get(LEADER)
+                except StorageError:
+                    pass
+                self._call_serving_waiters()
+
+    def _call_serving_waiters(self) -> None:
+        if self._serving_waiters and not self.suspended:
+            waiters, self._serving_waiters = self._serving_waiters, []
+            for callback in waiters:
+                callback()
 
     async def _step(self) -> None:
         for bundle in sorted(self._dropped):
@@ -282,7 +347,7 @@ class BrokerCluster:
             await self._register(session)
         if self._session is not SessionState.CONNECTED:
             return   # suspended meanwhile: serving resumes at the next step in CONNECTED
-        self.suspended = False
+        self._suspended = False
         await self._read_layouts()
         await self._read_brokers()
         if self.local.role == SERVING:      # a read-only broker never leads (nor owns anything)

@@ -48,5 +48,8 @@ class GuardedMetadata:
     def session_id(self) -> int | None:
         return self._metadata.session_id
 
+    def session_alive_until(self) -> float:
+        return self._metadata.session_alive_until()
+
     async def close(self) -> None:
         """The view owns nothing: the store is closed by whoever opened it."""

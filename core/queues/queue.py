@@ -181,7 +181,8 @@ class Queue:
             subscription_type=policy.subscription_type, group_poison_policy=policy.group_poison_policy,
             redelivered_below=cursor.maybe_delivered_below(self._earlier_end),
             message_ttl_ms=policy.message_ttl_ms, delivery_limit=policy.delivery_limit, dead_letter=dead_letter,
-            delete_consumed=lambda: self._core.delete_consumed(self.topic, 0))
+            delete_consumed=lambda: self._core.delete_consumed(self.topic, 0),
+            lease=None if self._core.cluster is None else self._core.cluster.lease(self.bundle))
         subscription.note_high_watermark(partition.high_watermark)
         if policy.message_ttl_ms is not None or policy.dead_letter_exchange is not None or self._sweep_wanted:
             self._sweeper = ExpirySweeper(subscription, self._clock, self.name)

@@ -36,6 +36,9 @@ This is an AMQP queue's delivery side, in the core's words:
   A message is handed out only below the cursor's stored delivery reservation, asked for
   DELIVERY_RESERVATION offsets ahead (core/cursor.py), so a crash or a failover between a hand-out
   and the next flush cannot make the next owner hand it out again unmarked.
+- In a cluster nothing is handed out while the owner's lease is in doubt (an OwnerLease from
+  core/cluster/broker_cluster.py): an owner paused past its session, woken, would otherwise hand
+  out what it had read ahead, which the next owner may have delivered already.
 
 Owned by the event loop; nothing here blocks it. Deliveries are synchronous calls into the
 consumers, which only buffer output.
@@ -95,6 +98,14 @@ class QueuedMessage:
         return self.deliveries > 0
 
 
+class Lease(Protocol):
+    def held(self) -> bool:
+        """Whether this process surely still owns the queue."""
+
+    def when_held(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` once it may own it again."""
+
+
 class Consumer(Protocol):
     prefetch: int                # unacknowledged deliveries it may hold; 0: no limit
     auto_ack: bool               # deliveries count as acknowledged at once
@@ -122,8 +133,11 @@ class SharedSubscription:
                  group_poison_policy: str = BLOCK,
                  redelivered_below: int = 0, message_ttl_ms: int | None = None, delivery_limit: int | None = None,
                  dead_letter: Callable[..., None] | None = None,
-                 delete_consumed: Callable[[], Awaitable[None]] | None = None) -> None:
+                 delete_consumed: Callable[[], Awaitable[None]] | None = None,
+                 lease: Lease | None = None) -> None:
         self._partition = partition
+        self._lease = lease                 # None: a process alone, it owns the queue for good
+        self._waiting_for_lease = False
         self.cursor = cursor
         self._clock = clock
         self._name = name
@@ -364,6 +378,9 @@ class SharedSubscription:
         self._nudge_feeder()
 
     def _dispatch_round(self, served: set[Consumer]) -> None:
+        if self._lease is not None and not self._lease.held():
+            self._wait_for_lease()
+            return
         pick, has_room = self._picker.pick, self._has_room
         ask_from = self.cursor.delivery_reserved - DELIVERY_RESERVATION // 2   # _reserved_for, inlined
         while (message := self._peek()) is not None:
@@ -377,6 +394,16 @@ class SharedSubscription:
             consumer.deliver(message)
             served.add(consumer)
             message.deliveries += 1
+
+    def _wait_for_lease(self) -> None:
+        if not self._waiting_for_lease:
+            self._waiting_for_lease = True
+            self._lease.when_held(self._lease_back)
+
+    def _lease_back(self) -> None:
+        self._waiting_for_lease = False
+        if not self._closed:
+            self.dispatch()
 
     def _has_room(self, consumer: Consumer) -> bool:
         if consumer.prefetch and len(self._held.get(consumer, ())) >= consumer.prefetch:
@@ -426,6 +453,8 @@ class SharedSubscription:
 
     async def get(self, owner: Hashable, *, auto_ack: bool) -> QueuedMessage | None:
         """One message for `owner` (no consumer needed), or None if none is waiting."""
+        if self._lease is not None and not self._lease.held():
+            return None
         message = self._peek()
         if message is None:
             await self._read_more()

@@ -253,7 +253,7 @@ class AmqpConnection:
             raise _Stop
         self.user, self.principal = user, user.principal
         self.broker.core.connections.logged_in(self.client, user.principal.user, user.principal.tenant,
-                                               user.principal.namespace)
+                                               user.principal.namespace, stored=bool(user.scram))
         properties = self.machine.client_properties
         name = properties.get("connection_name") or properties.get("product")
         self.client.client_id = name if isinstance(name, str) else None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import sqlite3
 import threading
 from collections import defaultdict
@@ -253,6 +254,9 @@ class SqliteMetadataStore:
     @property
     def session_id(self) -> int | None:
         return None
+
+    def session_alive_until(self) -> float:
+        return math.inf
 
     async def close(self) -> None:
         with self._cond:

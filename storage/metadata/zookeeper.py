@@ -21,13 +21,20 @@ Semantics match SqliteMetadataStore, with ZooKeeper's differences:
 
 kazoo runs its own threads; every result and event is handed to the event loop with
 call_soon_threadsafe, and the loop never waits on kazoo.
+
+How long the session surely lasts (`session_alive_until`) is measured from the send time of the
+latest request answered in it: a process paused past its timeout learns that from its own clock
+before any late answer or state change reaches it. The timeout is the one asked for; ZooKeeper
+negotiates it down only past its maxSessionTimeout (20 ticks, 40 s by default), so keep it below.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +59,9 @@ ARM_RETRY_S = 0.1   # a watch whose request failed is set again this much later 
 
 # What ZooKeeper refuses in a path: control characters, surrogates, private use, specials.
 _BAD_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
+
+# Errors that are the server's answer to a request (so the session was alive when it was sent).
+_ANSWERS = (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError, NoChildrenForEphemeralsError)
 
 _STATES = {KazooState.CONNECTED: SessionState.CONNECTED, KazooState.SUSPENDED: SessionState.SUSPENDED,
            KazooState.LOST: SessionState.LOST}
@@ -95,6 +105,8 @@ class ZooKeeperMetadataStore:
         self._nodes = f"{root}/nodes"
         self._counters = f"{root}/counters"
         self._request_timeout_s = request_timeout_s
+        self._session_timeout_s = session_timeout_s
+        self._answered_sent_at = -math.inf   # send time of the latest request answered in this session
         self._client = KazooClient(hosts=hosts, timeout=session_timeout_s, handler=_OrderedHandler(),
                                    connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0))
         self._closed = False
@@ -145,9 +157,13 @@ class ZooKeeperMetadataStore:
         if self._closed:
             raise StorageError("metadata store is closed")
         future = self._loop.create_future()
+        sent_at, session = time.monotonic(), self._session_id
         async_result = request(*args, **kwargs)
 
         def settle(result: Any) -> None:
+            if session is not None and session == self._session_id and (
+                    result.successful() or isinstance(result.exception, _ANSWERS)):
+                self._answered_sent_at = max(self._answered_sent_at, sent_at)
             if not future.done():
                 if result.successful():
                     future.set_result(result.value)
@@ -163,7 +179,7 @@ class ZooKeeperMetadataStore:
         except TimeoutError:
             raise StorageError(f"metadata store did not answer within {self._request_timeout_s}s "
                                "(outcome unknown)") from None
-        except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError, NoChildrenForEphemeralsError):
+        except _ANSWERS:
             raise  # the callers turn these into the store's errors
         except KazooException as exc:
             raise StorageError(f"metadata store request failed: {type(exc).__name__} {exc}") from exc
@@ -177,10 +193,13 @@ class ZooKeeperMetadataStore:
             self._armed.clear()  # kazoo dropped every watch with the connection
         reconnected = state is SessionState.CONNECTED and self._state is not SessionState.CONNECTED
         if state is SessionState.CONNECTED:
+            if session_id != self._session_id:
+                self._answered_sent_at = -math.inf
             self._session_id = session_id
         if state is SessionState.LOST:
             log.warning("metadata store session %#x expired", self._session_id or 0)
             self._session_id = None
+            self._answered_sent_at = -math.inf
         elif state is SessionState.SUSPENDED:
             log.warning("metadata store connection lost")
         self._state = state
@@ -388,6 +407,9 @@ class ZooKeeperMetadataStore:
     @property
     def session_id(self) -> int | None:
         return self._session_id
+
+    def session_alive_until(self) -> float:
+        return self._answered_sent_at + self._session_timeout_s
 
     def _shut_down(self) -> None:
         # Closing the session deletes our ephemeral nodes at once (not after the session timeout).

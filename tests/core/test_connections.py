@@ -40,6 +40,19 @@ async def test_a_deleted_users_connections_close_and_others_stay(core):
     assert alice_closed == ["user alice was deleted"] * 2 and bob_closed == []
 
 
+async def test_the_built_in_guests_connections_are_not_watched(core):
+    """The loopback guest has no node: a watch on it would close its connections whenever it fires
+    after a metadata reconnection. A node of that name made and deleted later leaves them alone."""
+    closed = []
+    guest = core.connections.add(connection("amqp", closed))
+    core.connections.logged_in(guest, "guest", "public", "default", stored=False)
+    users = UserStore(core.metadata)
+    await users.put_user("guest", "other", iterations=16)
+    await users.delete_user("guest")
+    await asyncio.sleep(0.05)
+    assert closed == []
+
+
 async def test_an_operator_closes_one_connection(core):
     closed = []
     one = core.connections.add(connection("kafka", closed))

@@ -149,7 +149,7 @@ def _poll_order(reads) -> tuple[list, list]:
     return nonmonotonic, skipped
 
 
-def check_queue(history: History, name: str = "queue", *, one_owner: bool = False) -> Verdict:
+def check_queue(history: History, name: str = "queue") -> Verdict:
     sends, reads = history.sends(), history.reads()
     attempted = {send.value for send in sends}
     confirmed = {send.value for send in sends if send.status == OK}
@@ -182,8 +182,7 @@ def check_queue(history: History, name: str = "queue", *, one_owner: bool = Fals
     }
     examples = {"lost": lost[:EXAMPLES], "unexpected": unexpected[:EXAMPLES], "duplicated": duplicated[:EXAMPLES],
                 "redelivered_unflagged": unflagged[:EXAMPLES]}
-    must_be_zero = ("lost", "unexpected", "redelivered_unflagged") if one_owner else ("lost", "unexpected")
-    return Verdict(name, counts, must_be_zero, examples)
+    return Verdict(name, counts, ("lost", "unexpected", "redelivered_unflagged"), examples)
 
 
 def acked_after(history: History, instant: float) -> list[str]:

@@ -90,13 +90,12 @@ class Workloads:
                 assert time.monotonic() < deadline, f"no send refused within {deadline_s}s"
                 time.sleep(0.1)
 
-    def verdicts(self, name: str, *, one_owner: bool = False) -> list[Verdict]:
-        """`one_owner`: one gateway served the queue throughout (checkers.check_queue)."""
+    def verdicts(self, name: str) -> list[Verdict]:
         found = []
         if self.kafka is not None:
             found.append(check_log(self.kafka_history, f"{name}-kafka"))
         if self.amqp is not None:
-            found.append(check_queue(self.amqp_history, f"{name}-amqp", one_owner=one_owner))
+            found.append(check_queue(self.amqp_history, f"{name}-amqp"))
         return found
 
     def dump(self, directory: Path, name: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -315,6 +316,60 @@ async def test_a_share_partition_follows_its_bundle_and_keeps_its_acknowledgemen
         await core.close()
 
 
+async def test_a_broker_whose_session_is_not_confirmed_within_its_timeout_hands_nothing_out(storage) -> None:
+    """A broker paused past its session must not hand a queue's read-ahead to consumers when it
+    wakes, before it learns that the session expired: from the instant its session was last
+    confirmed alive longer ago than its timeout, it owns nothing. Confirmed again (the session
+    lived), it goes on."""
+    alive_until = [math.inf]
+    storage.metadata.session_alive_until = lambda: alive_until[0]
+    await Registry(storage.metadata, SystemClock()).start()
+    local = BrokerCluster(storage.metadata, broker(1), poll_s=POLL_S)
+    core = Core(storage.metadata, storage.logs, cluster=local)
+    await core.start()
+    await local.start()
+    space = await QueueService(core).namespace("public", "default")
+    await until(lambda: local.held == ALL)
+    await space.declare_queue("payments")
+    queue = space.queues["payments"]
+    for i in range(3):
+        await queue.publish(Record(0, value=b"%d" % i))
+    subscription = await queue.open()
+    consumer = _Collecting()
+    subscription.add_consumer(consumer)
+    await until(lambda: len(consumer.got) == 1)
+
+    alive_until[0] = time.monotonic()             # not confirmed since: as after a long pause
+    assert local.suspended and not local.owns(queue.bundle)
+    subscription.ack([consumer.got[0].offset])    # an ack read on waking frees the prefetch ...
+    assert len(consumer.got) == 1                 # ... and nothing is handed out
+    assert await subscription.get("a-basic-get", auto_ack=True) is None
+    with pytest.raises(NotOwner):
+        await core.partition(TopicName.of("payments"), 0)
+
+    alive_until[0] = math.inf                     # the session is confirmed again
+    await until(lambda: len(consumer.got) == 2)
+    assert consumer.seen == [(b"0", False), (b"1", False)]
+    await local.close()
+    await core.close()
+
+
+class _Collecting:
+    def __init__(self) -> None:
+        self.prefetch, self.auto_ack = 1, False
+        self.got, self.seen = [], []
+
+    def can_deliver(self) -> bool:
+        return True
+
+    def deliver(self, message) -> None:
+        self.got.append(message)
+        self.seen.append((message.value, message.redelivered))
+
+    def queue_deleted(self) -> None:
+        pass
+
+
 class _Consumer:
     def __init__(self, log: list[str]) -> None:
         self.log = log
@@ -417,6 +472,26 @@ async def test_a_lost_session_drops_every_bundle_and_the_broker_competes_again(z
             await member.close()
         for store in stores:
             await store.close()
+
+
+async def test_a_session_is_surely_alive_for_its_timeout_after_a_request_it_sent_was_answered(zookeeper) -> None:
+    """What a broker's lease on its bundles rests on: ZooKeeper expires a session only after
+    hearing nothing from it for its timeout. A new session counts from its first answer."""
+    store = await ZooKeeperMetadataStore.open(f"zk://{zookeeper.address}/alive-{time.monotonic_ns()}",
+                                              session_timeout_s=6.0)
+    try:
+        sent = time.monotonic()
+        assert await store.get("/nothing") is None          # an answer, even if the node is absent
+        assert sent + 6.0 <= store.session_alive_until() <= time.monotonic() + 6.0
+        lost_session = store.session_id
+        await asyncio.to_thread(_expire, store, zookeeper.address)
+        await until(lambda: store.session_id not in (None, lost_session), 60)
+        assert store.session_alive_until() == -math.inf   # nothing answered in the new one yet
+        sent = time.monotonic()
+        await store.children("/")
+        assert store.session_alive_until() >= sent + 6.0
+    finally:
+        await store.close()
 
 
 async def test_a_write_guarded_by_a_lost_term_is_refused_even_on_the_next_session(zookeeper) -> None:
