@@ -51,8 +51,8 @@ What needs no write is stopped by the clock: a broker counts as suspended as soo
 was not confirmed alive within its timeout (MetadataStore.session_alive_until: no other broker can
 have taken its leases before then). So a paused broker, woken, hands nothing it held in memory
 (a queue's read-ahead) to its consumers before it learns of the loss: `owns` is False from the
-first instant. Whatever waits on that (`when_serving`) is called once a step confirmed the
-session again.
+first instant. Whatever waits on that (`when_serving`) is called once the session is confirmed
+again (a read every CONFIRM_S besides the steps).
 """
 
 from __future__ import annotations
@@ -115,9 +115,10 @@ class OwnerLease:
         return self._cluster.owns(self._bundle)
 
     def when_held(self, callback: Callable[[], None]) -> None:
-        """`callback()` once the broker serves again; the bundle may have gone meanwhile (then its
-        release closed what asked)."""
-        self._cluster.when_serving(callback)
+        """`callback()` once the broker, suspended now, serves again. A bundle that is simply not
+        held any more is never given back to what asked: its release closes that."""
+        if self._cluster.suspended:
+            self._cluster.when_serving(callback)
 
 
 class BrokerCluster:
@@ -183,12 +184,9 @@ class BrokerCluster:
         return OwnerLease(self, bundle)
 
     def when_serving(self, callback: Callable[[], None]) -> None:
-        """`callback()` runs once this broker is no longer `suspended` (at once if it is not): in the
-        session it had, or in a new one (where it may own nothing it had)."""
-        if self.suspended:
-            self._serving_waiters.append(callback)
-        else:
-            asyncio.get_running_loop().call_soon(callback)
+        """`callback()` runs once this broker is found not `suspended` (after the next step or
+        session read): in the session it had, or in a new one (where it may own nothing it had)."""
+        self._serving_waiters.append(callback)
 
     def guard(self, bundle: Bundle) -> Guard:
         """What a write made as the bundle's owner must carry (Fenced if this broker has no term on it)."""
