@@ -190,6 +190,17 @@ def test_unusable_data_dir_fails_start_up_without_ready(gateway_launcher, tmp_pa
     assert READY_PREFIX not in failure.stdout
 
 
+def test_a_second_gateway_on_a_data_dir_in_use_fails_start_up_and_the_first_goes_on(gateway_launcher, tmp_path):
+    data_dir = tmp_path / "data"
+    first = gateway_launcher.start(data_dir=data_dir)
+    failure = gateway_launcher.expect_start_failure(data_dir=data_dir)     # other ports: 0 each
+    assert failure.returncode not in (0, None)
+    assert READY_PREFIX not in failure.stdout
+    assert f"in use by another process (pid {first.proc.pid})" in failure.stderr
+    with admin_client() as client:
+        assert client.get(f"{first.admin_url}/healthz").json() == {"status": "ok"}
+
+
 def test_restart_after_kill_9_on_the_same_data_dir(gateway_launcher, tmp_path):
     data_dir = tmp_path / "data"
     first = gateway_launcher.start(data_dir=data_dir)

@@ -31,6 +31,7 @@ from core.service import Core
 from core.shares.coordinator import ShareSettings
 from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
+from gateway.data_dir import SESSION_FILE, DataDirInUse, lock_data_dir
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
 from gateway.metrics import GatewayMetrics
 from gateway.runtime import event_loop_factory, tune_gc
@@ -179,6 +180,7 @@ class Gateway:
         self._unserved_sockets: dict[str, socket.socket] = {}  # bound, not yet owned by a server
         self._servers: list[_Server] = []
         self._replicators: list[Replicator] = []
+        self._data_dir_lock: int | None = None
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -220,11 +222,14 @@ class Gateway:
                 raise StartupError(f"cannot bind the {name} listener to {config.host}:{port}: {exc.strerror or exc}") from exc
         self._check_stop()
 
-        config.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._data_dir_lock = lock_data_dir(config.data_dir)
+        except DataDirInUse as exc:
+            raise StartupError(str(exc)) from None
         if config.storage.mode == REPLICATED:
             # A read-only broker writes nothing: not even re-replicated copies (the auditor's work).
             storage = config.storage if config.role == SERVING else replace(config.storage, auditor=False)
-            self._storage = await ReplicatedStorage.open(storage)
+            self._storage = await ReplicatedStorage.open(storage, session_file=config.data_dir / SESSION_FILE)
             if self._storage.auditor is not None:
                 self.metrics.track_auditor(self._storage.auditor.stats)
         else:
@@ -366,6 +371,8 @@ class Gateway:
             clean &= await _close_step("peer links", self._peers.close)
         if self._storage is not None:
             clean &= await _close_step("storage", self._storage.close)
+        if self._data_dir_lock is not None:
+            os.close(self._data_dir_lock)
         self._transition(State.STOPPED)
         log.info("gateway stopped%s", "" if clean else " (with errors)")
         return EXIT_OK if clean else EXIT_FAILURE

@@ -1,6 +1,7 @@
 """The `gateway bookie` process: one bookie served over TCP for replicated storage.
 
-Start-up: open the metadata store (ZooKeeper), open the bookie directory (cookie checked against the
+Start-up: lock the data directory (gateway/data_dir.py), open the metadata store (ZooKeeper; the
+session a killed previous run left open is closed first), open the bookie directory (cookie checked against the
 metadata store: a wiped or swapped directory is refused, see storage/bookie/cookie.py), listen,
 register (ephemeral, with rack), then print one line on stdout:
 
@@ -23,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.data_dir import SESSION_FILE, DataDirInUse, lock_data_dir
 from gateway.runtime import event_loop_factory, tune_gc
 from storage.api import StorageError
 from storage.bookie import cookie
@@ -68,7 +70,20 @@ async def _serve(settings: BookieSettings) -> int:
     if not settings.secret:
         log.error("a bookie needs the cluster's shared secret ([storage] secret in --config)")
         return 2
-    metadata = await open_metadata_store(settings.metadata,
+    try:
+        data_dir_lock = lock_data_dir(settings.data_dir)
+    except DataDirInUse as exc:
+        log.error("bookie cannot start: %s", exc)
+        return 1
+    try:
+        return await _serve_locked(settings, stop)
+    finally:
+        if data_dir_lock is not None:
+            os.close(data_dir_lock)
+
+
+async def _serve_locked(settings: BookieSettings, stop: asyncio.Event) -> int:
+    metadata = await open_metadata_store(settings.metadata, session_file=settings.data_dir / SESSION_FILE,
                                          session_timeout_s=settings.storage.zookeeper_session_timeout_ms / 1000)
     bookie = server = registration = None
     try:

@@ -8,6 +8,8 @@ holds the cluster's auditor lease. No entry data lives in the gateway's process 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from storage.config import StorageConfig
 from storage.ledger.auditor import Auditor, AuditorSettings
 from storage.ledger.client import LedgerClient
@@ -32,8 +34,8 @@ class ReplicatedStorage:
             bytes_per_s=config.rereplication_bytes_per_s)) if config.auditor else None
 
     @classmethod
-    async def open(cls, config: StorageConfig) -> "ReplicatedStorage":
-        metadata = await open_metadata_store(config.metadata,
+    async def open(cls, config: StorageConfig, *, session_file: Path | None = None) -> "ReplicatedStorage":
+        metadata = await open_metadata_store(config.metadata, session_file=session_file,
                                              session_timeout_s=config.zookeeper_session_timeout_ms / 1000)
         bookies = RegisteredBookies(metadata, config.secret.encode(), request_timeout_s=config.bookie_timeout_ms / 1000)
         try:

@@ -37,6 +37,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -49,6 +50,7 @@ from kazoo.retry import KazooRetry
 
 from storage.api import (BadVersion, Fenced, Guard, NodeExists, NoNode, SessionCallback, SessionState, StorageError,
                          Versioned, WatchCallback)
+from storage.metadata import session_file as session_files
 
 log = logging.getLogger("gateway.storage.metadata")
 
@@ -100,12 +102,15 @@ class _OrderedHandler(SequentialThreadingHandler):
 class ZooKeeperMetadataStore:
     """MetadataStore on ZooKeeper. The public methods are called from one event loop."""
 
-    def __init__(self, hosts: str, root: str, session_timeout_s: float, request_timeout_s: float) -> None:
+    def __init__(self, hosts: str, root: str, session_timeout_s: float, request_timeout_s: float,
+                 session_file: Path | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._nodes = f"{root}/nodes"
         self._counters = f"{root}/counters"
         self._request_timeout_s = request_timeout_s
         self._session_timeout_s = session_timeout_s
+        self._session_file = session_file        # session_file.py: for the next run to end this one's
+        self._remembered: int | None = None
         self._answered_sent_at = -math.inf   # send time of the latest request answered in this session
         self._client = KazooClient(hosts=hosts, timeout=session_timeout_s, handler=_OrderedHandler(),
                                    connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0))
@@ -121,12 +126,16 @@ class ZooKeeperMetadataStore:
 
     @classmethod
     async def open(cls, url: str, *, session_timeout_s: float = 10.0, connect_timeout_s: float = 15.0,
-                   request_timeout_s: float = 10.0) -> "ZooKeeperMetadataStore":
+                   request_timeout_s: float = 10.0, session_file: Path | None = None) -> "ZooKeeperMetadataStore":
         """Connect and start a session. A request waits up to `request_timeout_s` for an answer,
         across a reconnection; past it a StorageError says the outcome is unknown (a write may still
-        be applied once the connection returns)."""
+        be applied once the connection returns). With `session_file`, the session a previous run of
+        this process left there is closed first (session_file.py)."""
         hosts, root = parse_url(url)
-        store = cls(hosts, root, session_timeout_s, request_timeout_s)
+        if session_file is not None:
+            await asyncio.to_thread(session_files.end_previous, hosts, session_file, session_timeout_s,
+                                    connect_timeout_s)
+        store = cls(hosts, root, session_timeout_s, request_timeout_s, session_file)
         try:
             await asyncio.to_thread(store._client.start, connect_timeout_s)
             for path in (store._nodes, store._counters):
@@ -147,6 +156,13 @@ class ZooKeeperMetadataStore:
     def _on_kazoo_state(self, state: str) -> None:
         # kazoo's connection thread: read the session id now, it is reset when the session ends.
         client_id = self._client.client_id
+        if (state == KazooState.CONNECTED and client_id and self._session_file is not None
+                and client_id[0] != self._remembered):
+            try:
+                session_files.remember(self._session_file, *client_id)
+                self._remembered = client_id[0]
+            except OSError as exc:
+                log.warning("could not save the session for the next run in %s: %s", self._session_file, exc)
         self._post(self._on_state, _STATES[state], client_id[0] if client_id else None)
 
     def _on_kazoo_watch(self, path: str, event: WatchedEvent) -> None:
@@ -423,3 +439,5 @@ class ZooKeeperMetadataStore:
         self._closed = True
         self._session_callbacks.clear()
         await asyncio.to_thread(self._shut_down)
+        if self._session_file is not None:
+            session_files.forget(self._session_file)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -190,6 +191,32 @@ async def test_the_ephemeral_node_of_a_killed_process_vanishes_after_its_session
     # The child's session timeout is 2 s: ZooKeeper expires it and deletes the node by itself.
     await until(lambda: seen == ["/owner"] * 2)
     assert await watcher.get("/owner") is None
+
+
+async def test_the_next_run_of_a_killed_process_ends_its_session_and_its_ephemeral_nodes_at_once(
+        url: str, open_store: StoreOpener, tmp_path: Path) -> None:
+    """A process restarted after kill -9 on the same session file closes the session its previous run
+    left open: the ephemeral node goes at once, not a session timeout (30 s here) later. A clean
+    close removes the file."""
+    session_file = tmp_path / "zookeeper-session"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    owner = subprocess.Popen([sys.executable, str(OWNER_CHILD), url, "/owner", str(session_file), "30"],
+                             stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        killed_session = int(owner.stdout.readline().split()[1])
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    assert json.loads(session_file.read_text())["session"] == killed_session
+    assert session_file.stat().st_mode & 0o077 == 0      # its password closes the session: owner only
+    watcher = await open_store()
+    assert await watcher.get("/owner") == Versioned(b"owner", 0)    # the killed run's session lives on
+
+    restarted = await ZooKeeperMetadataStore.open(url, session_timeout_s=30.0, session_file=session_file)
+    assert await watcher.get("/owner", latest=True) is None
+    assert json.loads(session_file.read_text())["session"] == restarted.session_id != killed_session
+    await restarted.close()
+    assert not session_file.exists()
 
 
 async def test_an_expired_session_reports_lost_then_connected_and_every_watch_fires(
