@@ -228,6 +228,10 @@ class _Link:
             frame = frames.encode(request_id, head, payload)
         except frames.FrameError as exc:
             raise RequestRefused(f"cannot send to broker {self._broker.id}: {exc}") from None
+        if self._writer.is_closing():
+            # The connection went and the reader has not seen it yet: nothing is sent, asking again is safe.
+            self.close(StorageUnavailable(f"link to broker {self._broker.id} lost"))
+            raise NotSent(f"link to broker {self._broker.id} lost before the request was sent")
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         self._writer.writelines(frame)

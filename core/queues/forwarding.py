@@ -21,16 +21,19 @@ import asyncio
 import base64
 import hashlib
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from core.cluster.bundles import Bundle
 from core.cluster.owners import ask_owner_waiting, owner_of, retrieved
 from core.cluster.peer_records import pack
-from core.errors import CoreError
+from core.errors import CoreError, StorageUnavailable
 from core.queues import arguments as stored_arguments
 from core.queues.limits import PublishRefused
 from core.records.builder import Record
+
+log = logging.getLogger("gateway.core.queues")
 
 PUBLISH = "queue-publish"
 DECLARE = "queue-declare"
@@ -158,7 +161,10 @@ class RemotePublisher:
                 records = batch[0][0] if atomic else [record for record, _ in batch]
                 try:
                     answer = await self._ask(pack(records), atomic)
-                except CoreError as exc:
+                except Exception as exc:
+                    if not isinstance(exc, CoreError):   # a bug: the publishes still get an answer (a nack)
+                        log.exception("publishing to queue %s at its owner failed", self._queue.name)
+                        exc = StorageUnavailable(f"publishing to the queue's owner failed: {exc!r}")
                     for _, future in batch:
                         if not future.done():
                             future.set_exception(exc)
