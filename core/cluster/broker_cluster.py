@@ -114,11 +114,14 @@ class OwnerLease:
     def held(self) -> bool:
         return self._cluster.owns(self._bundle)
 
-    def when_held(self, callback: Callable[[], None]) -> None:
-        """`callback()` once the broker, suspended now, serves again. A bundle that is simply not
-        held any more is never given back to what asked: its release closes that."""
-        if self._cluster.suspended:
-            self._cluster.when_serving(callback)
+    def when_held(self, callback: Callable[[], None]) -> bool:
+        """`callback()` once the broker, suspended now, serves again (True). A bundle that is simply
+        not held (False) is never given back to what asked: its release closes that, or it is being
+        taken and whoever serves it next starts afresh."""
+        if not self._cluster.suspended:
+            return False
+        self._cluster.when_serving(callback)
+        return True
 
 
 class BrokerCluster:

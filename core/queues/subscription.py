@@ -102,8 +102,8 @@ class Lease(Protocol):
     def held(self) -> bool:
         """Whether this process surely still owns the queue."""
 
-    def when_held(self, callback: Callable[[], None]) -> None:
-        """Call `callback()` once it may own it again."""
+    def when_held(self, callback: Callable[[], None]) -> bool:
+        """Call `callback()` once it may own it again; False if it never will (the queue closes)."""
 
 
 class Consumer(Protocol):
@@ -397,8 +397,7 @@ class SharedSubscription:
 
     def _wait_for_lease(self) -> None:
         if not self._waiting_for_lease:
-            self._waiting_for_lease = True
-            self._lease.when_held(self._lease_back)
+            self._waiting_for_lease = self._lease.when_held(self._lease_back)
 
     def _lease_back(self) -> None:
         self._waiting_for_lease = False
