@@ -79,6 +79,7 @@ CURSOR_FLUSH_INTERVAL_S = 0.02
 # the last one handed out may go out marked redelivered although no consumer saw them.
 DELIVERY_RESERVATION = 8192
 UNCHECKED = -1                   # QueuedMessage.expires_at not computed yet
+AT_ONCE_MS = 500                 # past its deadline, a message read and handed out at once still counts as on time
 _DEAD_LETTERING = object()       # the holder of messages on their way to a dead-letter exchange
 _REQUEUEING_LATER = object()     # ... and of those being held for a delayed requeue (x-requeue-delay)
 
@@ -496,11 +497,14 @@ class SharedSubscription:
     # --- dead messages (expired, rejected, over a limit) -------------------------------------------
 
     def _expired(self, message: QueuedMessage, expires_at: int) -> bool:
-        if self._clock.now_ms() < expires_at:
+        now_ms = self._clock.now_ms()
+        if now_ms < expires_at:
             return False
         # Just read and handed out in the same turn counts as "at once" (TTL 0 delivers or expires),
-        # and so does just read and held only until the delivery reservation is stored.
-        if message.deliveries > 0:
+        # and so does just read and held only until the delivery reservation is stored; but not a
+        # message that expired well before it was read (a backlog read afresh after a restart or a
+        # takeover, or once a consumer came).
+        if message.deliveries > 0 or now_ms - expires_at > AT_ONCE_MS:
             return True
         return not any(mark is not None and message.offset >= mark
                        for mark in (self._fresh_from, self._fresh_when_reserved))

@@ -232,6 +232,36 @@ async def test_restart_drops_transient_messages_and_marks_what_was_handed_out(tm
         await storage.close()
 
 
+async def test_a_message_that_expired_before_the_queue_was_read_again_never_goes_out(tmp_path) -> None:
+    """A queue read afresh (after a restart, or by a broker taking it over) reads its backlog in one
+    go when a consumer comes: what expired long before that read is not "delivered at once" (the
+    grace a message gets when it is read and handed out in the turn it arrived) and is dropped."""
+    storage, core = await open_core(tmp_path)
+    service = QueueService(core)
+    queue = await (await service.namespace("public", "default")).declare_queue(
+        "ttl-q", arguments={"x-message-ttl": 2000})
+    stamp = core.clock.now_ms()
+    await store(queue, [Record(stamp, key=b"rk", value=b"stale"), Record(stamp, key=b"rk", value=b"stale too")])
+    await service.close()
+    await core.close()
+    await storage.close()
+
+    storage, core = await open_core(tmp_path)
+    try:
+        core.clock.advance(5000)                 # three seconds past their expiry
+        service = QueueService(core)
+        queue = (await service.namespace("public", "default")).queue("ttl-q")
+        consumer = Recorder()
+        await queue.add_consumer(consumer)
+        await eventually(lambda: queue.subscription.ready_count == 0)
+        await store(queue, [Record(core.clock.now_ms(), key=b"rk", value=b"fresh")])
+        await eventually(lambda: consumer.values() == [b"fresh"])
+        await service.close()
+    finally:
+        await core.close()
+        await storage.close()
+
+
 async def test_a_crash_right_after_a_hand_out_still_marks_it_redelivered(tmp_path) -> None:
     storage, core = await open_core(tmp_path)
     space = await QueueService(core).namespace("public", "default")
