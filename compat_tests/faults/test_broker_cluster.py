@@ -747,6 +747,14 @@ def test_a_commit_whose_partition_owner_dies_completes_on_the_next_owner(healthy
           "killed: every record committed once")
 
 
+def declare_and_publish_numbered(channel, queue: str, count: int) -> None:
+    """Declare the durable queue and publish b"0" .. b"count-1" to it, persistent, each confirmed."""
+    channel.confirm_delivery()
+    channel.queue_declare(queue, durable=True)
+    for i in range(count):
+        channel.basic_publish("", queue, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+
+
 def amqp_addresses(cluster) -> list[tuple[str, int]]:
     found = []
     for broker in cluster.brokers:
@@ -823,10 +831,7 @@ def test_a_queue_owner_paused_past_its_session_hands_out_nothing_when_it_wakes(h
 
     first = connect(owner)
     channel = first.channel()
-    channel.confirm_delivery()
-    channel.queue_declare(queue, durable=True)
-    for i in range(100):
-        channel.basic_publish("", queue, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    declare_and_publish_numbered(channel, queue, 100)
     channel.basic_qos(prefetch_count=10)
     held, cancelled = [], []
     channel.add_on_cancel_callback(lambda _frame: cancelled.append(True))
@@ -947,10 +952,7 @@ def test_pika_consumes_through_any_broker_from_queues_other_brokers_serve(health
     queue, owner, elsewhere = served_queue(healthy, "work")
     with pika.BlockingConnection(pika.ConnectionParameters(*amqp_addresses(healthy)[elsewhere])) as connection:
         channel = connection.channel()
-        channel.confirm_delivery()
-        channel.queue_declare(queue, durable=True)
-        for i in range(200):
-            channel.basic_publish("", queue, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+        declare_and_publish_numbered(channel, queue, 200)
         channel.basic_qos(prefetch_count=10)
         got, redelivered = [], []
         for method, properties, body in channel.consume(queue, inactivity_timeout=DEADLINE_S):
