@@ -192,8 +192,10 @@ def test_consistent_hash_spreads_by_weight_and_keeps_a_key_on_one_queue(channel)
         channel.basic_publish(exchange, f"customer-{n}", b"x")
     counts = {queue: channel.queue_declare(queue, passive=True).method.message_count for queue in weights}
     assert sum(counts.values()) == 3000               # each message in exactly one queue
+    # A share varies by ~6% for weight 1 (the ring of random queue names ~4.5%, the 3,000 keys ~4%):
+    # 25% is four standard deviations, and still tells weight 1 from 2 from 3.
     for queue, weight in weights.items():
-        assert abs(counts[queue] - 3000 * weight / 6) < 0.15 * 3000 * weight / 6
+        assert abs(counts[queue] - 3000 * weight / 6) < 0.25 * 3000 * weight / 6
     for queue in weights:
         channel.queue_purge(queue)
     for _ in range(5):
