@@ -76,9 +76,9 @@ async def test_one_holder_works_and_a_lost_session_stops_it_before_the_other_tak
 
 async def test_a_suspended_session_stops_the_work_at_once_and_the_same_session_resumes_it(
         zookeeper: ZooKeeperServer) -> None:
-    # The session must outlive ZooKeeper's restart, a Java start that takes seconds on a busy machine.
+    # The session must outlive ZooKeeper's restart: a JVM start on a busy machine (4 s was not always enough).
     store = await ZooKeeperMetadataStore.open(f"zk://{zookeeper.address}/lease{next(_roots)}",
-                                              session_timeout_s=30.0)
+                                              session_timeout_s=50.0)
     workers = Workers()
     lease = Lease(store, "/auditor/lock", retry_interval_s=0.1)
     task = asyncio.create_task(lease.run(workers.work("w")))
@@ -91,7 +91,7 @@ async def test_a_suspended_session_stops_the_work_at_once_and_the_same_session_r
             assert workers.working == set()
         finally:
             await asyncio.to_thread(zookeeper.start)
-        await until(lambda: workers.working == {"w"})
+        await until(lambda: workers.working == {"w"}, timeout_s=60.0)
         assert store.session_id == session and lease.held and workers.starts == ["w", "w"]
     finally:
         task.cancel()
