@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 import pika
 import pika.exceptions
+from pika.adapters.utils.connection_workflow import AMQPConnectorException
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -245,7 +246,8 @@ class AmqpWorkload(_Threads):
     def _connected(self, attempt: int) -> pika.BlockingConnection | None:
         try:
             return self.connect(attempt)
-        except (pika.exceptions.AMQPError, OSError, ValueError):  # ValueError: pika on a reset socket
+        # ValueError: pika on a reset socket; AMQPConnectorException: e.g. a handshake that timed out
+        except (pika.exceptions.AMQPError, AMQPConnectorException, OSError, ValueError):
             self.stopping.wait(0.2)
             return None
 
