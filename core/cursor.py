@@ -8,7 +8,7 @@ moves the position past every contiguous acknowledged offset.
 Persisted at /cursors/<tenant>/<namespace>/<topic>/<partition>/<cursor name>:
 
     {"committed": int, "acked": [[first, end), ...], "metadata": str, "updated_ms": int,
-     "delivered": int, "reserved": int, "leader_epoch": int}
+     "delivered": int, "reserved": int, "handed_out": [[offset, times], ...], "leader_epoch": int}
 
 "delivered" (written only when set) is one past the highest offset handed out through the cursor
 (a queue's deliveries) as of the write. "reserved" (written only while above "delivered") bounds
@@ -16,6 +16,9 @@ what may have been handed out since: a queue hands out an offset only once a res
 it is stored, so after a crash or a failover everything below `maybe_delivered_below` that is not
 acknowledged may have been seen by a consumer and goes out again marked redelivered, although the
 last "delivered" written is older than the last hand-out. A clean close drops the reservation.
+"handed_out" (written only when not empty) counts the hand-outs of unacknowledged offsets handed
+out more than once (a quorum queue's delivery count, which its delivery limit is checked against),
+for at most MAX_COUNTED offsets at a time; one handed out once is covered by "delivered"/"reserved".
 "leader_epoch" (written only when known) is the leader epoch a Kafka consumer committed with its
 offset.
 """
@@ -24,11 +27,14 @@ from __future__ import annotations
 
 import bisect
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.clock import Clock
 from core.names import TopicName, check_name
 from storage.api import MetadataStore, NoNode
+
+
+MAX_COUNTED = 4096     # offsets whose hand-outs a cursor counts at a time (a bound on the document)
 
 
 class AckSet:
@@ -86,6 +92,7 @@ class CursorState:
     metadata: str = ""
     delivered: int = 0
     reserved: int = 0        # hand-outs may reach up to here once it is stored
+    handed_out: dict[int, int] = field(default_factory=dict)   # offset -> hand-outs, when more than one
     leader_epoch: int = -1
     updated_ms: int = 0      # when last stored (0: never)
 
@@ -118,8 +125,9 @@ class Cursor:
             return cls(store, clock, topic, partition, name, CursorState(initial_offset, AckSet()), None)
         doc = json.loads(node.value)
         state = CursorState(doc["committed"], AckSet([tuple(r) for r in doc["acked"]]), doc.get("metadata", ""),
-                            doc.get("delivered", 0), doc.get("reserved", 0), doc.get("leader_epoch", -1),
-                            doc.get("updated_ms", 0))
+                            doc.get("delivered", 0), doc.get("reserved", 0),
+                            {offset: times for offset, times in doc.get("handed_out", ())},
+                            doc.get("leader_epoch", -1), doc.get("updated_ms", 0))
         return cls(store, clock, topic, partition, name, state, node.version)
 
     @property
@@ -179,6 +187,18 @@ class Cursor:
         nothing past it existed to hand out."""
         return max(self._state.delivered, min(self._reserved_stored, earlier_end))
 
+    def note_handed_out(self, offset: int, times: int) -> None:
+        """`offset` was handed out for the `times`-th time (counted from the second, while fewer than
+        MAX_COUNTED offsets are); persisted with the next flush, forgotten once it is acknowledged."""
+        counted = self._state.handed_out
+        if times > 1 and (offset in counted or len(counted) < MAX_COUNTED):
+            counted[offset] = times
+            self._dirty = True
+
+    def times_handed_out(self, offset: int) -> int:
+        """How often `offset` was handed out, as counted (0: not counted, at most once)."""
+        return self._state.handed_out.get(offset, 0)
+
     def is_acked(self, offset: int) -> bool:
         return offset < self._state.committed or offset in self._state.acked
 
@@ -215,6 +235,11 @@ class Cursor:
             fields["delivered"] = delivered
         if reserved > delivered:
             fields["reserved"] = reserved
+        if self._state.handed_out:
+            counted = self._state.handed_out = {offset: times for offset, times in self._state.handed_out.items()
+                                                if not self.is_acked(offset)}
+            if counted:
+                fields["handed_out"] = sorted(counted.items())
         if self._state.leader_epoch >= 0:
             fields["leader_epoch"] = self._state.leader_epoch
         doc = json.dumps(fields, separators=(",", ":")).encode()

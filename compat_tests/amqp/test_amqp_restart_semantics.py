@@ -2,7 +2,8 @@
 the transient messages of a durable queue are gone, the persistent confirmed ones are kept, and
 what was delivered but not acknowledged comes back marked redelivered, as with RabbitMQ, even when
 the crash comes right after the delivery. After a crash, messages waiting next in line may come
-marked redelivered too (docs/AMQP.md: the delivery reservation); after a clean stop they never do."""
+marked redelivered too (docs/AMQP.md: the delivery reservation); after a clean stop they never do.
+A quorum queue's delivery counts go on across a restart."""
 
 from __future__ import annotations
 
@@ -73,5 +74,40 @@ def test_restart_keeps_persistent_drops_transient_and_marks_unacked_redelivered(
         assert all(flag for _, flag in again[:3]), again
         if stop == "SIGTERM":
             assert not any(flag for _, flag in again[3:]), again
+    finally:
+        connection.close()
+
+
+def test_a_quorum_queue_keeps_its_delivery_counts_across_a_restart(gateway_launcher) -> None:
+    """A poison message rejected before and after a restart is dead-lettered once over the queue's
+    x-delivery-limit: the count is not started again by the restart (RabbitMQ keeps it in its log)."""
+    queue, dead = f"poison-{uuid.uuid4().hex[:6]}", f"dead-{uuid.uuid4().hex[:6]}"
+    arguments = {"x-queue-type": "quorum", "x-delivery-limit": 3,
+                 "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead}
+
+    def get_and_reject(channel) -> int | None:
+        method, properties, body = channel.basic_get(queue)
+        assert body == b"poison"
+        channel.basic_reject(method.delivery_tag, requeue=True)
+        return (properties.headers or {}).get("x-delivery-count")
+
+    gateway = gateway_launcher.start()
+    connection = connect(gateway.amqp)
+    channel = connection.channel()
+    channel.queue_declare(dead, durable=True)
+    channel.queue_declare(queue, durable=True, arguments=arguments)
+    channel.confirm_delivery()
+    channel.basic_publish("", queue, b"poison", pika.BasicProperties(delivery_mode=2))
+    assert [get_and_reject(channel) for _ in range(3)] == [None, 1, 2]
+    connection.close()
+    assert gateway.stop(signal.SIGTERM) == 0
+
+    connection = connect(gateway_launcher.start().amqp)
+    try:
+        channel = connection.channel()
+        assert get_and_reject(channel) == 3           # the fourth return: over the limit
+        assert channel.queue_declare(queue, durable=True, arguments=arguments).method.message_count == 0
+        method, properties, body = next(channel.consume(dead, auto_ack=True, inactivity_timeout=5))
+        assert body == b"poison" and properties.headers["x-death"][0]["reason"] == "delivery_limit"
     finally:
         connection.close()

@@ -35,7 +35,9 @@ This is an AMQP queue's delivery side, in the core's words:
   go out marked redelivered; every hand-out is noted in the cursor, persisted with its next flush.
   A message is handed out only below the cursor's stored delivery reservation, asked for
   DELIVERY_RESERVATION offsets ahead (core/cursor.py), so a crash or a failover between a hand-out
-  and the next flush cannot make the next owner hand it out again unmarked.
+  and the next flush cannot make the next owner hand it out again unmarked. A message handed out
+  again is counted in the cursor too, so its delivery count (and limit) outlives a restart or a
+  failover (up to one hand-out short after a crash).
 - In a cluster nothing is handed out while the owner's lease is in doubt (an OwnerLease from
   core/cluster/broker_cluster.py): an owner paused past its session, woken, would otherwise hand
   out what it had read ahead, which the next owner may have delivered already.
@@ -449,6 +451,8 @@ class SharedSubscription:
             self._unacked[message.offset] = (message, owner)
             self._held.setdefault(owner, set()).add(message.offset)
             self.cursor.note_delivered(message.offset)
+            if message.deliveries:
+                self.cursor.note_handed_out(message.offset, message.deliveries + 1)
             self._cursor_changed()
 
     async def get(self, owner: Hashable, *, auto_ack: bool) -> QueuedMessage | None:
@@ -611,7 +615,7 @@ class SharedSubscription:
         self._partition_of = partition
         self._backlog.extend([
             QueuedMessage(offset, record.timestamp_ms, record.key, record.value, record.headers,
-                          1 if offset < redelivered_below else 0)
+                          self._handed_out_before(offset) if offset < redelivered_below else 0)
             for offset, record in enumerate(records, base_offset) if not cursor.is_acked(offset)])
         self._read_offset = end
         self._fresh_from = base_offset
@@ -743,7 +747,11 @@ class SharedSubscription:
 
     def _new_message(self, record) -> QueuedMessage:
         return QueuedMessage(record.offset, record.timestamp_ms, record.key, record.value, record.headers,
-                             1 if record.offset < self._redelivered_below else 0)
+                             self._handed_out_before(record.offset) if record.offset < self._redelivered_below else 0)
+
+    def _handed_out_before(self, offset: int) -> int:
+        """An offset an earlier owner may have handed out: as often as its cursor counted, at least once."""
+        return max(1, self.cursor.times_handed_out(offset))
 
     async def _read_more(self) -> None:
         async with self._read_lock:
@@ -782,7 +790,7 @@ class SharedSubscription:
             redelivered_below = self._redelivered_below
             self._backlog.extend([
                 QueuedMessage(record.offset, record.timestamp_ms, record.key, record.value, record.headers,
-                              1 if record.offset < redelivered_below else 0)
+                              self._handed_out_before(record.offset) if record.offset < redelivered_below else 0)
                 for record in records
                 if record.offset >= offset and record.offset not in unacked and not cursor.is_acked(record.offset)])
             self._read_offset = max(self._read_offset, next_offset)

@@ -3,6 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core import cursor as cursor_module
 from core.cursor import AckSet
 from core.names import TopicName
 
@@ -71,6 +72,25 @@ async def test_a_delivery_reservation_counts_once_stored_and_a_clean_end_drops_i
     await cursor.flush()
     closed = await core.cursor(TOPIC, 0, "queue")
     assert closed.maybe_delivered_below(earlier_end=500) == 10 and closed.delivery_reserved == 10
+
+
+async def test_hand_outs_are_counted_from_the_second_up_to_a_bound_and_forgotten_once_acked(core, monkeypatch) -> None:
+    monkeypatch.setattr(cursor_module, "MAX_COUNTED", 2)
+    cursor = await core.cursor(TOPIC, 0, "counted")
+    cursor.note_handed_out(1, 1)          # once: the reservation covers it
+    cursor.note_handed_out(3, 2)
+    cursor.note_handed_out(3, 3)
+    cursor.note_handed_out(4, 2)
+    cursor.note_handed_out(5, 2)          # a third offset: over the bound, not counted
+    await cursor.flush()
+    loaded = await core.cursor(TOPIC, 0, "counted")
+    assert [loaded.times_handed_out(offset) for offset in (1, 3, 4, 5)] == [0, 3, 2, 0]
+    loaded.ack(3)
+    await loaded.flush()
+    again = await core.cursor(TOPIC, 0, "counted")
+    assert [again.times_handed_out(offset) for offset in (3, 4)] == [0, 2]
+    again.note_handed_out(5, 2)           # room again
+    assert again.times_handed_out(5) == 2
 
 
 async def test_commit_backwards_resets_the_position(core) -> None:

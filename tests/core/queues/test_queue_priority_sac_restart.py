@@ -288,6 +288,38 @@ async def test_a_crash_right_after_a_hand_out_still_marks_it_redelivered(tmp_pat
         await storage.close()
 
 
+async def test_a_delivery_count_and_its_limit_outlive_a_restart(tmp_path) -> None:
+    """RabbitMQ keeps a quorum queue's delivery counts in its log: a poison message is dead-lettered
+    once over x-delivery-limit however often the broker restarted in between."""
+    arguments = {"x-queue-type": "quorum", "x-delivery-limit": 3}
+    storage, core = await open_core(tmp_path)
+    service = QueueService(core)
+    queue = await (await service.namespace("public", "default")).declare_queue(
+        "poison-q", durable=True, arguments=arguments)
+    await store(queue, [message_record(b"poison"), message_record(b"fine")])
+    for deliveries in range(3):
+        handed = await queue.get("owner", auto_ack=False)
+        assert (handed.value, handed.deliveries) == (b"poison", deliveries)
+        queue.subscription.reject([handed.offset], requeue=True)
+    await service.close()
+    await core.close()
+    await storage.close()
+
+    storage, core = await open_core(tmp_path)
+    try:
+        service = QueueService(core)
+        queue = (await service.namespace("public", "default")).queue("poison-q")
+        handed = await queue.get("owner", auto_ack=False)
+        assert (handed.value, handed.deliveries) == (b"poison", 3)    # x-delivery-count 3, not 1
+        queue.subscription.reject([handed.offset], requeue=True)       # a fourth return: over the limit
+        assert [m.value for m in [await queue.get("o", auto_ack=True)]] == [b"fine"]
+        assert await queue.get("o", auto_ack=True) is None
+        await service.close()
+    finally:
+        await core.close()
+        await storage.close()
+
+
 async def test_every_hand_out_is_below_a_stored_reservation(space, monkeypatch) -> None:
     monkeypatch.setattr(subscription_module, "DELIVERY_RESERVATION", 4)
     queue = await space.declare_queue("reserved")
