@@ -5,6 +5,7 @@ and waiting for the position to be saved."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -196,128 +197,95 @@ async def test_consumers_of_higher_priority_are_served_first_and_equals_take_tur
 
 # --- restart --------------------------------------------------------------------------------------
 
-async def open_core(directory):
+@contextlib.asynccontextmanager
+async def running(directory, *, crash: bool = False):
+    """A core on `directory` and its default queue namespace; stopped cleanly on the way out, or
+    with `crash` as a dying process leaves things (nothing more saved)."""
     storage = await EmbeddedStorage.open(directory / "data", StorageConfig())
     core = Core(storage.metadata, storage.logs, FakeClock())
     await core.start()
-    return storage, core
+    service = QueueService(core)
+    try:
+        yield core, await service.namespace("public", "default")
+        if not crash:
+            await service.close()
+    finally:
+        await core.close()
+        await storage.close()
 
 
 async def test_restart_drops_transient_messages_and_marks_what_was_handed_out(tmp_path) -> None:
-    storage, core = await open_core(tmp_path)
-    service = QueueService(core)
-    space = await service.namespace("public", "default")
-    queue = await space.declare_queue("durable-q")
-    await store(queue, [message_record(b"p1"), message_record(b"t1", transient=True), message_record(b"p2"),
-                        message_record(b"t2", transient=True), message_record(b"p3")])
-    handed = await queue.get("owner", auto_ack=False)      # p1, never acknowledged
-    assert handed.value == b"p1" and not handed.redelivered
-    await service.close()
-    await core.close()
-    await storage.close()
+    async with running(tmp_path) as (_, space):
+        queue = await space.declare_queue("durable-q")
+        await store(queue, [message_record(b"p1"), message_record(b"t1", transient=True), message_record(b"p2"),
+                            message_record(b"t2", transient=True), message_record(b"p3")])
+        handed = await queue.get("owner", auto_ack=False)      # p1, never acknowledged
+        assert handed.value == b"p1" and not handed.redelivered
 
-    storage, core = await open_core(tmp_path)
-    try:
-        service = QueueService(core)
-        space = await service.namespace("public", "default")
+    async with running(tmp_path) as (_, space):
         queue = space.queue("durable-q")
         await store(queue, [message_record(b"t3", transient=True)])     # this process's: kept
         assert await queue.message_count() == 4
         got = [await queue.get("o", auto_ack=True) for _ in range(4)]
         assert [(m.value, m.redelivered) for m in got] == [(b"p1", True), (b"p2", False), (b"p3", False),
                                                            (b"t3", False)]
-        await service.close()
-    finally:
-        await core.close()
-        await storage.close()
 
 
 async def test_a_message_that_expired_before_the_queue_was_read_again_never_goes_out(tmp_path) -> None:
     """A queue read afresh (after a restart, or by a broker taking it over) reads its backlog in one
     go when a consumer comes: what expired long before that read is not "delivered at once" (the
     grace a message gets when it is read and handed out in the turn it arrived) and is dropped."""
-    storage, core = await open_core(tmp_path)
-    service = QueueService(core)
-    queue = await (await service.namespace("public", "default")).declare_queue(
-        "ttl-q", arguments={"x-message-ttl": 2000})
-    stamp = core.clock.now_ms()
-    await store(queue, [Record(stamp, key=b"rk", value=b"stale"), Record(stamp, key=b"rk", value=b"stale too")])
-    await service.close()
-    await core.close()
-    await storage.close()
+    async with running(tmp_path) as (core, space):
+        queue = await space.declare_queue("ttl-q", arguments={"x-message-ttl": 2000})
+        stamp = core.clock.now_ms()
+        await store(queue, [Record(stamp, key=b"rk", value=b"stale"), Record(stamp, key=b"rk", value=b"stale too")])
 
-    storage, core = await open_core(tmp_path)
-    try:
+    async with running(tmp_path) as (core, space):
         core.clock.advance(5000)                 # three seconds past their expiry
-        service = QueueService(core)
-        queue = (await service.namespace("public", "default")).queue("ttl-q")
+        queue = space.queue("ttl-q")
         consumer = Recorder()
         await queue.add_consumer(consumer)
         await eventually(lambda: queue.subscription.ready_count == 0)
         await store(queue, [Record(core.clock.now_ms(), key=b"rk", value=b"fresh")])
         await eventually(lambda: consumer.values() == [b"fresh"])
-        await service.close()
-    finally:
-        await core.close()
-        await storage.close()
 
 
 async def test_a_crash_right_after_a_hand_out_still_marks_it_redelivered(tmp_path) -> None:
-    storage, core = await open_core(tmp_path)
-    space = await QueueService(core).namespace("public", "default")
-    queue = await space.declare_queue("crash-q")
-    await store(queue, [message_record(b"m1"), message_record(b"m2")])
-    handed = await queue.get("owner", auto_ack=False)      # m1, never acknowledged
-    assert handed.value == b"m1" and not handed.redelivered
-    queue.subscription.discard()      # the process dies: the flush that would note the hand-out never runs
-    await core.close()
-    await storage.close()
+    async with running(tmp_path, crash=True) as (_, space):
+        queue = await space.declare_queue("crash-q")
+        await store(queue, [message_record(b"m1"), message_record(b"m2")])
+        handed = await queue.get("owner", auto_ack=False)      # m1, never acknowledged
+        assert handed.value == b"m1" and not handed.redelivered
+        queue.subscription.discard()      # the process dies: the flush that would note the hand-out never runs
 
-    storage, core = await open_core(tmp_path)
-    try:
-        service = QueueService(core)
-        queue = (await service.namespace("public", "default")).queue("crash-q")
+    async with running(tmp_path) as (_, space):
+        queue = space.queue("crash-q")
         await store(queue, [message_record(b"m3")])
         got = [await queue.get("o", auto_ack=True) for _ in range(3)]
         # m2 was next in line, inside the stored reservation: it may have been handed out as far as
         # the store can tell. m3 came after the crash: it cannot have been.
         assert [(m.value, m.redelivered) for m in got] == [(b"m1", True), (b"m2", True), (b"m3", False)]
-        await service.close()
-    finally:
-        await core.close()
-        await storage.close()
 
 
 async def test_a_delivery_count_and_its_limit_outlive_a_restart(tmp_path) -> None:
     """RabbitMQ keeps a quorum queue's delivery counts in its log: a poison message is dead-lettered
     once over x-delivery-limit however often the broker restarted in between."""
     arguments = {"x-queue-type": "quorum", "x-delivery-limit": 3}
-    storage, core = await open_core(tmp_path)
-    service = QueueService(core)
-    queue = await (await service.namespace("public", "default")).declare_queue(
-        "poison-q", durable=True, arguments=arguments)
-    await store(queue, [message_record(b"poison"), message_record(b"fine")])
-    for deliveries in range(3):
-        handed = await queue.get("owner", auto_ack=False)
-        assert (handed.value, handed.deliveries) == (b"poison", deliveries)
-        queue.subscription.reject([handed.offset], requeue=True)
-    await service.close()
-    await core.close()
-    await storage.close()
+    async with running(tmp_path) as (_, space):
+        queue = await space.declare_queue("poison-q", durable=True, arguments=arguments)
+        await store(queue, [message_record(b"poison"), message_record(b"fine")])
+        for deliveries in range(3):
+            handed = await queue.get("owner", auto_ack=False)
+            assert (handed.value, handed.deliveries) == (b"poison", deliveries)
+            queue.subscription.reject([handed.offset], requeue=True)
 
-    storage, core = await open_core(tmp_path)
-    try:
-        service = QueueService(core)
-        queue = (await service.namespace("public", "default")).queue("poison-q")
+    async with running(tmp_path) as (_, space):
+        queue = space.queue("poison-q")
         handed = await queue.get("owner", auto_ack=False)
         assert (handed.value, handed.deliveries) == (b"poison", 3)    # x-delivery-count 3, not 1
         queue.subscription.reject([handed.offset], requeue=True)       # a fourth return: over the limit
-        assert [m.value for m in [await queue.get("o", auto_ack=True)]] == [b"fine"]
+        assert (await queue.get("o", auto_ack=True)).value == b"fine"
         assert await queue.get("o", auto_ack=True) is None
-        await service.close()
-    finally:
-        await core.close()
-        await storage.close()
 
 
 async def test_every_hand_out_is_below_a_stored_reservation(space, monkeypatch) -> None:
