@@ -14,11 +14,13 @@ committed offset + individually acknowledged ranges that an AMQP queue's shared 
 - acknowledged ranges = records above the SPSO that are done (accepted, rejected, archived);
 - delivered offset  = one past the highest record ever acquired.
 
-Only acknowledgements are persisted (before the answer to them: nothing acknowledged is lost). What
-is acquired or released lives in memory: after a restart every record between the SPSO and the
-delivered offset that is not done is available again, counted as delivered once already (Kafka
-keeps exact counts in its share-group state topic; ours may undercount by the deliveries that
-happened before the crash, never lose a record).
+Acknowledgements are persisted before the answer to them (nothing acknowledged is lost), and with
+them the delivery counts of records delivered more than once (core/cursor.py: up to 4,096 at a
+time). What is acquired or released lives in memory: after a restart every record between the SPSO
+and the delivered offset that is not done is available again, counted as delivered as often as
+the cursor stored (at least once), and archived instead if that reached the delivery limit. Kafka
+keeps exact counts in its share-group state topic; ours may undercount by the deliveries since the
+cursor's last write, never lose a record.
 
 Why not core/queues/subscription.py's SharedSubscription itself: it pushes decoded messages to
 consumers with prefetch windows; a share fetch pulls, and Kafka returns the stored batches as they
@@ -122,6 +124,9 @@ class SharePartition:
                 if taken_count >= max_records:
                     break
                 if self._available(offset):
+                    if self._delivered_enough_before(offset):
+                        self._done(offset)            # archived: out as often as allowed before a restart
+                        continue
                     _extend(ranges, offset, self._acquire(offset, member, deadline))
                     taken_count += 1
             if taken_count > taken_before:
@@ -139,10 +144,23 @@ class SharePartition:
             i = bisect.bisect_left(self._released, offset)
             if i < len(self._released) and self._released[i] == offset:
                 del self._released[i]
-        count = self._counts.get(offset, 1 if offset < self._delivered_before else 0) + 1
+        count = self._counts.get(offset)
+        if count is None:
+            count = self._counted_before(offset)
+        count += 1
         self._counts[offset] = count
+        if count > 1:
+            self.cursor.note_handed_out(offset, count)
         self._acquired[offset] = Acquired(member, deadline_ms)
         return count
+
+    def _counted_before(self, offset: int) -> int:
+        """The deliveries of a record by an earlier process: as the cursor counted, at least once."""
+        return max(1, self.cursor.times_handed_out(offset)) if offset < self._delivered_before else 0
+
+    def _delivered_enough_before(self, offset: int) -> bool:
+        return (offset < self._delivered_before and offset not in self._counts
+                and self._counted_before(offset) >= self.delivery_limit)
 
     def _archive_unread(self, first: int, last: int) -> None:
         for offset in range(first, last + 1):

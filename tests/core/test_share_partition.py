@@ -128,6 +128,19 @@ async def test_acknowledgements_survive_a_reopen_and_unsettled_records_return_co
     assert fetched.acquired == [(1, 1, 2), (3, 3, 2), (4, 4, 1)]   # 2 stays done; 1 and 3 were out before
 
 
+async def test_delivery_counts_survive_a_reopen_and_a_record_out_as_often_as_allowed_is_archived(core, topic):
+    await produce(core, 3)
+    share = await open_share(core, limit=3)
+    for attempt in (1, 2):
+        assert (await share.fetch("a", 2)).acquired == [(0, 1, attempt)]
+        assert share.acknowledge("a", 0, 1, [RELEASE])
+    assert (await share.fetch("a", 1)).acquired == [(0, 0, 3)]    # in flight for the third time
+    await share.flush()
+    reopened = await open_share(core, limit=3)                        # a restart
+    assert (await reopened.fetch("b", 10)).acquired == [(1, 1, 3), (2, 2, 1)]
+    assert reopened.start_offset == 1        # 0 was out three times: archived, not delivered a fourth
+
+
 async def test_the_coordinator_starts_a_new_share_partition_at_the_end_or_the_start(core, topic):
     await produce(core, 3)
     latest = ShareCoordinator(core, ShareSettings())
