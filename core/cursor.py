@@ -8,7 +8,8 @@ moves the position past every contiguous acknowledged offset.
 Persisted at /cursors/<tenant>/<namespace>/<topic>/<partition>/<cursor name>:
 
     {"committed": int, "acked": [[first, end), ...], "metadata": str, "updated_ms": int,
-     "delivered": int, "reserved": int, "handed_out": [[offset, times], ...], "leader_epoch": int}
+     "delivered": int, "reserved": int, "handed_out": [[offset, times], ...],
+     "parked": [[group (base64), offset], ...], "leader_epoch": int}
 
 "delivered" (written only when set) is one past the highest offset handed out through the cursor
 (a queue's deliveries) as of the write. "reserved" (written only while above "delivered") bounds
@@ -19,12 +20,15 @@ last "delivered" written is older than the last hand-out. A clean close drops th
 "handed_out" (written only when not empty) counts the hand-outs of unacknowledged offsets handed
 out more than once (a quorum queue's delivery count, which its delivery limit is checked against),
 for at most MAX_COUNTED offsets at a time; one handed out once is covered by "delivered"/"reserved".
+"parked" (written only when not empty) lists a key-shared queue's groups parked by a poison message
+(core/queues/groups.py) and the offset of that message, until an operator releases them.
 "leader_epoch" (written only when known) is the leader epoch a Kafka consumer committed with its
 offset.
 """
 
 from __future__ import annotations
 
+import base64
 import bisect
 import json
 from dataclasses import dataclass, field
@@ -93,6 +97,7 @@ class CursorState:
     delivered: int = 0
     reserved: int = 0        # hand-outs may reach up to here once it is stored
     handed_out: dict[int, int] = field(default_factory=dict)   # offset -> hand-outs, when more than one
+    parked: dict[bytes, int] = field(default_factory=dict)      # group -> the offset that parked it
     leader_epoch: int = -1
     updated_ms: int = 0      # when last stored (0: never)
 
@@ -125,9 +130,10 @@ class Cursor:
             return cls(store, clock, topic, partition, name, CursorState(initial_offset, AckSet()), None)
         doc = json.loads(node.value)
         state = CursorState(doc["committed"], AckSet([tuple(r) for r in doc["acked"]]), doc.get("metadata", ""),
-                            doc.get("delivered", 0), doc.get("reserved", 0),
-                            {offset: times for offset, times in doc.get("handed_out", ())},
-                            doc.get("leader_epoch", -1), doc.get("updated_ms", 0))
+                            delivered=doc.get("delivered", 0), reserved=doc.get("reserved", 0),
+                            handed_out={offset: times for offset, times in doc.get("handed_out", ())},
+                            parked={base64.b64decode(group): offset for group, offset in doc.get("parked", ())},
+                            leader_epoch=doc.get("leader_epoch", -1), updated_ms=doc.get("updated_ms", 0))
         return cls(store, clock, topic, partition, name, state, node.version)
 
     @property
@@ -199,6 +205,19 @@ class Cursor:
         """How often `offset` was handed out, as counted (0: not counted, at most once)."""
         return self._state.handed_out.get(offset, 0)
 
+    @property
+    def parked_groups(self) -> dict[bytes, int]:
+        """A key-shared queue's parked groups, each with the offset of the message that parked it."""
+        return dict(self._state.parked)
+
+    def park_group(self, group: bytes, offset: int) -> None:
+        self._state.parked[group] = offset
+        self._dirty = True
+
+    def release_group(self, group: bytes) -> None:
+        if self._state.parked.pop(group, None) is not None:
+            self._dirty = True
+
     def is_acked(self, offset: int) -> bool:
         return offset < self._state.committed or offset in self._state.acked
 
@@ -240,6 +259,9 @@ class Cursor:
                                                 if not self.is_acked(offset)}
             if counted:
                 fields["handed_out"] = sorted(counted.items())
+        if self._state.parked:
+            fields["parked"] = [[base64.b64encode(group).decode(), offset]
+                                for group, offset in self._state.parked.items()]
         if self._state.leader_epoch >= 0:
             fields["leader_epoch"] = self._state.leader_epoch
         doc = json.dumps(fields, separators=(",", ":")).encode()

@@ -111,3 +111,36 @@ def test_a_quorum_queue_keeps_its_delivery_counts_across_a_restart(gateway_launc
         assert body == b"poison" and properties.headers["x-death"][0]["reason"] == "delivery_limit"
     finally:
         connection.close()
+
+
+def test_a_parked_message_group_stays_parked_across_a_restart(gateway_launcher) -> None:
+    """A key-shared queue's group parked by its poison message stays parked after a restart: the
+    group's next message must not go out before an operator releases it, while other groups flow
+    (had the park been forgotten, the group's next message, published first, would come first)."""
+    queue = f"groups-{uuid.uuid4().hex[:6]}"
+    arguments = {"x-subscription-type": "key-shared", "x-delivery-limit": 0}
+
+    def publish(channel, body: bytes, group: str) -> None:
+        channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2, headers={"x-group-id": group}))
+
+    gateway = gateway_launcher.start()
+    connection = connect(gateway.amqp)
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True, arguments=arguments)
+    channel.confirm_delivery()
+    publish(channel, b"poison", "order-9")
+    publish(channel, b"next", "order-9")
+    method, _, body = channel.basic_get(queue)
+    assert body == b"poison"
+    channel.basic_nack(method.delivery_tag, requeue=True)     # over the limit: dead, order-9 parks
+    connection.close()
+    assert gateway.stop(signal.SIGTERM) == 0
+
+    connection = connect(gateway_launcher.start().amqp)
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        publish(channel, b"other", "order-10")
+        assert received(channel, queue, 1) == [(b"other", False)]
+    finally:
+        connection.close()

@@ -62,14 +62,15 @@ class GroupBacklog:
     strict = False
     missing = None             # bodies are read with the log
 
-    def __init__(self, poison_policy: str = BLOCK) -> None:
+    def __init__(self, poison_policy: str = BLOCK, parked: dict[Hashable, int] | None = None) -> None:
+        """`parked`: the groups parked when the queue was last open (its cursor keeps them)."""
         self.poison_policy = poison_policy
         self._pending: dict[Hashable, deque[QueuedMessage]] = {}
         self._ready: list[tuple[int, int, Hashable | None, QueuedMessage]] = []   # (offset, tie, group, message)
         self._tie = 0
         self._out: dict[int, Hashable] = {}            # outstanding offset -> its group
-        self._blocked: set[Hashable] = set()           # a message outstanding, or parked
-        self.parked: dict[Hashable, int] = {}          # group -> the offset that exhausted its deliveries
+        self.parked: dict[Hashable, int] = dict(parked or {})   # group -> the offset that exhausted its deliveries
+        self._blocked: set[Hashable] = set(self.parked)         # a message outstanding, or parked
         self._count = 0
         self._bytes = 0
 
@@ -168,15 +169,15 @@ class GroupBacklog:
             self._blocked.discard(group)
             self._push_head(group)
 
-    def poisoned(self, offset: int) -> bool:
+    def poisoned(self, offset: int) -> Hashable | None:
         """The outstanding message at `offset` exhausted its deliveries and dies: with the block
-        policy its group is parked (True)."""
+        policy its group is parked (returned)."""
         group = self._out.get(offset)
         if group is None or self.poison_policy != BLOCK:
-            return False
+            return None
         self.parked[group] = offset
         self._blocked.add(group)
-        return True
+        return group
 
     def release(self, group: Hashable) -> bool:
         """An operator lets a parked group go on; False if it was not parked."""

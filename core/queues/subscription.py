@@ -150,7 +150,8 @@ class SharedSubscription:
         self.exclusive_consumer: Consumer | None = None
         # what waits to be handed out, in the order it goes (core/queues/backlog.py); key-shared
         # queues keep their groups in it, told of every grouped message settled (None: plain)
-        self._groups = GroupBacklog(group_poison_policy) if subscription_type == KEY_SHARED else None
+        self._groups = (GroupBacklog(group_poison_policy, parked=cursor.parked_groups)
+                        if subscription_type == KEY_SHARED else None)
         self._backlog = (self._groups if self._groups is not None
                          else PriorityReadAhead(max_priority) if max_priority else FifoBacklog())
         self._unacked: dict[int, tuple[QueuedMessage, Hashable]] = {}
@@ -257,9 +258,12 @@ class SharedSubscription:
         """A message handed out comes back: handed out again first, or dead past the delivery limit
         (on a key-shared queue, its group parked or moving on by the poison policy)."""
         if self._over_delivery_limit(message):
-            if self._groups is not None and self._groups.poisoned(message.offset):
+            parked = self._groups.poisoned(message.offset) if self._groups is not None else None
+            if parked is not None:
                 log.warning("queue %s: message %d was delivered %d times; its group is parked",
                             self._name, message.offset, message.deliveries)
+                self.cursor.park_group(parked, message.offset)
+                self._cursor_changed()
             self.dead([message], DELIVERY_LIMIT)
         else:
             self._backlog.put_back(message)
@@ -495,6 +499,8 @@ class SharedSubscription:
         """Let a parked group go on (its poison message is dead already); False if not parked."""
         if self._groups is None or not self._groups.release(group):
             return False
+        self.cursor.release_group(group)
+        self._cursor_changed()
         self.dispatch()
         return True
 

@@ -93,6 +93,18 @@ async def test_hand_outs_are_counted_from_the_second_up_to_a_bound_and_forgotten
     assert again.times_handed_out(5) == 2
 
 
+async def test_parked_groups_are_stored_whatever_their_bytes_until_released(core) -> None:
+    cursor = await core.cursor(TOPIC, 0, "groups")
+    cursor.park_group(b"\xff\x00 not utf-8", 7)
+    cursor.park_group(b"customer-1", 9)
+    await cursor.flush()
+    loaded = await core.cursor(TOPIC, 0, "groups")
+    assert loaded.parked_groups == {b"\xff\x00 not utf-8": 7, b"customer-1": 9}
+    loaded.release_group(b"customer-1")
+    await loaded.flush()
+    assert (await core.cursor(TOPIC, 0, "groups")).parked_groups == {b"\xff\x00 not utf-8": 7}
+
+
 async def test_commit_backwards_resets_the_position(core) -> None:
     cursor = await core.cursor(TOPIC, 1, "reset", initial_offset=10)
     cursor.commit(3)

@@ -1,6 +1,6 @@
 """Queues in the core: priorities (x-max-priority), single active consumer, what a restart keeps
-(persistent messages, the redelivered mark) and drops (transient messages), one-batch publishes
-and waiting for the position to be saved."""
+(persistent messages, the redelivered mark, delivery counts, parked groups) and drops (transient
+messages), one-batch publishes and waiting for the position to be saved."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from core.clock import FakeClock
 from core.errors import ExclusiveUse, InequivalentDeclaration, InvalidArgument
 from core.queues import priority as priority_module
 from core.queues import subscription as subscription_module
-from core.queues.attributes import PRIORITY, TRANSIENT
+from core.queues.attributes import GROUP, PRIORITY, TRANSIENT
 from core.queues.priority import PriorityReadAhead
 from core.queues.service import QueueService, publish
 from core.queues.subscription import QueuedMessage
@@ -286,6 +286,32 @@ async def test_a_delivery_count_and_its_limit_outlive_a_restart(tmp_path) -> Non
         queue.subscription.reject([handed.offset], requeue=True)       # a fourth return: over the limit
         assert (await queue.get("o", auto_ack=True)).value == b"fine"
         assert await queue.get("o", auto_ack=True) is None
+
+
+async def test_a_parked_group_stays_parked_across_a_restart_until_released(tmp_path) -> None:
+    """A key-shared queue's group parked by its poison message stays parked after a restart: its
+    later messages wait for an operator as before (they must not overtake the dead one), the
+    other groups flow."""
+    def grouped(value: bytes, group: bytes) -> Record:
+        return Record(1_700_000_000_000, key=b"rk", value=value, headers=((GROUP, group),))
+
+    arguments = {"x-subscription-type": "key-shared", "x-delivery-limit": 0}
+    async with running(tmp_path) as (_, space):
+        queue = await space.declare_queue("groups-q", durable=True, arguments=arguments)
+        await store(queue, [grouped(b"poison", b"g"), grouped(b"after", b"g")])
+        handed = await queue.get("owner", auto_ack=False)
+        queue.subscription.reject([handed.offset], requeue=True)      # over the limit: dead, g parked
+        assert queue.subscription.parked_groups == {b"g": handed.offset}
+
+    async with running(tmp_path) as (_, space):
+        queue = space.queue("groups-q")
+        await store(queue, [grouped(b"free", b"h")])
+        consumer = Recorder()
+        await queue.add_consumer(consumer)
+        await eventually(lambda: consumer.values() == [b"free"])
+        assert queue.subscription.parked_groups == {b"g": 0}
+        assert queue.subscription.release_group(b"g")
+        await eventually(lambda: consumer.values() == [b"free", b"after"])
 
 
 async def test_every_hand_out_is_below_a_stored_reservation(space, monkeypatch) -> None:
