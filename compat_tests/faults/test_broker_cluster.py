@@ -29,6 +29,7 @@ from kafka.errors import NoReassignmentInProgressError
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from compat_tests.faults.harness import cgroup
+from compat_tests.faults.harness.balance import wait_until_balanced
 from compat_tests.faults.harness.bundles import follow_layouts
 from compat_tests.faults.harness.failover import ack_latencies, describe, failover_times
 from compat_tests.faults.harness.history import INVOKE, OK
@@ -107,33 +108,6 @@ def wait_for_holders(cluster, topic: str, partitions: int, accept) -> dict[int, 
             return holders
         assert time.monotonic() < deadline, f"ownership never settled: {holders}"
         time.sleep(0.2)
-
-
-async def _balanced(cluster) -> bool:
-    store = await ZooKeeperMetadataStore.open(cluster.metadata_url)
-    try:
-        live = {int(name) for name in await store.children("/cluster/brokers")}
-        node = await store.get("/cluster/assignment")
-        if node is None:
-            return False
-        assignment = json.loads(node.value)["bundles"]
-        if set(assignment.values()) != live or len(live) != len(cluster.brokers):
-            return False
-        for bundle, broker in assignment.items():
-            lease = await store.get(f"/cluster/leases/{bundle}")
-            if lease is None or json.loads(lease.value)["broker"] != broker:
-                return False
-        return True
-    finally:
-        await store.close()
-
-
-def wait_until_balanced(cluster) -> None:
-    """Every broker registered, bundles spread over all of them, every lease held by its assignee."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not asyncio.run(_balanced(cluster)):
-        assert time.monotonic() < deadline, "the bundles never settled over every broker"
-        time.sleep(0.3)
 
 
 def busiest_owner(cluster, topic: str, partitions: int):

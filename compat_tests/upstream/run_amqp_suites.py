@@ -19,7 +19,8 @@ Exit status: 0 when the gateway passes every test RabbitMQ passes, 1 otherwise.
 
 With `--cluster N` the gateway side is a local cluster (`gateway cluster up` as a library: 3 bookies,
 N brokers) and the suite connects to its first broker only, so most of its queues are served by
-another broker and everything the suite does to them goes over the peer links.
+another broker and everything the suite does to them goes over the peer links. The suite starts
+once the bundles have settled over every broker (each join moves some).
 """
 
 from __future__ import annotations
@@ -142,10 +143,12 @@ def main(argv: list[str] | None = None) -> int:
             report = directory / "report.xml"
             print(f"{name}: running against {broker} ...", flush=True)
             if broker == "gateway" and options.cluster:
+                from compat_tests.faults.harness.balance import wait_until_balanced
                 from gateway.cluster.launcher import ClusterSpec, LocalCluster
                 cluster = LocalCluster(ClusterSpec(data_dir=directory / "cluster", brokers=options.cluster))
                 first = cluster.start()["brokers"][0]["amqp"]
                 try:
+                    wait_until_balanced(cluster)      # the last broker's join moves bundles: let it finish
                     results[broker] = run_suite(suite, checkouts, options.site, int(first.rpartition(":")[2]),
                                                 report, options.pytest_args)
                 finally:
