@@ -140,9 +140,9 @@ class OutOfOrderSequence(CoreError):
 
 
 class SequenceGap(OutOfOrderSequence):
-    """An idempotent producer's batch is ahead of the sequence this partition expects: a batch
-    before it has not arrived (it was refused, failed or is still on its way). Nothing is stored;
-    the client retries it after the batches before it (core/producer_state.py)."""
+    """An idempotent producer's batch is ahead of the sequence this partition expects while a batch
+    before it was refused or failed here moments ago: nothing is stored, and the client retries it
+    after sending the missing one again (core/producer_state.py, core/partition.py)."""
     retriable = True
 
 

@@ -25,14 +25,15 @@ from dataclasses import dataclass
 
 from core.clock import Clock
 from core.errors import (BacklogQuotaExceeded, CoreError, CorruptRecord, FencedLeaderEpoch, InvalidRecord, MirrorTopic,
-                         NotEnoughReplicas, NotOwner, OffsetOutOfRange, RecordTooLarge, StorageUnavailable,
-                         UnknownLeaderEpoch)
+                         NotEnoughReplicas, NotOwner, OffsetOutOfRange, OutOfOrderSequence, RecordTooLarge,
+                         SequenceGap, StorageUnavailable, UnknownLeaderEpoch)
 from core.meters import NamespaceMeter
 from core.producer_state import ProducerStates
 from core.records import batch as record_batch
 from core.records.decoder import decode_batch
 from core.topic_config import EffectiveConfig
 from core.producer_notes import ProducerNote, ProducerNotes
+from core.producer_snapshots import ProducerSnapshot, ProducerSnapshots
 from core.transactions.aborted_index import AbortedIndex, AbortedIndexStore, AbortedTxn
 from core.transactions.markers import Marker, build_marker, read_marker
 from storage.api import (Fenced, LedgerFenced, LogClosed, ManagedLog, NotEnoughBookies, PositionOutOfRange,
@@ -88,6 +89,11 @@ def storage_errors() -> Iterator[None]:
 
 
 RELEARN_RETRY_S = 0.5
+# How long after an append was refused or failed here a sequence gap is answered as retriable: about
+# a client's request timeout, within which it sends the missing batch again.
+GAP_AFTER_REFUSAL_MS = 30_000
+DUPLICATE_WAIT_S = 10.0   # how long a retry waits for the batch it repeats to become durable
+SNAPSHOT_EVERY_BYTES = 4 << 20   # opening a partition reads at most about this much of its log back
 
 
 def _resolved(value: int) -> asyncio.Future:
@@ -110,7 +116,7 @@ def retention_policy(config: EffectiveConfig) -> RetentionPolicy:
 class Partition:
     def __init__(self, topic: str, index: int, log: ManagedLog, config: EffectiveConfig, clock: Clock,
                  aborted_store: AbortedIndexStore | None = None, notes: ProducerNotes | None = None, *,
-                 read_only: bool = False) -> None:
+                 snapshots: ProducerSnapshots | None = None, read_only: bool = False) -> None:
         """`read_only`: a read replica over a follower of another broker's log (core/replicas.py):
         reads only, read_uncommitted."""
         self.topic = topic
@@ -123,12 +129,17 @@ class Partition:
         self.aborted = AbortedIndex()
         self._aborted_store = aborted_store   # None: the aborted index is rebuilt from the log tail only
         self.notes = notes                    # sequences of held batches (None: the log's alone)
+        self._snapshots = snapshots           # where the producers are snapshotted (None: never)
+        self._unsnapshotted_bytes = 0         # appended since the last snapshot was taken
+        self._snapshotting = False
         self._stable_waiters: list[asyncio.Future] = []
         self._max_timestamp: int | None = None   # the highest record timestamp stored; None: not known yet
         self._watchers: list[asyncio.Future] = []   # readers waiting for the next durable append
         # After a storage failure the outcome of the failed appends is unknown: the producer state is
         # learned again from the log once it is repaired, and appends wait for that.
         self._relearning: asyncio.Task | None = None
+        self._relearns = 0
+        self._last_refusal_ms = -GAP_AFTER_REFUSAL_MS    # when an append was last refused or failed (check_sequence)
         self.meter = NamespaceMeter("", "")   # the core gives every partition of a namespace that namespace's meter
         # Traffic while open, for the cluster's load reports (core/cluster/load.py).
         self.messages_in = self.bytes_in = self.bytes_out = 0
@@ -195,10 +206,10 @@ class Partition:
             for batch, header in zip(batches, headers):
                 idempotent = header.producer_id >= 0
                 if idempotent:
-                    duplicate = self.producers.check(header.producer_id, header.producer_epoch,
-                                                     header.base_sequence, header.record_count)
+                    duplicate = self.check_sequence(header.producer_id, header.producer_epoch,
+                                                    header.base_sequence, header.record_count)
                     if duplicate is not None:   # a retry of a stored batch: its offset, stored once
-                        pending.append(_resolved(duplicate))
+                        pending.append(self._once_durable(duplicate))
                         continue
                 base_offset = self.log.next_offset
                 if self.config.log_append_time:
@@ -216,7 +227,11 @@ class Partition:
                                           header.record_count, base_offset, header.max_timestamp)
                     if header.is_transactional:
                         self.producers.begin_transaction(header.producer_id, base_offset)
-        durable = self._first_offset(pending, first_queued)
+        durable = self._first_offset(pending)
+        if self._snapshots is not None and appended is not None:
+            self._unsnapshotted_bytes += len(records)
+            if self._unsnapshotted_bytes >= SNAPSHOT_EVERY_BYTES and not self._snapshotting:
+                self._take_snapshot(durable)
         if appended is not None:
             # Resolved once the log's high watermark covers the last batch (it moves first); a
             # reader may start watching before then, so the callback is always there. Registered
@@ -226,10 +241,40 @@ class Partition:
             self.meter.tracer.produced(self.topic, self.index, first_queued, self.log.next_offset - 1)
         return durable
 
+    def _once_durable(self, offset: int) -> asyncio.Future:
+        """The offset of a batch a retry repeats, once that batch is durable: a retry must not be
+        answered while the batch it repeats may still fail (as Kafka holds a duplicate's answer
+        until its offset is replicated)."""
+        if offset < self.log.high_watermark:
+            return _resolved(offset)
+        return asyncio.ensure_future(self._wait_durable(offset, self._relearns))
+
+    async def _wait_durable(self, offset: int, relearns: int) -> int:
+        deadline = asyncio.get_running_loop().time() + DUPLICATE_WAIT_S
+        while self.log.high_watermark <= offset:
+            if self._relearns != relearns or asyncio.get_running_loop().time() >= deadline:
+                # It failed (its outcome is being learned from the log) or is taking too long: the
+                # client asks again, and is answered from what the log holds by then.
+                raise StorageUnavailable(f"{self.topic}-{self.index}: the batch at {offset} is not durable yet")
+            await self.log.wait_for_append(offset, 0.5)
+        return offset
+
+    def check_sequence(self, producer_id: int, epoch: int, first_seq: int, record_count: int) -> int | None:
+        """The producer state's verdict on a batch. A gap is a retriable SequenceGap only while a batch
+        refused or failed here moments ago may be what is missing (the client sends it again first);
+        otherwise the client skipped a sequence, and it is OUT_OF_ORDER_SEQUENCE, as Kafka answers."""
+        try:
+            return self.producers.check(producer_id, epoch, first_seq, record_count)
+        except SequenceGap as gap:
+            if self._clock.now_ms() - self._last_refusal_ms < GAP_AFTER_REFUSAL_MS:
+                raise
+            raise OutOfOrderSequence(str(gap)) from None
+
     def _validated(self, records: bytes | memoryview, *, from_client: bool) -> tuple[list, list]:
         """The batches of a Produce "records" field and their headers, all checked before any is
         stored. Control batches come only from a mirror's replicator (`from_client` False)."""
         if self._relearning is not None:
+            self._last_refusal_ms = self._clock.now_ms()
             raise StorageUnavailable(f"{self.topic}-{self.index} is recovering from a storage failure")
         if self.refusal is not None:
             raise BacklogQuotaExceeded(self.refusal)
@@ -266,7 +311,6 @@ class Partition:
         first = None
         pending: list[asyncio.Future] = []
         aborted: list[AbortedTxn] = []
-        first_queued = self.log.next_offset
         for batch, header in zip(batches, headers):
             first = header.base_offset if first is None else first
             end = self.log.next_offset
@@ -278,7 +322,6 @@ class Partition:
                                            f"leaves a gap after {end}")
                 with storage_errors():
                     await self.log.start_at(header.base_offset)
-                first_queued = header.base_offset
             stored = record_batch.with_offset_and_epoch(batch, header.base_offset, self.log.leader_epoch)
             with storage_errors():
                 pending.append(self.log.append(stored, header.record_count, header.max_timestamp))
@@ -289,7 +332,7 @@ class Partition:
                 aborted.append(ended)
         if pending:
             self.meter.published(sum(len(b) for b in batches), sum(h.record_count for h in headers))
-            await self._first_offset(pending, first_queued)   # queued together: one group commit, not one each
+            await self._first_offset(pending)   # queued together: one group commit, not one each
             self.wake_watchers()
         for transaction in aborted:
             if self._aborted_store is not None:
@@ -331,7 +374,7 @@ class Partition:
                 waiter.set_result(None)
         return aborted
 
-    def _first_offset(self, pending: list[asyncio.Future], first_queued: int) -> asyncio.Future:
+    def _first_offset(self, pending: list[asyncio.Future]) -> asyncio.Future:
         """The first batch's offset, once every batch is durable; the first failure fails it.
         Chained by callbacks on the appends rather than awaited by a task: it resolves in the same
         pass of the event loop as the last append, before the readers that one wakes."""
@@ -349,7 +392,7 @@ class Partition:
                 return
             error = done.exception()
             if error is not None:
-                self._append_failed(pending, first_queued, error)
+                self._append_failed(pending)
                 durable.set_exception(as_core_error(error))
                 return
             waiting -= 1
@@ -360,19 +403,18 @@ class Partition:
             append.add_done_callback(settled)
         return durable
 
-    def _append_failed(self, pending: list[asyncio.Future], first_queued: int, error: BaseException) -> None:
+    def _append_failed(self, pending: list[asyncio.Future]) -> None:
+        self._last_refusal_ms = self._clock.now_ms()
         for append in pending:    # what fails after this one: no "never retrieved" warnings
             append.add_done_callback(_retrieve)
-        error = as_core_error(error)
-        if isinstance(error, StorageUnavailable):
-            # Some of these batches may be stored after all (a failed ledger keeps what reached
-            # its bookies): a retry must find them, or an idempotent producer's retry is stored twice.
-            self._relearn_producers()
-        elif isinstance(error, CoreError):
-            self.producers.forget_from(first_queued)   # nothing from here on was stored
+        # Whatever failed them, some of these batches may be stored after all (a failed ledger keeps
+        # what reached its bookies, and its recovery keeps what it finds on any of them): a retry must
+        # find them, or an idempotent producer's retry is stored twice. Only the log knows.
+        self._relearn_producers()
 
     def _relearn_producers(self) -> None:
         if self._relearning is None:
+            self._relearns += 1
             self._relearning = asyncio.ensure_future(self._relearn())
             self._max_timestamp = None   # failed appends may have raised it: look again when asked
 
@@ -395,16 +437,45 @@ class Partition:
         finally:
             self._relearning = None
 
+    def _take_snapshot(self, durable: asyncio.Future) -> None:
+        """Snapshot the producers as of the log's next offset; stored once `durable` (the append
+        that carried the last batch below it) is, dropped if it fails (core/producer_snapshots.py)."""
+        snapshot = self.producers.snapshot(self.log.next_offset)
+        if snapshot is None:
+            return
+        self._unsnapshotted_bytes = 0
+        self._snapshotting = True
+        asyncio.ensure_future(self._store_snapshot(snapshot, durable))
+
+    async def _store_snapshot(self, snapshot: ProducerSnapshot, durable: asyncio.Future) -> None:
+        try:
+            await asyncio.wait((durable,))
+            if durable.cancelled() or durable.exception() is not None or self._relearning is not None:
+                return
+            await self._snapshots.save(snapshot)
+        except StorageError as exc:    # the next one is taken a few MiB later; opening scans a little more
+            logger.info("%s-%d: producer snapshot at %d not stored: %s", self.topic, self.index, snapshot.offset, exc)
+        finally:
+            self._snapshotting = False
+
     async def load_producer_states(self, max_scan_bytes: int = 64 << 20) -> None:
-        """Rebuild the idempotent producers' state, the open transactions and the aborted index from the
-        tail of the log (about the last `max_scan_bytes`) and the stored aborted index; producers
-        older than that are treated as new, as Kafka treats expired ones."""
+        """Rebuild the idempotent producers' state, the open transactions and the aborted index from
+        the newest producer snapshot and the log after it, else from the tail of the log (about the
+        last `max_scan_bytes`), and the stored aborted index; producers older than that are treated
+        as new, as Kafka treats expired ones."""
         start, end = self.log_start_offset, self.high_watermark
         size = self.log.size_bytes
         if size > max_scan_bytes and end > start:
             start = max(start, end - (end - start) * max_scan_bytes // size)
-        self._scan_start, self._learned_to, self._marked = start, start, set()
+        notes_from = start
         self.producers.complete = start == 0      # nothing ever removed, all of it scanned
+        with storage_errors():
+            snapshot = None if self._snapshots is None else await self._snapshots.load()
+        if snapshot is not None and start <= snapshot.offset <= end:
+            self.producers = ProducerStates.restored(snapshot)
+            self.producers.complete = snapshot.complete and self.log_start_offset == 0
+            start = snapshot.offset
+        self._scan_start, self._learned_to, self._marked = start, start, set()
         with storage_errors():
             if self._aborted_store is not None:
                 for entry in await self._aborted_store.load(self.log_start_offset):
@@ -412,7 +483,7 @@ class Partition:
                         self.aborted.add(entry.producer_id, entry.first_offset, entry.last_offset)
             await self._learn_until(end)
             if self.notes is not None:
-                for note in await self.notes.load(start):
+                for note in await self.notes.load(notes_from):
                     self.producers.relearn_note(note.producer_id, note.epoch, note.first_seq, note.count,
                                                 note.base_offset, note.at)
 

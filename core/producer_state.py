@@ -5,13 +5,14 @@ A batch from producer P (epoch E, sequences first..last) is checked before it is
   - the same sequences as one of P's last five stored batches: a retry of a stored batch — the
     original offset is returned and nothing is stored again;
   - otherwise first must follow P's last sequence (or be 0 on a new epoch). A batch ahead of that
-    means one before it has not arrived: it was refused or failed (an owner change, a storage
-    failure) or is still on its way. It is refused as retriable, "not stored" (SequenceGap, Kafka's
-    NOT_ENOUGH_REPLICAS), so that the client sends the missing batches first. Kafka answers
-    OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka, for any batch but the first in flight,
-    bumps its epoch and renumbers every partition's unacknowledged batches, storing again those
-    a failed request did store (confluentinc/librdkafka#4953). A batch behind it that is none of
-    the last five is OUT_OF_ORDER_SEQUENCE_NUMBER;
+    means one before it has not arrived. SequenceGap says so; the partition (core/partition.py)
+    answers it as Kafka does, OUT_OF_ORDER_SEQUENCE_NUMBER, unless an append was refused or failed
+    there moments ago (a storage failure being repaired): then the missing batch is most likely
+    that one, on its way again, and the gap stays retriable ("not stored", NOT_ENOUGH_REPLICAS),
+    because librdkafka answers OUT_OF_ORDER_SEQUENCE_NUMBER for any batch but the first in flight
+    by bumping its epoch and renumbering every partition's unacknowledged batches, which stores
+    again those a failed request did store (confluentinc/librdkafka#4953). A batch behind it that
+    is none of the last five is OUT_OF_ORDER_SEQUENCE_NUMBER;
   - a producer this partition has no state for must start at sequence 0. Kafka (since KIP-360)
     takes any sequence there, trusting replication to have kept what came before. Here an owner
     change or a storage failure can lose batches that were queued but never stored and never
@@ -25,8 +26,10 @@ A batch from producer P (epoch E, sequences first..last) is checked before it is
         UNKNOWN_PRODUCER_ID, which clients answer by resetting the producer's sequences
         (librdkafka when nothing is outstanding, the Java client when the log start is past its
         last ack) or by failing the producer: never by losing a record.
-The state advances when the batch is queued (so pipelined batches check against each other) and is
-rebuilt from the log when the partition opens, so retries across a restart stay exactly-once.
+The state advances when the batch is queued (so pipelined batches check against each other). It is
+rebuilt from the log when the partition opens (from its newest snapshot on, core/producer_snapshots.py)
+and after any failed append, whose batches may be stored after all: so retries across a restart, a
+failover or a storage failure stay exactly-once.
 
 Transactions: each producer with an open transaction on the partition has the offset of its first
 transactional batch since its last marker; the smallest of them bounds the last stable offset. A
@@ -40,10 +43,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from core.errors import CoreError, InvalidProducerEpoch, OutOfOrderSequence, SequenceGap, UnknownProducerId
+from core.producer_snapshots import MAX_PRODUCERS, ProducerSnapshot
 
 MAX_BATCHES = 5          # Kafka keeps the last five batches per producer and partition
 _SEQ_WRAP = 1 << 31
-_NO_SEQUENCE = -1        # first_seq of a position-only record: no batch has it, so no retry matches it
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,17 +142,6 @@ class ProducerStates:
                                 entry.last_timestamp, self._open_txns.get(producer_id, -1))
                 for producer_id, entry in sorted(self._producers.items())]
 
-    def forget_from(self, offset: int) -> None:
-        """Drop what was recorded for batches at or after `offset` (their append failed). A producer
-        left with no batch keeps its position: its next batch must still follow what was stored."""
-        for entry in self._producers.values():
-            while entry.batches and entry.batches[-1].base_offset >= offset:
-                dropped = entry.batches.pop()
-                if not entry.batches:
-                    entry.batches.append(BatchRecord(_NO_SEQUENCE, dropped.first_seq - 1, -1))  # -1 + 1 wraps to 0
-        for producer_id in [p for p, first in self._open_txns.items() if first >= offset]:
-            del self._open_txns[producer_id]
-
     # --- transactions -----------------------------------------------------------------------------
 
     def begin_transaction(self, producer_id: int, offset: int) -> None:
@@ -171,6 +163,28 @@ class ProducerStates:
     @property
     def open_transactions(self) -> dict[int, int]:
         return dict(self._open_txns)
+
+    # --- snapshots (core/producer_snapshots.py) ---------------------------------------------------
+
+    def snapshot(self, offset: int) -> ProducerSnapshot | None:
+        """What is known now, as of `offset` (every batch recorded lies below it); None when there
+        are too many producers to keep in one metadata node."""
+        if len(self._producers) > MAX_PRODUCERS:
+            return None
+        producers = [[producer_id, entry.epoch, entry.last_timestamp,
+                      [[b.first_seq, b.last_seq, b.base_offset] for b in entry.batches]]
+                     for producer_id, entry in self._producers.items()]
+        return ProducerSnapshot(offset, self.complete, producers, [list(t) for t in self._open_txns.items()])
+
+    @classmethod
+    def restored(cls, snapshot: ProducerSnapshot) -> "ProducerStates":
+        states = cls()
+        for producer_id, epoch, last_timestamp, batches in snapshot.producers:
+            entry = states._producers[producer_id] = ProducerEntry(epoch, last_timestamp=last_timestamp)
+            entry.batches.extend(BatchRecord(*batch) for batch in batches)
+        states._open_txns = {producer_id: first for producer_id, first in snapshot.transactions}
+        states.complete = snapshot.complete
+        return states
 
     def __len__(self) -> int:
         return len(self._producers)

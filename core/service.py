@@ -38,6 +38,7 @@ from core.tenancy import Tenancy
 from core.topic_config import EffectiveConfig
 from core.trace import Tracer
 from core.producer_notes import ProducerNotes
+from core.producer_snapshots import ProducerSnapshots
 from core.transactions.aborted_index import AbortedIndexStore
 from storage.api import ManagedLogFactory, MetadataStore
 
@@ -218,7 +219,8 @@ class Core:
             managed = await self.logs.open_log(name.partition_log(index), retention_policy(config))
         metadata = self.owner_metadata(partition_bundle(name.tenant, name.namespace, name.topic, index))
         partition = Partition(name.path, index, managed, config, self.clock,
-                              AbortedIndexStore(metadata, info.topic_id, index), ProducerNotes(metadata, info.topic_id, index))
+                              AbortedIndexStore(metadata, info.topic_id, index), ProducerNotes(metadata, info.topic_id, index),
+                              snapshots=ProducerSnapshots(metadata, info.topic_id, index))
         partition.meter = meter
         await partition.load_producer_states()
         return partition

@@ -340,8 +340,9 @@ class ManagedLog(Protocol):
 
     async def wait_repaired(self) -> None:
         """After an append failed for a storage reason its outcome is unknown (the entry may be stored
-        or not); the log then recovers its ledger. This returns once that is done, so the log's
-        content is known again; at once when nothing is under repair. LogClosed if the log closed."""
+        or not); the log then recovers its ledger. This returns once that is done and every append
+        made before has its outcome, so the log's content is known again and nothing lands behind
+        it; at once when nothing is under repair or in flight. LogClosed if the log closed."""
 
     async def trim(self, policy: RetentionPolicy, now_ms: int) -> int:
         """Drop whole ledgers past retention; returns the new log start offset."""

@@ -109,8 +109,8 @@ def _one_batch(core, topic: TopicName, partition: Partition, batch, header, deco
         return partition.start_append(batch), [], None
     idempotent = header.producer_id >= 0
     if idempotent:
-        duplicate = partition.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
-                                              header.records_count)
+        duplicate = partition.check_sequence(header.producer_id, header.producer_epoch, header.base_sequence,
+                                             header.records_count)
         if duplicate is not None:
             return _resolved(duplicate), [], None
     txn = header.producer_id if header.is_transactional else None

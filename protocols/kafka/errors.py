@@ -28,9 +28,10 @@ CORE_TO_KAFKA: dict[type[core.CoreError], ErrorCode] = {
     core.RequestRefused: ErrorCode.UNKNOWN_SERVER_ERROR,
     core.NotEnoughReplicas: ErrorCode.NOT_ENOUGH_REPLICAS,
     core.OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-    # Retriable and "not stored" in every client; librdkafka answers OUT_OF_ORDER_SEQUENCE_NUMBER on
-    # a batch behind a failed one by bumping the producer epoch, which renumbers (and so duplicates)
-    # possibly stored batches of its other partitions (confluentinc/librdkafka#4953).
+    # Only just after a refused or failed append (else a gap is OUT_OF_ORDER_SEQUENCE_NUMBER): retriable
+    # and "not stored" in every client, where librdkafka answers OUT_OF_ORDER_SEQUENCE_NUMBER on a batch
+    # behind a failed one by bumping the producer epoch, which renumbers (and so duplicates) possibly
+    # stored batches of its other partitions (confluentinc/librdkafka#4953).
     core.SequenceGap: ErrorCode.NOT_ENOUGH_REPLICAS,
     core.InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
     core.MirrorTopic: ErrorCode.INVALID_REQUEST,    # as Kafka's cluster links answer for mirror topics

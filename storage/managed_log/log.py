@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 
-from storage.api import (BadVersion, LedgerFenced, LogClosed, LogEntry, MetadataStore, NodeExists, NotEnoughBookies,
+from storage.api import (BadVersion, LedgerFenced, LogClosed, LogEntry, MetadataStore, NodeExists,
                          PositionOutOfRange, RetentionPolicy, StorageError)
 from storage.ledger.client import LedgerClient, LedgerHandle
 from storage.managed_log.ledger_list import ENTRY_HEADER, LedgerList, LedgerRange
@@ -175,6 +175,8 @@ class ManagedLogImpl(LogReads):
                 fut.set_exception(error)
             return
         self._hwm = end
+        if end == self._next and self._repair_waiters:
+            self._wake_repair_waiters()     # nothing in flight any more (wait_repaired)
         self._durable_bytes += size
         self._durable_max_ts = max(self._durable_max_ts, max_ts)
         if self._tail is not None and self._closed is None:
@@ -227,10 +229,12 @@ class ManagedLogImpl(LogReads):
         old = self._writer
         try:
             writer = await self._ledgers.create(properties={"log": self.name})
-        except NotEnoughBookies as exc:
+        except StorageError as exc:
             if old is None:
                 raise
-            # Rolling is housekeeping: write on to the open ledger until enough bookies are back.
+            # Rolling is housekeeping: write on to the open ledger until the next ledger can be made.
+            # (Dropping it instead would leave its pending adds landing after the offsets they hold
+            # were handed out again.)
             log.warning("log %s: cannot roll now (%s); writing on to ledger %d", self.name, exc, old.ledger_id)
             self._roll_again_ms = self._clock_ms() + ROLL_RETRY_MS
             while self._waiting:
@@ -336,9 +340,10 @@ class ManagedLogImpl(LogReads):
                 fut.set_exception(error)
 
     async def wait_repaired(self) -> None:
-        """Return once appends are accepted again after a writer failure (at once if none is under
-        repair): from then on the log holds exactly what the failed ledger turned out to store."""
-        while self._broken is not None and self._closed is None:
+        """Return once appends are accepted again after a writer failure and every append already
+        made has its outcome (at once if none is under repair or in flight): from then on the log
+        holds exactly what the failed ledger turned out to store, and nothing lands behind it."""
+        while (self._broken is not None or self._next != self._hwm) and self._closed is None:
             waiter = asyncio.get_running_loop().create_future()
             self._repair_waiters.append(waiter)
             await waiter

@@ -7,6 +7,7 @@ import pytest
 from core.errors import (
     CorruptRecord,
     InvalidRecord,
+    NotEnoughReplicas,
     OffsetOutOfRange,
     OutOfOrderSequence,
     SequenceGap,
@@ -16,11 +17,12 @@ from core.errors import (
     UnknownTopic,
 )
 from core.names import TopicName
+from core import partition as partition_module
 from core.producer_state import ProducerStates
 from core.records import batch as record_batch
 from core.records.builder import Record, build_batch
 from core.records.decoder import decode_batch
-from storage.api import StorageError
+from storage.api import BookieUnavailable, NotEnoughBookies, StorageError
 
 TOPIC = TopicName.of("payments")
 
@@ -191,8 +193,9 @@ class StoredButReportedFailed:
     """A log whose next append is stored but reported failed, as when the bookies that stored it
     were lost before they answered: the outcome is unknown to the writer."""
 
-    def __init__(self, log) -> None:
+    def __init__(self, log, error: StorageError) -> None:
         self._log = log
+        self.error = error
         self.armed = True
 
     def __getattr__(self, name):
@@ -206,20 +209,30 @@ class StoredButReportedFailed:
 
         async def reported_failed() -> int:
             await stored
-            raise StorageError("bookies lost before they answered")
+            raise self.error
         return asyncio.ensure_future(reported_failed())
 
 
-async def test_a_retry_after_an_ambiguous_failure_is_not_stored_twice(core) -> None:
+AMBIGUOUS_FAILURES = [
+    StorageError("bookies lost before they answered"),
+    # A writer left with fewer than Qa bookies fails its pending adds, yet each may sit on a bookie
+    # that survived, and the ledger's recovery keeps what it finds on any bookie.
+    NotEnoughBookies("need 2 bookies of the write set, 1 left"),
+    BookieUnavailable("ledger 3 entry 7: too few replicas answered"),
+]
+
+
+@pytest.mark.parametrize("failure", AMBIGUOUS_FAILURES, ids=lambda error: type(error).__name__)
+async def test_a_retry_after_an_ambiguous_failure_is_not_stored_twice(core, failure) -> None:
     """An idempotent producer retries a batch whose append failed for a storage reason; the batch
     was stored after all. The partition relearns its producers from the log before it accepts the
     retry, which then gets the stored offset instead of a second copy."""
     await core.create_topic(TOPIC, 1)
     partition = await core.partition(TOPIC, 0)
     await partition.append(batch_of([b"first"], producer_id=7, producer_epoch=0, base_sequence=0))
-    partition.log = StoredButReportedFailed(partition.log)
+    partition.log = StoredButReportedFailed(partition.log, failure)
     retried = batch_of([b"second"], producer_id=7, producer_epoch=0, base_sequence=1)
-    with pytest.raises(StorageUnavailable):
+    with pytest.raises((StorageUnavailable, NotEnoughReplicas)):
         await partition.append(retried)
     while True:   # refused while the producers are relearned, as a client's retries would be
         try:
@@ -235,14 +248,14 @@ async def test_a_retry_after_an_ambiguous_failure_is_not_stored_twice(core) -> N
 
 async def test_a_producer_unknown_here_must_start_at_sequence_zero(core) -> None:
     """A batch continuing a sequence this partition never saw the start of would skip what came
-    before it (lost in an owner change or a storage failure before it was stored). With the whole
-    log known, those batches were never stored, hence never acknowledged and still the client's to
-    retry: a sequence gap, retriable. Once records went by retention and the partition learned
+    before it. With the whole log known, those batches were never stored: out of order, as Kafka
+    answers a sequence that skips ahead. Once records went by retention and the partition learned
     its producers from what is left: UNKNOWN_PRODUCER_ID, so that the client resets. Nothing stored."""
     await core.create_topic(TOPIC, 1)
     partition = await core.partition(TOPIC, 0)
-    with pytest.raises(SequenceGap):
+    with pytest.raises(OutOfOrderSequence) as skipped:
         await partition.append(batch_of([b"seventeenth"], producer_id=8, producer_epoch=0, base_sequence=17))
+    assert not isinstance(skipped.value, SequenceGap)
     assert partition.high_watermark == 0
     assert await partition.append(batch_of([b"first"], producer_id=8, producer_epoch=0, base_sequence=0)) == 0
     assert await partition.append(batch_of([b"second"], producer_id=8, producer_epoch=0, base_sequence=1)) == 1
@@ -253,21 +266,6 @@ async def test_a_producer_unknown_here_must_start_at_sequence_zero(core) -> None
     with pytest.raises(UnknownProducerId):
         await reopened.append(batch_of([b"fifth"], producer_id=9, producer_epoch=0, base_sequence=5))
     assert reopened.high_watermark == 2
-
-
-def test_a_failed_append_leaves_the_producer_where_its_stored_batches_end() -> None:
-    states = ProducerStates()
-    states.record(5, 0, 0, 2, base_offset=0)        # sequences 0-1 stored at offsets 0-1
-    states.record(5, 0, 2, 1, base_offset=2)        # sequence 2 queued at offset 2 ...
-    states.forget_from(2)                            # ... and its append failed
-    with pytest.raises(SequenceGap):
-        states.check(5, 0, 3, 1)                     # skips the failed sequence 2
-    assert states.check(5, 0, 2, 1) is None          # its retry is taken
-    states.forget_from(0)                            # every batch failed: it must start again at 0
-    with pytest.raises(SequenceGap):
-        states.check(5, 0, 2, 1)
-    assert states.check(5, 0, 0, 2) is None
-    assert [s.last_sequence for s in states.summaries()] == [-1]
 
 
 def test_a_gap_is_retriable_and_an_old_sequence_is_out_of_order() -> None:
@@ -291,3 +289,67 @@ def test_a_gap_is_retriable_and_an_old_sequence_is_out_of_order() -> None:
     assert wrapping.check(6, 0, 0, 1) is None
     with pytest.raises(SequenceGap):
         wrapping.check(6, 0, 1, 1)
+
+
+async def test_opening_reads_the_log_only_after_the_newest_producer_snapshot(core, monkeypatch) -> None:
+    """A partition snapshots its producers every few MiB once the batches below the snapshot are
+    durable; reopened, it starts from the snapshot and reads only the log after it, and retries of
+    batches on either side of it are still answered with their stored offsets."""
+    monkeypatch.setattr(partition_module, "SNAPSHOT_EVERY_BYTES", 300)
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    batches = [batch_of([b"x" * 100], producer_id=11, producer_epoch=0, base_sequence=seq) for seq in range(12)]
+    for batch in batches:
+        await partition.append(batch)
+    await asyncio.sleep(0)                  # the last snapshot's store runs after its append is durable
+    while partition._snapshotting:
+        await asyncio.sleep(0.01)
+    await core.close_idle(0)
+    reopened = await core.partition(TOPIC, 0)
+    assert 0 < reopened._scan_start <= 12   # from a snapshot, not from offset 0
+    assert reopened.producers.complete
+    assert await reopened.append(batches[-1]) == 11          # a retry after the snapshot
+    assert await reopened.append(batches[-5]) == 7           # and one kept in it
+    assert await reopened.append(batch_of([b"next"], producer_id=11, producer_epoch=0, base_sequence=12)) == 12
+    with pytest.raises(OutOfOrderSequence):
+        await reopened.append(batch_of([b"skip"], producer_id=11, producer_epoch=0, base_sequence=20))
+    assert reopened.high_watermark == 13
+
+
+async def test_a_snapshot_taken_before_a_failed_append_is_not_stored(core, monkeypatch) -> None:
+    """The append carrying the last batch below a snapshot failed (it may or may not be stored): the
+    snapshot is dropped, and the partition relearns from the log as after any storage failure."""
+    monkeypatch.setattr(partition_module, "SNAPSHOT_EVERY_BYTES", 1)
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    partition.log = StoredButReportedFailed(partition.log, StorageError("bookies lost before they answered"))
+    with pytest.raises(StorageUnavailable):
+        await partition.append(batch_of([b"first"], producer_id=12, producer_epoch=0, base_sequence=0))
+    while partition._snapshotting:
+        await asyncio.sleep(0.01)
+    assert await partition._snapshots.load() is None
+
+
+async def test_a_gap_right_after_a_refused_append_is_retriable_and_later_out_of_order(core) -> None:
+    """A batch refused or failed here (a storage failure being repaired) leaves a gap the client
+    closes by sending that batch again, so for a while a batch after it is told to retry (a
+    retriable SequenceGap) rather than OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka renumbers
+    every unacknowledged batch under a new epoch. Without such a refusal, a skipped sequence is
+    out of order, as in Kafka."""
+    await core.create_topic(TOPIC, 1)
+    partition = await core.partition(TOPIC, 0)
+    assert await partition.append(batch_of([b"first"], producer_id=13, producer_epoch=0, base_sequence=0)) == 0
+    partition.log = StoredButReportedFailed(partition.log, StorageError("bookies lost before they answered"))
+    with pytest.raises(StorageUnavailable):
+        await partition.append(batch_of([b"second"], producer_id=13, producer_epoch=0, base_sequence=1))
+    while partition._relearning is not None:
+        await asyncio.sleep(0.01)
+    ahead = batch_of([b"fourth"], producer_id=13, producer_epoch=0, base_sequence=3)
+    with pytest.raises(SequenceGap) as gap:
+        await partition.append(ahead)
+    assert gap.value.retriable
+    core.clock.advance(partition_module.GAP_AFTER_REFUSAL_MS)
+    with pytest.raises(OutOfOrderSequence) as skipped:
+        await partition.append(ahead)
+    assert not isinstance(skipped.value, SequenceGap)
+    assert partition.high_watermark == 2

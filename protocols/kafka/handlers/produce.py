@@ -22,10 +22,11 @@ Delayed delivery: on a topic with delayed.delivery.enable=true, records with a d
 deliver-after-ms header are held until due (core/delayed/produce.py); a malformed value is
 INVALID_RECORD. The base offset answered is that of the records stored at once (-1 if all were held).
 Idempotence: a batch ahead of its producer's next sequence (one before it has not arrived) is
-NOT_ENOUGH_REPLICAS, retriable and not stored, where Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER;
-a producer this partition has no state for must start at sequence 0, else (when records may have
-gone by retention) UNKNOWN_PRODUCER_ID with the log start offset. core/producer_state.py says why
-both differ from Kafka.
+OUT_OF_ORDER_SEQUENCE_NUMBER, as in Kafka, except for a while after an append to that partition was
+refused or failed (a storage failure being repaired), when it is NOT_ENOUGH_REPLICAS, retriable and
+not stored; a producer this partition has no state for must start at sequence 0, else (when records
+may have gone by retention) UNKNOWN_PRODUCER_ID with the log start offset. core/producer_state.py
+says why both differ from Kafka.
 Mirror topics (mirror.source set, protocols/kafka/mirror): a replicator (client id
 "gateway-replicator", with ACLs also CLUSTER_ACTION) stores each batch at its own base offset (core
 Partition.append_mirrored) and only into mirrors; any other producer gets INVALID_REQUEST there.

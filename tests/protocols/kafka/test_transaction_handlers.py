@@ -184,19 +184,19 @@ async def test_transactional_produce_needs_the_partition_in_the_transaction(brok
     assert await produce_codes(broker, two_batches) == ErrorCode.INVALID_RECORD
     assert await produce_codes(broker, records(pid, epoch, [b"a"])) == ErrorCode.NONE
     assert await produce_codes(broker, records(pid, epoch, [b"c"], sequence=5)) == \
-        ErrorCode.NOT_ENOUGH_REPLICAS   # sequence checks still apply: a gap, retriable (core/producer_state.py)
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER   # sequence checks still apply: a skipped sequence, as in Kafka
 
 
-async def test_an_unknown_producer_past_sequence_zero_is_told_to_retry_on_a_fully_known_log(broker) -> None:
-    """Its earlier batches were never stored here (the whole log is known), so the client must
-    retry them first: a retriable "not stored" error (NOT_ENOUGH_REPLICAS; core/producer_state.py
-    says why not OUT_OF_ORDER_SEQUENCE_NUMBER). UNKNOWN_PRODUCER_ID, once records went by
-    retention, is tested in tests/core/test_partition.py."""
+async def test_an_unknown_producer_past_sequence_zero_is_out_of_order_on_a_fully_known_log(broker) -> None:
+    """Its earlier batches were never stored here (the whole log is known): the sequence skips
+    them, OUT_OF_ORDER_SEQUENCE_NUMBER as Kafka answers a gap (retriable NOT_ENOUGH_REPLICAS only
+    just after a refused append: tests/core/test_partition.py). UNKNOWN_PRODUCER_ID, once records
+    went by retention, is tested there too."""
     response = await call(broker, produce, 8, {"transactional_id": None, "acks": -1, "timeout_ms": 5000,
                                                "topic_data": [{"name": TOPIC, "partition_data": [
                                                    {"index": 0, "records": records(42, 0, [b"x"], 17, False)}]}]})
     answer = response.responses[0].partition_responses[0]
-    assert (answer.error_code, answer.base_offset) == (ErrorCode.NOT_ENOUGH_REPLICAS, -1)
+    assert (answer.error_code, answer.base_offset) == (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
     assert await produce_codes(broker, records(42, 0, [b"x"], 0, False), transactional_id=None) == ErrorCode.NONE
 
 
