@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from storage.api import BookieUnavailable, LedgerFenced, NotEnoughBookies
+from storage.api import BookieUnavailable, CorruptEntry, LedgerFenced, NotEnoughBookies
+from storage.bookie import journal_format as fmt
 from storage.bookie.bookie import Bookie
 from storage.config import StorageConfig
 from storage.ledger.bookies import StaticBookies
@@ -410,3 +411,32 @@ async def test_entries_acknowledged_during_an_ensemble_change_reach_the_new_book
         while not set(writer.metadata.write_set(entry_id)) <= cluster.holders(writer.ledger_id, entry_id):
             assert asyncio.get_running_loop().time() < deadline, f"entry {entry_id} never reached its write set"
             await asyncio.sleep(0.02)
+
+
+async def test_an_entry_whose_copy_on_one_replica_fails_its_checksum_is_read_from_another(cluster: Cluster) -> None:
+    """A flipped bit in one bookie's copy: every kind of read (ranged, single, scattered), whichever
+    replica it asks first, returns the writer's bytes, never the damaged copy."""
+    client = cluster.client(speculative_read_timeout_s=30.0)   # only an error sends a read elsewhere
+    writer = await client.create(ensemble_size=3, write_quorum=3, ack_quorum=3)
+    await asyncio.gather(*(writer.add(b"entry-%d-" % i + bytes(200)) for i in range(6)))
+    await writer.close()
+    expected = [b"entry-%d-" % i + bytes(200) for i in range(6)]
+    for victim in writer.metadata.ensembles[0][1]:
+        bookie = cluster.bookies[victim].bookie
+        where = bookie._index.locate(writer.ledger_id, 3)
+        path = bookie.directory / "journal" / fmt.segment_name(where.segment_id)
+        with open(path, "r+b") as segment:
+            segment.seek(where.offset + where.size - 10)     # inside the payload
+            original = segment.read(1)
+            segment.seek(where.offset + where.size - 10)
+            segment.write(bytes([original[0] ^ 0x01]))
+        with pytest.raises(CorruptEntry):
+            await bookie.read(writer.ledger_id, 3)
+        reader = await cluster.client(speculative_read_timeout_s=30.0).open(writer.ledger_id)
+        assert [bytes(e) for e in await reader.read(0, 5)] == expected
+        for spread in range(6):
+            assert [bytes(e) for e in await reader.read(spread, spread)] == [expected[spread]]
+        assert [bytes(e) for e in await reader.read_scattered([3, 1])] == [expected[3], expected[1]]
+        with open(path, "r+b") as segment:                    # repaired before the next replica's turn
+            segment.seek(where.offset + where.size - 10)
+            segment.write(original)
