@@ -279,6 +279,10 @@ def run_cluster(spec: ClusterSpec) -> int:
                 if not process.alive() and process.name not in reported and not stop.is_set():
                     reported.add(process.name)
                     log.warning("%s exited with %s; see %s", process.name, process.proc.returncode, process.log_path)
+            for member in cluster.zookeeper.nodes:   # an ensemble goes on without a minority of them
+                if not member.alive() and member.address not in reported and not stop.is_set():
+                    reported.add(member.address)
+                    log.warning("ZooKeeper %s exited; see %s", member.address, member.directory / "zookeeper.log")
     finally:
         cluster.stop()
     return 0
