@@ -22,6 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.faults.harness import disk_full, fsync_errors, lazyfs
+from compat_tests.faults.harness.failover import ack_latencies
 from compat_tests.faults.harness.lazyfs import LazyFsMount
 from compat_tests.faults.harness.proxy import UPSTREAM, TcpProxy
 from compat_tests.faults.harness.scenarios import settle
@@ -416,3 +417,39 @@ def test_bit_flips_and_a_torn_page_in_a_bookies_journal_are_never_served_and_los
         f"{segment_id:016x}.damaged" for segment_id in damaged]
     workloads.wait_for_progress(100)
     finish(workloads, "bitflip-bookie")
+
+
+SLOW_FSYNC_MS = 500
+
+
+@pytest.mark.skipif(lazyfs.unavailable_reason() is not None, reason=f"slow disk: {lazyfs.unavailable_reason()}")
+def test_a_bookie_on_a_slow_disk_does_not_hold_acknowledgements_back_and_says_so(healthy, workloads_for) -> None:
+    """Bookie 0's directory on the lazy filesystem with every fsync 500 ms longer (a slow disk), the
+    fourth bookie stopped so that every new ledger's ensemble of three includes it: with Qa = 2 of
+    Qw = 3 the other two acknowledge, so half of the sends are acknowledged in less than one of its
+    fsyncs; its journal logs the slow disk; the checkers' bar holds."""
+    victim = healthy.bookies[0]
+    directory = healthy.dir / victim.name
+    backing = healthy.dir / f"{victim.name}.disk"
+    victim.stop()
+    directory.rename(backing)
+    mount = LazyFsMount(backing, directory).start()
+    try:
+        mount.slow_fsync(SLOW_FSYNC_MS)
+        healthy.restart(victim)
+        healthy.bookies[3].stop()
+        workloads = workloads_for(bootstrap(healthy), amqp(healthy), partitions=2)
+        started = time.monotonic()
+        workloads.wait_for_progress(200)
+        latencies = ack_latencies(workloads.kafka_history, started, time.monotonic())
+        finish(workloads, "slow-bookie")
+        median = latencies[len(latencies) // 2]
+        print(f"Kafka acknowledgements with one bookie's fsyncs {SLOW_FSYNC_MS} ms slower: "
+              f"p50 {median * 1000:.0f} ms of {len(latencies)}")
+        assert median < SLOW_FSYNC_MS / 1000, "acknowledgements waited for the slow bookie"
+        assert "a slow disk" in victim.log_path.read_text(errors="replace"), "the slow bookie never said so"
+    finally:
+        victim.stop()
+        mount.close()
+        directory.rmdir()
+        backing.rename(directory)
