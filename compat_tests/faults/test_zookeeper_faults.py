@@ -85,12 +85,13 @@ def modes(cluster) -> list[str | None]:
     return [node.mode() for node in cluster.zookeeper.nodes]
 
 
-def wait_for_leader(cluster, deadline_s: float = 60.0):
+def wait_for_member(cluster, mode: str, deadline_s: float = 60.0):
+    """A member in `mode` (leader or follower), once one answers so."""
     deadline = time.monotonic() + deadline_s
-    while (leader := cluster.zookeeper.leader()) is None:
-        assert time.monotonic() < deadline, f"no ZooKeeper leader elected: {modes(cluster)}"
+    while (member := next((n for n in cluster.zookeeper.nodes if n.mode() == mode), None)) is None:
+        assert time.monotonic() < deadline, f"no ZooKeeper {mode}: {modes(cluster)}"
         time.sleep(0.1)
-    return leader
+    return member
 
 
 def acked_while_down(history, down_from: float, down_until: float) -> list[str]:
@@ -155,14 +156,13 @@ def test_cluster_up_takes_the_size_of_the_ensemble_from_its_flag(tmp_path) -> No
 def test_kill9_of_one_zookeeper_then_of_the_leader_under_load_loses_nothing(ensemble, workloads_for) -> None:
     workloads = start_workloads(ensemble, workloads_for)
     brokers = [b.pid for b in ensemble.brokers]
-    for round_, victim_of in (("follower", lambda: next(n for n in ensemble.zookeeper.nodes if n.mode() == "follower")),
-                              ("leader", lambda: wait_for_leader(ensemble))):
+    for round_ in ("follower", "leader"):
         workloads.wait_for_progress(50)
-        victim = victim_of()
+        victim = wait_for_member(ensemble, round_)
         pid = victim.pid
         victim.kill()
         workloads.fault(f"kill9-zookeeper-{round_}", address=victim.address, pid=pid)
-        new_leader = wait_for_leader(ensemble)
+        new_leader = wait_for_member(ensemble, "leader")
         workloads.wait_for_progress(50)        # two members of three serve: so do the brokers
         print(f"kill -9 of the ZooKeeper {round_} {victim.address}: members now {modes(ensemble)}, "
               f"leader {new_leader.address}")
