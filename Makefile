@@ -50,7 +50,8 @@ soak: $(TEST_STAMP) system-packages
 	$(BIN)/python -m compat_tests.faults.soak --minutes $(SOAK_MINUTES) $(ARGS)
 
 # The same for replicated storage (compat_tests/faults/cluster_soak.py): ZooKeeper, 4 bookies and a
-# gateway, with bookies and the gateway killed and paused at random.
+# gateway, with bookies and the gateway killed and paused at random; ARGS="--zookeepers 3" runs it on
+# a ZooKeeper ensemble and kills its members too.
 soak-cluster: $(TEST_STAMP) system-packages
 	$(BIN)/python -m compat_tests.faults.cluster_soak --minutes $(SOAK_MINUTES) $(ARGS)
 

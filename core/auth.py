@@ -32,8 +32,9 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from core.errors import StorageUnavailable
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, check_name
-from storage.api import BadVersion, MetadataStore, NoNode
+from storage.api import BadVersion, MetadataStore, NoNode, StorageError
 
 SCRAM_MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 DEFAULT_ITERATIONS = 4096
@@ -141,11 +142,16 @@ class UserStore:
             pass
 
     async def get(self, name: str) -> User | None:
+        """The user, None if there is none; StorageUnavailable when the store cannot say (a
+        cluster's ZooKeeper gone): not knowing is not a refusal, the client may come back."""
         try:
             check_name("user", name)
         except Exception:
             return None
-        node = await self._metadata.get(f"/users/{name}")
+        try:
+            node = await self._metadata.get(f"/users/{name}")
+        except StorageError as exc:
+            raise StorageUnavailable(f"the users cannot be read now: {exc}") from exc
         if node is None:
             return None
         doc = json.loads(node.value)

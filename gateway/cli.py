@@ -280,6 +280,8 @@ def cluster_up(
     write_quorum: Annotated[int, typer.Option(help="Qw: copies of each entry.")] = 3,
     ack_quorum: Annotated[int, typer.Option(help="Qa: copies fsynced before an acknowledgement.")] = 2,
     racks: Annotated[int, typer.Option(help="Spread the bookies over this many racks.")] = 1,
+    zookeepers: Annotated[int, typer.Option(help="Members of the ZooKeeper ensemble (3 survives the loss of "
+                                                 "one).")] = 1,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
 ) -> None:
     """Start ZooKeeper, N bookies and M gateways on this machine (free ports), print one line
@@ -291,7 +293,8 @@ def cluster_up(
     try:
         spec = ClusterSpec(data_dir=Path(data_dir).absolute(), bookies=bookies, brokers=brokers,
                            read_only_brokers=read_only_brokers, ensemble=ensemble,
-                           write_quorum=write_quorum, ack_quorum=ack_quorum, racks=racks, log_level=log_level)
+                           write_quorum=write_quorum, ack_quorum=ack_quorum, racks=racks, log_level=log_level,
+                           zookeepers=zookeepers)
     except ValueError as exc:
         typer.echo(f"gateway: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG_ERROR) from None

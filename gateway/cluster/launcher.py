@@ -1,17 +1,18 @@
 """`gateway cluster up`: a whole replicated cluster on this machine, for development and tests.
 
-A private ZooKeeper (gateway/cluster/zookeeper.py), N `gateway bookie` processes and M `gateway serve`
-processes in replicated mode (broker ids 0..M-1; they share the partitions by bundle ownership,
+A private ZooKeeper (one server, or an ensemble: gateway/cluster/zookeeper_ensemble.py), N `gateway
+bookie` processes and M `gateway serve` processes in replicated mode (broker ids 0..M-1; they share the partitions by bundle ownership,
 core/cluster/), each on free ports, under one directory:
 
     <data dir>/cluster.toml        the shared config: [storage] mode, metadata, secret (mode 0600), quorums
-    <data dir>/zookeeper/          ZooKeeper's data and log
+    <data dir>/zookeeper/          ZooKeeper's data and log (zookeeper-<n>/ per member of an ensemble)
     <data dir>/bookie-<i>/         a bookie's data; bookie-<i>.log its stderr
     <data dir>/broker-<j>/         a gateway's data directory (holds nothing durable); broker-<j>.log
 
 Once every process serves, one line goes to stdout:
 
-    CLUSTER READY {"zookeeper": "host:port", "bookies": [{"id", "address", "pid"}, ...],
+    CLUSTER READY {"zookeeper": "host:port[,host:port...]", "zookeepers": [{"address", "pid"}, ...],
+                   "bookies": [{"id", "address", "pid"}, ...],
                    "brokers": [{"id", "kafka", "amqp", "admin", "pid"}, ...]}
 
 `LocalCluster` is the same thing as a library: tests use it to kill, pause and restart processes.
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from gateway.cluster.children import spawn
 from gateway.cluster.ports import free_port
-from gateway.cluster.zookeeper import ZooKeeperServer
+from gateway.cluster.zookeeper_ensemble import ZooKeeperEnsemble
 
 log = logging.getLogger("gateway.cluster")
 
@@ -56,6 +57,7 @@ class ClusterSpec:
     write_quorum: int = 3
     ack_quorum: int = 2
     racks: int = 1
+    zookeepers: int = 1                                  # members of the ZooKeeper ensemble
     log_level: str = "info"
     host: str = "127.0.0.1"
     extra_storage: dict = field(default_factory=dict)   # more [storage] keys for cluster.toml
@@ -73,6 +75,8 @@ class ClusterSpec:
             raise ValueError("--read-only-brokers must not be negative")
         if self.racks < 1:
             raise ValueError("--racks must be at least 1")
+        if self.zookeepers < 1:
+            raise ValueError("--zookeepers must be at least 1")
 
 
 @dataclass
@@ -151,7 +155,7 @@ class LocalCluster:
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
         self.dir = spec.data_dir
-        self.zookeeper = ZooKeeperServer(self.dir / "zookeeper", host=spec.host)
+        self.zookeeper = ZooKeeperEnsemble(self.dir, spec.zookeepers, host=spec.host)
         self.bookies: list[Process] = []
         self.brokers: list[Process] = []
         self.config_path = self.dir / "cluster.toml"
@@ -179,6 +183,7 @@ class LocalCluster:
     def ready(self) -> dict:
         return {
             "zookeeper": self.zookeeper.address,
+            "zookeepers": self.zookeeper.describe(),
             "bookies": [{"id": b.ready["id"], "address": b.ready["address"], "pid": b.pid} for b in self.bookies],
             "brokers": [{"id": index, "kafka": b.ready["kafka"], "amqp": b.ready["amqp"], "admin": b.ready["admin"],
                          "pid": b.pid, "role": self._role(index)} for index, b in enumerate(self.brokers)],
@@ -274,6 +279,10 @@ def run_cluster(spec: ClusterSpec) -> int:
                 if not process.alive() and process.name not in reported and not stop.is_set():
                     reported.add(process.name)
                     log.warning("%s exited with %s; see %s", process.name, process.proc.returncode, process.log_path)
+            for member in cluster.zookeeper.nodes:   # an ensemble goes on without a minority of them
+                if not member.alive() and member.address not in reported and not stop.is_set():
+                    reported.add(member.address)
+                    log.warning("ZooKeeper %s exited; see %s", member.address, member.directory / "zookeeper.log")
     finally:
         cluster.stop()
     return 0

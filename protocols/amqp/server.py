@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from core.auth import Principal, User, UserStore
 from core.connections import ClientConnection, peer_address
-from core.errors import CoreError
+from core.errors import CoreError, StorageUnavailable
 from core.queues.service import QueueService
 from core.meters import NamespaceMeter
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS, DeliveryClock
@@ -245,8 +245,13 @@ class AmqpConnection:
 
     async def _authenticate(self, event: AuthenticationRequested) -> None:
         host = self._peer[0] if isinstance(self._peer, tuple) else None
-        user = await authenticate(self.broker.users, event.username, event.password, host,
-                                  default_guest=self.broker.settings.default_guest)
+        try:
+            user = await authenticate(self.broker.users, event.username, event.password, host,
+                                      default_guest=self.broker.settings.default_guest)
+        except StorageUnavailable as exc:
+            log.warning("AMQP login of user %r from %s cannot be checked now: %s", event.username, self._peer, exc)
+            self.write(self.machine.defer_authentication("the broker cannot check logins now; retry later"))
+            raise _Stop from None
         if user is None:
             log.info("AMQP login of user %r from %s refused", event.username, self._peer)
             self.write(self.machine.refuse_authentication())

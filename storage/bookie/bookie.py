@@ -7,10 +7,13 @@ Directory layout (under `<data dir>/bookie/`):
     index/          LMDB index (index.py), derived from the journal
 
 Start-up recovery: open the index (rebuilding it when unreadable), replay every journal record
-after its checkpoint, and truncate a torn or corrupt tail. What was dropped is reported in
-`recovery_report` and logged; dropped bytes were never acknowledged when they sit at the tail of
-the last segment. A bad record inside a sealed segment is media corruption: it is reported at
-ERROR and the entries after it are not served.
+after its checkpoint, and truncate a torn or corrupt tail of the last segment. What was dropped is
+reported in `recovery_report` and logged; dropped bytes were never acknowledged when they sit at the
+tail of the last segment. A bad record inside a sealed segment (or a bad sealed segment header) is
+media corruption: it is reported at ERROR, the segment is left as it is and marked (damage.py),
+and the entries after it are not served; from then on an entry the bookie cannot find is answered
+CorruptEntry (unknown), never NoSuchEntry. An entry whose record fails its checksum when read is
+answered CorruptEntry too, so a reader takes it from another replica and never gets the bad bytes.
 
 Thread-safety: the public methods are called from one event loop; the journal thread writes the
 index; reads run in worker threads.
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage.api import BookieReadOnly, CorruptEntry, LedgerFenced, MetadataStore, NoSuchEntry, NoSuchLedger
-from storage.bookie import cookie
+from storage.bookie import cookie, damage
 from storage.bookie import journal_format as fmt
 from storage.bookie.group_commit import FlushReason, GroupCommitPolicy
 from storage.bookie.index import LedgerIndex, LedgerState, Location
@@ -41,6 +44,7 @@ class RecoveryReport:
     replayed_records: int = 0
     index_rebuilt: bool = False
     dropped: list[tuple[int, int, int, str]] = field(default_factory=list)  # segment, offset, bytes, why
+    damaged: dict[int, tuple[int, str]] = field(default_factory=dict)   # sealed segment -> (offset, why)
 
 
 class Bookie:
@@ -70,6 +74,10 @@ class Bookie:
         segments = await asyncio.to_thread(list_segments, journal_dir)
         await cookie.verify_or_create(directory, bookie_id, metadata, has_data=bool(segments))
         index, states, report = await asyncio.to_thread(_recover, directory, journal_dir, segments)
+        report.damaged = await asyncio.to_thread(damage.load, journal_dir)
+        for segment_id, (offset, why) in sorted(report.damaged.items()):
+            log.error("journal segment %x is damaged from offset %d (%s): entries this bookie cannot find are "
+                      "answered as unknown, not missing", segment_id, offset, why)
         bookie = cls(directory, index, states, report)
         policy = GroupCommitPolicy(config.journal_max_wait_ms, config.journal_max_bytes)
         bookie._journal = Journal(journal_dir, (segments[-1] + 1) if segments else 1, policy,
@@ -202,17 +210,26 @@ class Bookie:
 
     # --- reads (worker threads) ---------------------------------------------------------------
 
+    def _missing(self, ledger_id: int, entry_id: int) -> Exception:
+        """What to answer for an entry the index lacks: NoSuchEntry, unless a damaged segment may
+        have held it (then unknown: CorruptEntry)."""
+        if self.recovery_report.damaged:
+            segments = ", ".join(f"{s:x}" for s in sorted(self.recovery_report.damaged))
+            return CorruptEntry(f"ledger {ledger_id} entry {entry_id}: not found, and journal segment(s) {segments} "
+                                "are damaged: it may have been there")
+        return NoSuchEntry(f"ledger {ledger_id} entry {entry_id}")
+
     def _read_one(self, ledger_id: int, entry_id: int) -> bytes:
         location = self._index.locate(ledger_id, entry_id)
         if location is None:
-            raise NoSuchEntry(f"ledger {ledger_id} entry {entry_id}")
+            raise self._missing(ledger_id, entry_id)
         return self._read_at(ledger_id, entry_id, location)
 
     def _read_entries(self, ledger_id: int, entry_ids: list[int]) -> list[bytes]:
         out = []
         for entry_id, location in zip(entry_ids, self._index.locate_many(ledger_id, entry_ids)):
             if location is None:
-                raise NoSuchEntry(f"ledger {ledger_id} entry {entry_id}")
+                raise self._missing(ledger_id, entry_id)
             out.append(self._read_at(ledger_id, entry_id, location))
         return out
 
@@ -232,7 +249,7 @@ class Bookie:
                 break
         locations.close()     # ends its index read transaction now
         if not out and first <= last:
-            raise NoSuchEntry(f"ledger {ledger_id} entry {first}")
+            raise self._missing(ledger_id, first)
         return out
 
     def _read_at(self, ledger_id: int, entry_id: int, location: Location) -> bytes:
@@ -264,7 +281,8 @@ class Bookie:
         removed = []
         journal_dir = self.directory / "journal"
         for segment_id in list_segments(journal_dir):
-            if segment_id >= current_segment or self._index.segment_is_live(segment_id):
+            if (segment_id >= current_segment or self._index.segment_is_live(segment_id)
+                    or segment_id in self.recovery_report.damaged):   # its unreadable part may hold live entries
                 continue
             with self._fd_lock:
                 fd = self._read_fds.pop(segment_id, None)
@@ -342,10 +360,12 @@ def _replay_segment(journal_dir: Path, segment_id: int, start: int, *, is_last: 
         try:
             fmt.read_segment_header(fd, segment_id)
         except fmt.BadSegment as exc:
+            if not is_last:    # acknowledged entries may be in it: keep it, mark it, serve nothing from it
+                log.error("sealed journal segment is unreadable: %s", exc)
+                _mark_damaged(journal_dir, segment_id, 0, str(exc), report)
+                return
             # Only a segment created just before a crash can lack its header; it holds nothing.
             report.dropped.append((segment_id, 0, size, str(exc)))
-            if not is_last:
-                log.error("sealed journal segment is unreadable: %s", exc)
             os.ftruncate(fd, 0)
             os.pwrite(fd, fmt.segment_header(segment_id), 0)
             os.fsync(fd)
@@ -360,9 +380,11 @@ def _replay_segment(journal_dir: Path, segment_id: int, start: int, *, is_last: 
                                     segment_id, item.dropped_bytes)
                     os.ftruncate(fd, item.offset)
                     break
-                report.dropped.append((segment_id, item.offset, item.dropped_bytes, item.reason))
-                if not is_last:
+                if not is_last:   # media damage: cutting here would throw away the good records after it
                     log.error("sealed journal segment %x is corrupt at %d: %s", segment_id, item.offset, item.reason)
+                    _mark_damaged(journal_dir, segment_id, item.offset, item.reason, report)
+                    break
+                report.dropped.append((segment_id, item.offset, item.dropped_bytes, item.reason))
                 os.ftruncate(fd, item.offset)
                 os.fsync(fd)
                 break
@@ -377,3 +399,8 @@ def _replay_segment(journal_dir: Path, segment_id: int, start: int, *, is_last: 
         report.replayed_records += len(batch)
     finally:
         os.close(fd)
+
+
+def _mark_damaged(journal_dir: Path, segment_id: int, offset: int, reason: str, report: RecoveryReport) -> None:
+    damage.mark(journal_dir, segment_id, offset, reason)
+    report.damaged[segment_id] = (offset, reason)

@@ -50,6 +50,8 @@ _IOV_MAX = 1024
 INLINE_MAX_FSYNC_S = 0.002        # a slower disk is better waited on by the thread
 INLINE_MAX_BYTES = 256 * 1024     # a burst is better overlapped with the loop's work
 PREALLOCATE_BYTES = 16 << 20      # reserved ahead of the write position, a chunk at a time
+SLOW_FSYNC_S = 0.2                # an fsync this long is a slow disk: said in the log
+SLOW_FSYNC_REPORT_S = 10.0        # at most one such line per this many seconds
 
 
 @dataclass(slots=True)
@@ -140,6 +142,8 @@ class Journal:
         self._loop_flush_due = False      # the loop flushes the pending records at the end of this turn
         self._idle_since = time.monotonic()
         self._fsync_s = 0.0               # how long the last fsync took
+        self._slow_fsyncs = 0             # since the last report
+        self._slow_reported_at = -SLOW_FSYNC_REPORT_S
         self.failure: BaseException | None = None
         self._segment_id = first_segment_id
         self._preallocating = True        # until the file system refuses
@@ -299,8 +303,19 @@ class Journal:
         started = time.monotonic()
         os.fdatasync(self._fd)
         self._fsync_s = time.monotonic() - started
+        if self._fsync_s > SLOW_FSYNC_S:
+            self._report_slow_fsync(started)
         self._segment_size = offset
         return written, offset
+
+    def _report_slow_fsync(self, now: float) -> None:
+        """A slow disk slows this bookie's adds; writers go on through the others of the ack quorum,
+        so the log is where an operator learns which bookie it is."""
+        self._slow_fsyncs += 1
+        if now - self._slow_reported_at >= SLOW_FSYNC_REPORT_S:
+            log.warning("journal fsync took %.0f ms (%d over %.0f ms since the last report): a slow disk",
+                        self._fsync_s * 1000, self._slow_fsyncs, SLOW_FSYNC_S * 1000)
+            self._slow_reported_at, self._slow_fsyncs = now, 0
 
     def _preallocate(self, end: int) -> None:
         """Cover the segment up to `end` and at least PREALLOCATE_BYTES beyond the last write."""

@@ -6,7 +6,9 @@ ensemble changes are in handle.py, recovery in recovery.py, placement in placeme
 
 Reads go to a replica of the entry's write set; when it has not answered within
 `speculative_read_timeout_s` the next replica is asked too, and the first answer wins (a slow or
-paused bookie costs that timeout, not a request timeout).
+paused bookie costs that timeout, not a request timeout). A replica that answers CorruptEntry (its
+copy failed its checksum, or it lost part of its journal) is read around, and noted as lacking
+entries of that ledger (missing.py), so the auditor copies its share back once the ledger is closed.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from storage.api import EntryStore, MetadataStore, NoNode, NoSuchEntry, NoSuchLedger, StorageError
+from storage.api import CorruptEntry, EntryStore, MetadataStore, NoNode, NoSuchEntry, NoSuchLedger, StorageError
 from storage.ledger.bookies import BookieDirectory, StaticBookies
 from storage.ledger.handle import LENGTH as _LENGTH
 from storage.ledger.handle import LedgerHandle, ledger_path
 from storage.ledger.metadata import LedgerMetadata, LedgerState
 from storage.ledger.placement import choose_ensemble
-from storage.ledger import recovery
+from storage.ledger import missing, recovery
 
 log = logging.getLogger("gateway.storage.ledger")
 
@@ -50,6 +52,8 @@ class LedgerClient:
         self._quorum_for = quorum_for
         self._speculative_s = speculative_read_timeout_s
         self.explicit_lac_s = explicit_lac_s
+        self._noted_damaged: set[tuple[int, str]] = set()     # (ledger, bookie) noted for repair
+        self._notes: set[asyncio.Task] = set()
 
     def bookie(self, bookie_id: str) -> EntryStore:
         return self.bookies.entry_store(bookie_id)
@@ -144,22 +148,43 @@ class LedgerClient:
             return await self._call(replicas[0], method, *args)
         order = [replicas[(spread + i) % len(replicas)] for i in range(len(replicas))]
         error: BaseException = NoSuchEntry(f"ledger {args[0]}: no replica")
-        running: set[asyncio.Future] = set()
+        running: dict[asyncio.Future, str] = {}
         try:
             while order or running:
                 if order:
-                    running.add(asyncio.ensure_future(self._call(order.pop(0), method, *args)))
+                    bookie_id = order.pop(0)
+                    running[asyncio.ensure_future(self._call(bookie_id, method, *args))] = bookie_id
                 done, _ = await asyncio.wait(running, timeout=self._speculative_s if order else None,
                                              return_when=asyncio.FIRST_COMPLETED)
                 for finished in done:
-                    running.discard(finished)
+                    bookie_id = running.pop(finished)
                     if finished.exception() is None:
                         return finished.result()
                     error = finished.exception()
+                    if isinstance(error, CorruptEntry):
+                        self._note_damaged_copy(args[0], bookie_id, error)
         finally:
             for pending in running:
                 pending.cancel()
         raise error
+
+    def _note_damaged_copy(self, ledger_id: int, bookie_id: str, error: CorruptEntry) -> None:
+        """Once per ledger and replica: the note is a metadata write, made beside the read."""
+        if (ledger_id, bookie_id) in self._noted_damaged:
+            return
+        self._noted_damaged.add((ledger_id, bookie_id))
+        log.warning("bookie %s holds a damaged copy of ledger %d (%s): read from another replica, "
+                    "noted for repair", bookie_id, ledger_id, error)
+
+        async def note() -> None:
+            try:
+                await missing.note(self.metadata, ledger_id, bookie_id)
+            except StorageError as exc:
+                log.warning("could not note bookie %s for repair of ledger %d: %s", bookie_id, ledger_id, exc)
+                self._noted_damaged.discard((ledger_id, bookie_id))
+        task = asyncio.create_task(note(), name=f"note-damaged-{ledger_id}-{bookie_id}")
+        self._notes.add(task)
+        task.add_done_callback(self._notes.discard)
 
     async def _call(self, bookie_id: str, method: str, *args):
         return await getattr(self.bookie(bookie_id), method)(*args)

@@ -15,12 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from storage.api import BookieUnavailable, LedgerFenced, NotEnoughBookies
+from storage.api import BookieUnavailable, CorruptEntry, LedgerFenced, NotEnoughBookies
+from storage.bookie import journal_format as fmt
 from storage.bookie.bookie import Bookie
 from storage.config import StorageConfig
 from storage.ledger.bookies import StaticBookies
+from storage.ledger import missing
 from storage.ledger.client import LedgerClient
 from storage.ledger.metadata import LedgerState
+from storage.ledger.rereplication import Outcome, Throttle, refill
 from storage.ledger.placement import BookieInfo, choose_ensemble, replace_bookies, write_sets
 from storage.metadata.sqlite import SqliteMetadataStore
 
@@ -410,3 +413,48 @@ async def test_entries_acknowledged_during_an_ensemble_change_reach_the_new_book
         while not set(writer.metadata.write_set(entry_id)) <= cluster.holders(writer.ledger_id, entry_id):
             assert asyncio.get_running_loop().time() < deadline, f"entry {entry_id} never reached its write set"
             await asyncio.sleep(0.02)
+
+
+async def test_an_entry_whose_copy_on_one_replica_fails_its_checksum_is_read_from_another_and_repaired(
+        cluster: Cluster) -> None:
+    """A flipped bit in one bookie's copy of an entry whose reads ask that bookie first: ranged,
+    single and scattered reads return the writer's bytes, never the damaged copy; the damaged replica
+    is noted (missing-copies), and the auditor's refill from that note rewrites its copy. Each
+    replica of the ensemble in turn."""
+    client = cluster.client(speculative_read_timeout_s=30.0)   # only an error sends a read elsewhere
+    writer = await client.create(ensemble_size=3, write_quorum=3, ack_quorum=3)
+    await asyncio.gather(*(writer.add(b"entry-%d-" % i + bytes(200)) for i in range(6)))
+    await writer.close()
+    expected = [b"entry-%d-" % i + bytes(200) for i in range(6)]
+    for position, victim in enumerate(writer.metadata.ensembles[0][1]):
+        damaged = 3 + position                    # a read starting at entry n asks replica n mod 3 first
+        bookie = cluster.bookies[victim].bookie
+        where = bookie._index.locate(writer.ledger_id, damaged)
+        path = bookie.directory / "journal" / fmt.segment_name(where.segment_id)
+        with open(path, "r+b") as segment:
+            segment.seek(where.offset + where.size - 10)     # inside the payload
+            original = segment.read(1)
+            segment.seek(where.offset + where.size - 10)
+            segment.write(bytes([original[0] ^ 0x01]))
+        with pytest.raises(CorruptEntry):
+            await bookie.read(writer.ledger_id, damaged)
+        reader_client = cluster.client(speculative_read_timeout_s=30.0)
+        reader = await reader_client.open(writer.ledger_id)
+        assert [bytes(e) for e in await reader.read(damaged, 5)] == expected[damaged:]
+        assert [bytes(e) for e in await reader.read(damaged, damaged)] == [expected[damaged]]
+        assert [bytes(e) for e in await reader.read_scattered([damaged, 1])] == [expected[damaged], expected[1]]
+        await until_noted(cluster, writer.ledger_id, victim)
+        outcome = await refill(reader_client, writer.ledger_id, frozenset({victim}), Throttle(0), lambda _: None)
+        assert outcome is Outcome.REPLICATED
+        assert bytes(await bookie.read(writer.ledger_id, damaged))[-len(expected[damaged]):] == expected[damaged]
+        await missing.clear(cluster.metadata, writer.ledger_id,
+                            (await missing.noted(cluster.metadata))[writer.ledger_id][1])
+
+
+async def until_noted(cluster: Cluster, ledger_id: int, bookie_id: str) -> None:
+    for _ in range(200):
+        notes = await missing.noted(cluster.metadata)
+        if bookie_id in notes.get(ledger_id, (frozenset(), 0))[0]:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{bookie_id} was never noted as lacking entries of ledger {ledger_id}")

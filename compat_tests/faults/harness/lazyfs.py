@@ -16,6 +16,9 @@ random part of the unsynced data instead (a prefix of each file's appends, half 
 pages), as a disk that wrote back part of its cache (LazyFS's "torn" faults). A process can then start again on the
 backing directory, as on a disk after a power loss. Kill the programs using the mount first.
 
+A slow disk (`LazyFsMount.slow_fsync(ms)`): every later fsync takes that much longer, without
+holding up the other operations; `slow_fsync(0)` makes it fast again.
+
 Runs as its own process (`python -m compat_tests.faults.harness.lazyfs BACKING MOUNT CONTROL`;
 signals do not reach Python while libfuse's loop runs), controlled over a Unix socket. Needs
 /dev/fuse, `fusermount3` (Debian fuse3) and `mfusepy`.
@@ -86,6 +89,7 @@ def _operations_class():
             self.files: dict[int, _FileUndo] = {}    # inode -> how to undo its unsynced data
             self.entries: list[_EntryUndo] = []      # unsynced directory operations, oldest first
             self._stash_ids = iter(range(1 << 62))
+            self.fsync_delay_s = 0.0                 # a slow disk: every fsync takes at least this long
 
         def _real(self, path: str) -> str:
             return self.backing + path
@@ -210,6 +214,8 @@ def _operations_class():
                 return 0
 
         def fsync(self, path, datasync, fh):
+            if self.fsync_delay_s:
+                time.sleep(self.fsync_delay_s)   # outside the mutex: other operations go on meanwhile
             with self._mutex:
                 self._guard()
                 undo = self.files.pop(os.fstat(fh).st_ino, None)
@@ -345,6 +351,9 @@ def _serve_control(operations, control: str, mountpoint: str) -> None:
             command = connection.makefile().readline().strip()
             if command == "status":
                 connection.sendall(json.dumps(operations.status()).encode() + b"\n")
+            elif command.startswith("slow-fsync "):   # "slow-fsync <ms>"; 0 makes it fast again
+                operations.fsync_delay_s = int(command.split()[1]) / 1000
+                connection.sendall(json.dumps({"fsync_delay_ms": int(command.split()[1])}).encode() + b"\n")
             elif command.startswith("power-off"):  # "power-off" or "power-off torn <seed>"
                 words = command.split()
                 report = operations.power_off(int(words[2]) if len(words) == 3 else None)
@@ -401,6 +410,10 @@ class LazyFsMount:
 
     def status(self) -> dict[str, int]:
         return self._command("status")
+
+    def slow_fsync(self, delay_ms: int) -> None:
+        """Make every later fsync take `delay_ms` more (a slow disk); 0 makes it fast again."""
+        self._command(f"slow-fsync {delay_ms}")
 
     def power_off(self, torn_seed: int | None = None) -> dict[str, int]:
         """Drop everything not fsynced and unmount; returns what was dropped. With `torn_seed`,

@@ -421,6 +421,16 @@ class AmqpServerConnection:
         self.state = ConnectionState.TERMINATED
         return data
 
+    def defer_authentication(self, explanation: str) -> bytes:
+        """The credentials cannot be checked now (the user store is unreachable): CONNECTION_FORCED,
+        whose meaning is "retry later", sent to every client (this is not a login refusal). The
+        connection is over: write what is returned and close the socket."""
+        self._require_handshake("defer_authentication")
+        self._handshake.finish_refused(HandshakeState.SECURING, "defer_authentication")
+        self._awaiting_decision = False
+        self.state = ConnectionState.TERMINATED
+        return self._close_payload_frame(AmqpConnectionError(ReplyCode.CONNECTION_FORCED, explanation))
+
     def accept_vhost(self) -> bytes:
         """The vhost of VhostOpenRequested may be used: connection.open-ok; the connection is open."""
         self._require_handshake("accept_vhost")

@@ -144,6 +144,15 @@ def test_refused_credentials_just_end_the_connection_for_clients_without_the_cap
     assert conn.terminated
 
 
+@pytest.mark.parametrize("capabilities", [None, {}])
+def test_credentials_that_cannot_be_checked_now_get_connection_forced_whatever_the_capabilities(capabilities):
+    conn = new_connection()
+    conn.receive_data(PROTOCOL_HEADER + (start_ok() if capabilities is None else start_ok(capabilities=capabilities)))
+    assert server_method(conn.defer_authentication("retry later")) == (0, "connection.close", {
+        "reply_code": 320, "class_id": 0, "method_id": 0, "reply_text": "CONNECTION_FORCED - retry later"})
+    assert conn.terminated
+
+
 def test_handshake_decisions_out_of_turn_are_local_protocol_errors():
     conn = new_connection()
     with pytest.raises(LocalProtocolError, match="accept_authentication in connection state awaiting_header"):
