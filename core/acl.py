@@ -92,6 +92,13 @@ class Operation(enum.Enum):
     IDEMPOTENT_WRITE = "IDEMPOTENT_WRITE"
 
 
+class AclDecision(enum.Enum):
+    ALLOWED = "ALLOWED"           # a super user, or an ALLOW binding matched (and no DENY)
+    DENIED = "DENIED"             # a DENY binding matched
+    NOT_ALLOWED = "NOT_ALLOWED"   # bindings apply to the resource, none allows
+    NO_ACL = "NO_ACL"             # no binding applies to the resource at all
+
+
 class Permission(enum.Enum):
     UNKNOWN = "UNKNOWN"
     ANY = "ANY"           # filters only
@@ -271,25 +278,35 @@ class Authorizer:
 
     async def authorize(self, principal: Principal, host: str | None, operation: Operation,
                         resource_type: ResourceType, name: str) -> bool:
+        decision = await self.decide(principal, host, operation, resource_type, name)
+        if decision is AclDecision.NO_ACL:
+            return self.allow_everyone_if_no_acl_found
+        return decision is AclDecision.ALLOWED
+
+    async def decide(self, principal: Principal, host: str | None, operation: Operation,
+                     resource_type: ResourceType, name: str) -> "AclDecision":
+        """What the bindings alone say (core/access.py weighs grants in where they say nothing)."""
         if operation in (Operation.ANY, Operation.UNKNOWN) or resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
             raise ValueError(f"cannot authorize {operation.name} on {resource_type.name}")
         who = principal_string(principal)
         if who in self.super_users:
-            return True
+            return AclDecision.ALLOWED
         entries = (await self._acls(principal.tenant)).applicable(resource_type, name)
         if not entries:
-            return self.allow_everyone_if_no_acl_found
+            return AclDecision.NO_ACL
         principals = (who, WILDCARD_PRINCIPAL)
         for entry in entries:
             if (entry.permission is Permission.DENY and entry.principal in principals
                     and entry.operation in (operation, Operation.ALL)
                     and (host is None or entry.host in (host, WILDCARD))):
-                return False
+                return AclDecision.DENIED
         granting = _IMPLIED_BY.get(operation, frozenset({operation}))
-        return any(entry.permission is Permission.ALLOW and entry.principal in principals
-                   and (entry.operation is Operation.ALL or entry.operation in granting)
-                   and entry.host in (host, WILDCARD)
-                   for entry in entries)
+        if any(entry.permission is Permission.ALLOW and entry.principal in principals
+               and (entry.operation is Operation.ALL or entry.operation in granting)
+               and entry.host in (host, WILDCARD)
+               for entry in entries):
+            return AclDecision.ALLOWED
+        return AclDecision.NOT_ALLOWED
 
     # --- administration -----------------------------------------------------------------------
 
