@@ -1,0 +1,89 @@
+"""Grants (core/access.py) in the Kafka handlers: a user's configure / write / read patterns on its
+namespace allow the Kafka operations GRANTED_BY maps to them, ACL bindings keep precedence, and a
+change applies to the next request."""
+
+from __future__ import annotations
+
+import asyncio
+
+from core.acl import Operation, ResourceType
+from core.auth import Permission, UserStore
+from protocols.kafka.authorization import GRANTED_BY, SUPPORTED_OPERATIONS
+from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.handlers import find_coordinator, init_producer_id, join_group, metadata, produce
+
+from test_authorization_enforcement import (ALICE, broker, call, core, create_topic, deny,  # noqa: F401 (fixtures)
+                                            partition_codes, produce_request)
+
+
+def test_the_table_covers_every_operation_kafka_can_ask_about() -> None:
+    asked = {(resource_type, operation) for resource_type, operations in SUPPORTED_OPERATIONS.items()
+             for operation in operations}
+    assert asked == set(GRANTED_BY)
+    # a grant never opens the cluster
+    assert not any(GRANTED_BY[key] for key in asked if key[0] is ResourceType.CLUSTER)
+
+
+async def grant(core, **patterns: str) -> None:
+    users = UserStore(core.metadata)
+    await users.put_user("alice", "secret", iterations=1, permissions=[Permission("public", "default", **patterns)])
+    await core.access.refresh("alice")
+
+
+async def produce_codes(broker, *topics: str) -> dict:
+    response = await call(broker, produce, 8, produce_request(*((topic, 1) for topic in topics)))
+    return partition_codes(response, "responses", "partition_responses")
+
+
+async def test_a_write_pattern_allows_produce_to_the_topics_it_matches(broker) -> None:
+    await create_topic(broker, "orders")
+    await create_topic(broker, "audit")
+    await grant(broker.core, configure="^$", write="^ord", read="^$")
+    assert await produce_codes(broker, "orders", "audit") == {
+        ("orders", 0): ErrorCode.NONE, ("audit", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    # WRITE on some topic lets an idempotent producer start (as Kafka 2.8's WRITE ACL does)
+    response = await call(broker, init_producer_id, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                                                        "producer_id": -1, "producer_epoch": -1})
+    assert response.error_code == ErrorCode.NONE
+
+
+async def test_a_deny_binding_beats_a_grant(broker) -> None:
+    await create_topic(broker, "orders")
+    await grant(broker.core)
+    await deny(broker, ResourceType.TOPIC, "orders", Operation.WRITE)
+    assert await produce_codes(broker, "orders") == {("orders", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+
+
+async def test_the_default_grant_of_a_user_stored_without_grants_does_not_count_for_kafka(broker) -> None:
+    await create_topic(broker, "orders")
+    await UserStore(broker.core.metadata).put_user("alice", "secret", iterations=1)
+    assert await produce_codes(broker, "orders") == {("orders", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+
+
+async def test_configure_creates_topics_and_read_opens_the_group(broker) -> None:
+    await grant(broker.core, configure=".*", write="^$", read="^billing-")
+    response = await call(broker, metadata, 9, {"topics": [{"name": "fresh"}], "allow_auto_topic_creation": True,
+                                                "include_cluster_authorized_operations": False,
+                                                "include_topic_authorized_operations": False})
+    assert [t.error_code for t in response.topics] == [ErrorCode.NONE]
+    found = await call(broker, find_coordinator, 3, {"key": "billing-app", "key_type": 0})
+    assert found.error_code == ErrorCode.NONE
+    refused = await call(broker, join_group, 5, {"group_id": "other", "session_timeout_ms": 10000,
+                                                 "rebalance_timeout_ms": 10000, "member_id": "",
+                                                 "group_instance_id": None, "protocol_type": "consumer",
+                                                 "protocols": [{"name": "range", "metadata": b""}]})
+    assert refused.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+async def test_a_change_made_by_another_process_applies_through_the_watch(broker) -> None:
+    await create_topic(broker, "orders")
+    await grant(broker.core)
+    assert await produce_codes(broker, "orders") == {("orders", 0): ErrorCode.NONE}
+    # written to the store directly, as another gateway process would: no refresh here
+    await UserStore(broker.core.metadata).update(
+        "alice", lambda doc: doc.update(permissions=[Permission("public", "default", write="^$").to_doc()]))
+    for _ in range(100):
+        if await produce_codes(broker, "orders") != {("orders", 0): ErrorCode.NONE}:
+            break
+        await asyncio.sleep(0.02)
+    assert await produce_codes(broker, "orders") == {("orders", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED}
