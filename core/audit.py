@@ -13,7 +13,10 @@ Refusals repeat (a client retrying a login, a producer refused per request), so 
 bounded: per (kind, protocol, user, resource, reason) the first refusal of an interval is written at
 once and the others of that interval are counted, then written as one line with "count": n and
 "first": the time of the first one counted. So a refusal storm costs one line per key per interval;
-the keys kept in memory are bounded too (past MAX_KEYS every pending count is written out at once).
+the keys kept in memory are bounded too (past MAX_KEYS every pending count is written out at once),
+and so are the lines themselves: past MAX_LINES refusal lines in an interval (names that change
+every time: a scan of user names), the rest are only counted and written as one line with
+"kind": "overflow". Names from clients are cut to MAX_NAME characters.
 
 Writes are appends of a few hundred bytes to a file opened once, without fsync: an audit line is
 as durable as the page cache, like the process's own log. A file that cannot be written is reported
@@ -36,6 +39,8 @@ log = logging.getLogger("gateway.core.audit")
 
 DEFAULT_REFUSAL_INTERVAL_S = 60.0
 MAX_KEYS = 10_000
+MAX_LINES = 1_000
+MAX_NAME = 256
 
 _RefusalKey = tuple[str, str, str, str, str]
 
@@ -56,10 +61,14 @@ class AuditLog:
     """Disabled (writes nothing) until `open`."""
 
     def __init__(self, *, wall: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
-                 max_keys: int = MAX_KEYS) -> None:
+                 max_keys: int = MAX_KEYS, max_lines: int = MAX_LINES) -> None:
         self._wall = wall
         self._monotonic = monotonic
         self._max_keys = max_keys
+        self._max_lines = max_lines
+        self._lines = 0                # refusal lines written in the current interval
+        self._lines_since = monotonic()
+        self._overflow = 0             # refusals past max_lines, not written yet
         self._file: IO[str] | None = None
         self.path: Path | None = None
         self.refusal_interval_s = DEFAULT_REFUSAL_INTERVAL_S
@@ -107,7 +116,8 @@ class AuditLog:
         """A refused login (`kind` "login") or operation ("authorization")."""
         if self._file is None:
             return
-        key = (kind, protocol, user or "", resource, reason)
+        user, resource = (user or "")[:MAX_NAME], resource[:MAX_NAME]
+        key = (kind, protocol, user, resource, reason)
         now = self._monotonic()
         window = self._windows.get(key)
         if window is not None and now - window.started < self.refusal_interval_s:
@@ -120,9 +130,24 @@ class AuditLog:
             self._write_counted(key, window)
         elif len(self._windows) >= self._max_keys:
             self.flush(everything=True)
+        if not self._line_allowed(now):
+            self._overflow += 1
+            return
         self._windows[key] = _Window(now)
-        self._write({"event": "refused", "kind": kind, "protocol": protocol, "user": user, "resource": resource,
-                     "reason": reason, "from": source, "count": 1})
+        self._write({"event": "refused", "kind": kind, "protocol": protocol, "user": user or None,
+                     "resource": resource, "reason": reason, "from": source, "count": 1})
+
+    def _line_allowed(self, now: float) -> bool:
+        if now - self._lines_since >= self.refusal_interval_s:
+            self._write_overflow()
+            self._lines, self._lines_since = 0, now
+        self._lines += 1
+        return self._lines <= self._max_lines
+
+    def _write_overflow(self) -> None:
+        if self._overflow:
+            self._write({"event": "refused", "kind": "overflow", "count": self._overflow})
+            self._overflow = 0
 
     def flush(self, *, everything: bool = False) -> None:
         """Write the counts of the intervals that ended (`everything`: of all), and forget them."""
@@ -131,6 +156,8 @@ class AuditLog:
             if everything or now - window.started >= self.refusal_interval_s:
                 del self._windows[key]
                 self._write_counted(key, window)
+        if everything or now - self._lines_since >= self.refusal_interval_s:
+            self._write_overflow()
 
     # --- writing ------------------------------------------------------------------------------
 

@@ -12,6 +12,10 @@ PUT /users creates a user (a password is needed) or changes one: a new password 
 keys; fields left out keep their value. Only SCRAM keys are stored, never the password. A change
 applies to logins from then on; a deleted user's connections are closed in every gateway process
 (core/connections.py watches the user in the metadata store).
+
+A permission is a grant of the one authorization model (core/access.py): it governs AMQP and Kafka
+alike, and a change applies to the user's open connections at once (its next publish, produce or
+fetch is decided by the new grant). Each change is audited with the user's document before and after.
 """
 
 # No `from __future__ import annotations` here: FastAPI must see the routes' annotations as
@@ -20,11 +24,12 @@ applies to logins from then on; a deleted user's connections are closed in every
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from pydantic import BaseModel, Field
 
 from core.auth import Permission, User
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, check_name
+from gateway.admin.audit import record
 from gateway.admin.security import ADMINISTRATOR, Caller
 
 MAX_PASSWORD = 1024
@@ -103,10 +108,12 @@ def router(context, authenticate) -> APIRouter:
         return user_doc(await visible_user(caller, name))
 
     @api.put("/users/{name}", status_code=status.HTTP_201_CREATED)
-    async def put_user(name: str, body: UserBody, caller: Authenticated, response: Response) -> dict[str, Any]:
+    async def put_user(name: str, body: UserBody, caller: Authenticated, response: Response,
+                       request: Request) -> dict[str, Any]:
         """Create (201) or change (200) a user."""
         check_name("user", name)
         existing = await users.get(name)
+        before = user_doc(existing) if existing is not None else None
         if existing is not None and not caller.sees(existing.principal.tenant):
             raise HTTPException(status.HTTP_409_CONFLICT, f"user name {name} is taken")
         if existing is not None:
@@ -140,14 +147,19 @@ def router(context, authenticate) -> APIRouter:
                     doc["permissions"] = [p.to_doc() for p in permissions]
             if not await users.update(name, change):
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {name} does not exist")
-        return user_doc(await users.get(name))
+        await context.core.access.refresh(name)
+        after = user_doc(await users.get(name))
+        record(request, f"user {name}", before, after)
+        return after
 
     @api.delete("/users/{name}", status_code=status.HTTP_204_NO_CONTENT)
-    async def delete_user(name: str, caller: Authenticated) -> None:
-        await visible_user(caller, name, changing=True)
+    async def delete_user(name: str, caller: Authenticated, request: Request) -> None:
+        user = await visible_user(caller, name, changing=True)
         if name == caller.user:
             raise HTTPException(status.HTTP_409_CONFLICT, "a user cannot delete itself")
         await users.delete_user(name)
+        await context.core.access.refresh(name)
+        record(request, f"user {name}", user_doc(user), None)
         # This process's connections at once; other processes' through their watch on the user.
         context.core.connections.close_user(name, f"user {name} was deleted")
 
@@ -166,21 +178,28 @@ def router(context, authenticate) -> APIRouter:
 
     @api.put("/permissions/{tenant}/{namespace}/{name}")
     async def put_permission(tenant: str, namespace: str, name: str, body: PermissionBody,
-                             caller: Authenticated) -> dict[str, Any]:
+                             caller: Authenticated, request: Request) -> dict[str, Any]:
         user = await visible_user(caller, name, changing=True)
         await existing_namespace(caller, tenant, namespace)
         permission = Permission(tenant, namespace, body.configure, body.write, body.read)
         _check_patterns(permission)
+        before = user.permission_on(tenant, namespace)
         await users.update(name, lambda doc: _replace_permission(doc, user, permission, tenant, namespace))
+        await context.core.access.refresh(name)   # open connections: their next check sees it
+        record(request, f"permission {tenant}/{namespace}/{name}", before and before.to_doc(), permission.to_doc())
         return {"user": name, **permission.to_doc()}
 
     @api.delete("/permissions/{tenant}/{namespace}/{name}", status_code=status.HTTP_204_NO_CONTENT)
-    async def delete_permission(tenant: str, namespace: str, name: str, caller: Authenticated) -> None:
+    async def delete_permission(tenant: str, namespace: str, name: str, caller: Authenticated,
+                                request: Request) -> None:
         user = await visible_user(caller, name, changing=True)
         caller.check_tenant(tenant)
-        if user.permission_on(tenant, namespace) is None:
+        before = user.permission_on(tenant, namespace)
+        if before is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {name} has no permission on {tenant}/{namespace}")
         await users.update(name, lambda doc: _replace_permission(doc, user, None, tenant, namespace))
+        await context.core.access.refresh(name)
+        record(request, f"permission {tenant}/{namespace}/{name}", before.to_doc(), None)
 
     return api
 

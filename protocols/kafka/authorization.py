@@ -105,6 +105,14 @@ async def authorized_names(ctx: RequestContext, operation: Operation, resource_t
     return {name for name in set(names) if await check(ctx, operation, resource_type, name, audit=False)}
 
 
+def audit_change(ctx: RequestContext, action: str, target: str, before, after) -> None:
+    """An administrative change made over Kafka (ACLs), in the audit log."""
+    principal, client = ctx.session.principal, ctx.session.client
+    ctx.broker.core.audit.change(who=principal.user if principal is not None else "ANONYMOUS",
+                                 source=client.address if client is not None else None, action=action,
+                                 target=target, before=before, after=after)
+
+
 async def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
     """Kafka's authorizedOperations: bit (1 << operation code) set for each supported operation
     allowed on the resource; without enforcement every supported one (a broker without authorizer)."""

@@ -71,3 +71,17 @@ def test_a_closed_or_never_opened_log_writes_nothing(tmp_path) -> None:
     audit.refused("login", "amqp", "u", "login", "bad credentials", None)
     audit.change(who="root", source=None, action="DELETE /x", target="x")
     assert not audit.enabled and list(tmp_path.iterdir()) == []
+
+
+def test_names_that_change_every_time_are_bounded_by_lines_per_interval(tmp_path) -> None:
+    clock = Clock()
+    audit = opened(tmp_path, clock, max_lines=100)
+    for user in range(5000):
+        audit.refused("login", "kafka", f"scan{user}" + "x" * 1000, "login", "bad credentials", None)
+    clock.now += 60
+    audit.flush()
+    written = lines(tmp_path / "audit.log")
+    assert len(written) == 101
+    assert written[-1] == {"time": written[-1]["time"], "event": "refused", "kind": "overflow", "count": 4900}
+    assert max(len(w.get("user") or "") for w in written) == 256
+    audit.close()
