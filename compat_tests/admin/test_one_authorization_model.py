@@ -1,0 +1,213 @@
+"""One grant for every protocol, with real clients against a real gateway: a permission written
+through the admin API lets its user produce and consume over Kafka (SCRAM, its consumer group
+included) and publish and consume over AMQP (PLAIN) with no other step; a change applies to open
+connections at once; tenant admins grant only inside their tenant; and the audit log records the
+changes and the refusals, repeated refusals as one count per interval.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import httpx
+import pika
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from kafka import KafkaProducer
+from kafka.errors import TopicAuthorizationFailedError
+
+TIMEOUT_S = 10
+ROOT = ("root", "root-secret")
+CONFIG = """
+audit_refusal_interval_s = 1
+
+[kafka]
+sasl_mechanisms = "PLAIN,SCRAM-SHA-256"
+
+[[users]]
+name = "root"
+password = "root-secret"
+tags = ["administrator"]
+"""
+EVERYTHING = {"configure": ".*", "write": ".*", "read": ".*"}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    from compat_tests.conftest import start_gateway
+    tmp = tmp_path_factory.mktemp("authorization-model")
+    config = tmp / "gateway.toml"
+    config.write_text(CONFIG)
+    process = start_gateway(tmp, "--config", str(config))
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def api(gateway):
+    with httpx.Client(base_url=f"{gateway.admin_url}/api/v1", auth=ROOT, timeout=30) as client:
+        yield client
+
+
+def namespace_with_user(api, user: str, **body) -> str:
+    """A fresh tenant with namespace "shop" and `user` in it (no grant unless `body` gives one)."""
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    api.put(f"/tenants/{tenant}").raise_for_status()
+    api.put(f"/tenants/{tenant}/namespaces/shop").raise_for_status()
+    api.put(f"/users/{user}", json={"password": f"{user}-secret", "tenant": tenant, "namespace": "shop",
+                                    "permissions": [], **body}).raise_for_status()
+    return tenant
+
+
+def scram(gateway, user: str, **extra) -> dict:
+    host, port = gateway.kafka
+    return {"bootstrap.servers": f"{host}:{port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": f"{user}-secret", **extra}
+
+
+def delivery_error(gateway, user: str, topic: str) -> KafkaError | None:
+    delivered: list = []
+    producer = Producer(scram(gateway, user, **{"message.timeout.ms": 5000}))
+    producer.produce(topic, b"v", on_delivery=lambda err, msg: delivered.append(err))
+    producer.flush(TIMEOUT_S)
+    assert len(delivered) == 1
+    return delivered[0]
+
+
+def group_poll(gateway, user: str, topic: str, group: str, accept):
+    consumer = Consumer(scram(gateway, user, **{"group.id": group, "auto.offset.reset": "earliest",
+                                                "session.timeout.ms": 6000}))
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 2 * TIMEOUT_S
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and accept(message):
+                if message.error() is None:
+                    consumer.commit(message, asynchronous=False)
+                return message
+        return None
+    finally:
+        consumer.close()
+
+
+def amqp(gateway, user: str, tenant: str) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        *gateway.amqp, virtual_host=f"{tenant}/shop", credentials=pika.PlainCredentials(user, f"{user}-secret"),
+        connection_attempts=1))
+
+
+def test_a_namespace_grant_opens_kafka_and_amqp_alike(gateway, api) -> None:
+    tenant = namespace_with_user(api, "pat")
+    # Without a grant: refused over both protocols.
+    assert delivery_error(gateway, "pat", "orders").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    refused = group_poll(gateway, "pat", "orders", "pat-app", lambda m: m.error() is not None)
+    assert refused is not None and refused.error().code() in (KafkaError.GROUP_AUTHORIZATION_FAILED,
+                                                              KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+        amqp(gateway, "pat", tenant)
+
+    granted = api.put(f"/permissions/{tenant}/shop/pat", json=EVERYTHING)
+    assert granted.status_code == 200, granted.text
+
+    assert delivery_error(gateway, "pat", "orders") is None            # auto-created, then written
+    message = group_poll(gateway, "pat", "orders", "pat-app", lambda m: m.error() is None)
+    assert message is not None and message.value() == b"v"
+
+    connection = amqp(gateway, "pat", tenant)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("inbox")
+    channel.basic_publish("", "inbox", b"hello")
+    method, _, body = channel.basic_get("inbox", auto_ack=True)
+    assert body == b"hello"
+    connection.close()
+
+
+def test_a_group_needs_read_on_its_name(gateway, api) -> None:
+    tenant = namespace_with_user(api, "gus")
+    api.put(f"/permissions/{tenant}/shop/gus", json={"configure": ".*", "write": ".*", "read": "^(orders|team-)"})
+    assert delivery_error(gateway, "gus", "orders") is None
+    refused = group_poll(gateway, "gus", "orders", "other-app", lambda m: m.error() is not None)
+    assert refused is not None and refused.error().code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    allowed = group_poll(gateway, "gus", "orders", "team-app", lambda m: m.error() is None)
+    assert allowed is not None and allowed.value() == b"v"
+
+
+def test_a_revoked_write_fails_the_next_produce_and_publish_on_open_connections(gateway, api) -> None:
+    tenant = namespace_with_user(api, "rex")
+    api.put(f"/permissions/{tenant}/shop/rex", json=EVERYTHING).raise_for_status()
+    host, port = gateway.kafka
+    producer = KafkaProducer(bootstrap_servers=f"{host}:{port}", security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="rex",
+                             sasl_plain_password="rex-secret", retries=0, max_block_ms=TIMEOUT_S * 1000,
+                             request_timeout_ms=TIMEOUT_S * 1000)
+    connection = amqp(gateway, "rex", tenant)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("inbox")
+    try:
+        assert producer.send("ledger", b"one").get(timeout=TIMEOUT_S).offset == 0
+        channel.basic_publish("", "inbox", b"one")
+
+        api.put(f"/permissions/{tenant}/shop/rex", json={**EVERYTHING, "write": "^$"}).raise_for_status()
+        with pytest.raises(TopicAuthorizationFailedError):
+            producer.send("ledger", b"two").get(timeout=TIMEOUT_S)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            channel.basic_publish("", "inbox", b"two")
+        assert closed.value.reply_code == 403    # ACCESS_REFUSED
+
+        api.put(f"/permissions/{tenant}/shop/rex", json=EVERYTHING).raise_for_status()
+        assert producer.send("ledger", b"three").get(timeout=TIMEOUT_S).offset == 1
+        channel = connection.channel()           # the same connection, a new channel
+        channel.confirm_delivery()
+        channel.basic_publish("", "inbox", b"three")
+    finally:
+        producer.close(timeout=5)
+        connection.close()
+
+
+def test_a_tenant_admin_grants_inside_its_own_tenant_only(gateway, api) -> None:
+    mine = namespace_with_user(api, "ada", tags=["tenant-admin"])
+    api.put("/users/ula", json={"password": "ula-secret", "tenant": mine, "namespace": "shop",
+                                "permissions": []}).raise_for_status()
+    other = namespace_with_user(api, "oli")
+    with httpx.Client(base_url=f"{gateway.admin_url}/api/v1", auth=("ada", "ada-secret"), timeout=30) as ada:
+        assert ada.put(f"/permissions/{mine}/shop/ula", json=EVERYTHING).status_code == 200
+        assert ada.put(f"/permissions/{other}/shop/ula", json=EVERYTHING).status_code == 404
+        assert ada.put(f"/permissions/{other}/shop/oli", json=EVERYTHING).status_code == 404
+    assert delivery_error(gateway, "ula", "orders") is None   # granted by a tenant admin, no super user
+
+
+def audit_lines(gateway) -> list[dict]:
+    return [json.loads(line) for line in (gateway.data_dir / "audit.log").read_text().splitlines()]
+
+
+def test_the_audit_log_has_each_change_and_counts_repeated_refusals(gateway, api) -> None:
+    tenant = namespace_with_user(api, "ivy")
+    api.put(f"/permissions/{tenant}/shop/ivy", json={**EVERYTHING, "write": "^$"}).raise_for_status()
+    change = [line for line in audit_lines(gateway)
+              if line["event"] == "change" and line["action"] == f"PUT /api/v1/permissions/{tenant}/shop/ivy"]
+    assert len(change) == 1
+    assert change[0]["who"] == "root" and change[0]["from"].startswith("127.0.0.1:") and change[0]["status"] == 200
+    assert change[0]["before"] is None and change[0]["after"]["write"] == "^$"
+
+    for _ in range(3):
+        assert delivery_error(gateway, "ivy", "orders").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    with httpx.Client(base_url=f"{gateway.admin_url}/api/v1", auth=("ivy", "wrong"), timeout=30) as wrong:
+        for _ in range(20):
+            assert wrong.get("/tenants").status_code == 401
+
+    def refusals(kind: str, resource: str) -> list[dict]:
+        return [line for line in audit_lines(gateway) if line["event"] == "refused" and line["kind"] == kind
+                and line["user"] == "ivy" and line["resource"] == resource]
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline and len(refusals("login", "login")) < 2:
+        time.sleep(0.2)     # the count of an interval is written once it ends
+    logins = refusals("login", "login")
+    assert [line["count"] for line in logins] == [1, 19] and logins[0]["protocol"] == "admin"
+    writes = refusals("authorization", f"topic {tenant}/shop/orders")
+    assert writes and writes[0]["reason"] == "WRITE" and writes[0]["protocol"] == "kafka"
