@@ -205,7 +205,8 @@ def users_permissions() -> None:
 @users_cli.command("grant")
 def users_grant(name: str, tenant: str, namespace: str, configure: str = ".*", write: str = ".*",
                 read: str = ".*") -> None:
-    """Set the user's AMQP permissions on tenant/namespace (regular expressions over names)."""
+    """Grant the user configure / write / read on tenant/namespace (regular expressions over names), for
+    Kafka and AMQP alike; its open connections follow at once."""
     document = _call("PUT", f"/permissions/{tenant}/{namespace}/{name}",
                      {"configure": configure, "write": write, "read": read})
     _show(document, ["user", "tenant", "namespace", "configure", "write", "read"], [document])

@@ -211,3 +211,24 @@ def test_the_audit_log_has_each_change_and_counts_repeated_refusals(gateway, api
     assert [line["count"] for line in logins] == [1, 19] and logins[0]["protocol"] == "admin"
     writes = refusals("authorization", f"topic {tenant}/shop/orders")
     assert writes and writes[0]["reason"] == "WRITE" and writes[0]["protocol"] == "kafka"
+
+
+def test_an_operator_writes_kafka_acls_over_http_without_a_kafka_super_user(gateway, api) -> None:
+    tenant = namespace_with_user(api, "kim")
+    acl = {"resource_type": "TOPIC", "name": "pay", "pattern_type": "PREFIXED", "principal": "User:kim",
+           "operation": "WRITE"}
+    assert api.post(f"/tenants/{tenant}/acls", json=acl).status_code == 201
+    assert api.post(f"/tenants/{tenant}/acls", json=acl).status_code == 200     # a set: stored once
+    assert api.post(f"/tenants/{tenant}/acls", json={**acl, "operation": "FLY"}).status_code == 400
+    listed = [a for a in api.get("/acls").json() if a["tenant"] == tenant]
+    assert [(a["name"], a["operation"], a["permission"]) for a in listed] == [("pay", "WRITE", "ALLOW")]
+    # a grant lets kim describe and create; the ACL lets it write "pay..." and nothing else
+    api.put(f"/permissions/{tenant}/shop/kim", json={"configure": ".*", "write": "^$", "read": ".*"})
+    assert delivery_error(gateway, "kim", "payments") is None
+    assert delivery_error(gateway, "kim", "orders").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert api.request("DELETE", f"/tenants/{tenant}/acls", json=acl).status_code == 204
+    assert api.request("DELETE", f"/tenants/{tenant}/acls", json=acl).status_code == 404
+    assert delivery_error(gateway, "kim", "payments").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    changes = [line for line in audit_lines(gateway) if line["event"] == "change"
+               and line["target"] == f"acl of tenant {tenant}"]
+    assert [(c["before"] is None, c["after"] is None) for c in changes] == [(True, False), (False, True)]
