@@ -12,8 +12,9 @@ from protocols.kafka.authorization import GRANTED_BY, SUPPORTED_OPERATIONS
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.handlers import find_coordinator, init_producer_id, join_group, metadata, produce
 
-from test_authorization_enforcement import (ALICE, broker, call, core, create_topic, deny,  # noqa: F401 (fixtures)
-                                            partition_codes, produce_request)
+from test_authorization_enforcement import broker, call, core, create_topic, deny, partition_codes, produce_request
+
+__all__ = ["broker", "core"]   # the fixtures: a core on temporary storage, a broker with SASL on
 
 
 def test_the_table_covers_every_operation_kafka_can_ask_about() -> None:
@@ -24,10 +25,10 @@ def test_the_table_covers_every_operation_kafka_can_ask_about() -> None:
     assert not any(GRANTED_BY[key] for key in asked if key[0] is ResourceType.CLUSTER)
 
 
-async def grant(core, **patterns: str) -> None:
-    users = UserStore(core.metadata)
+async def grant(on_core, **patterns: str) -> None:
+    users = UserStore(on_core.metadata)
     await users.put_user("alice", "secret", iterations=1, permissions=[Permission("public", "default", **patterns)])
-    await core.access.refresh("alice")
+    await on_core.access.refresh("alice")
 
 
 async def produce_codes(broker, *topics: str) -> dict:
