@@ -192,6 +192,16 @@ class AccessControl:
         except Exception as exc:   # the store is unreachable: the next change fires again
             log.warning("rereading the grants of user %s failed: %s", user, exc)
 
+    async def namespace_grants(self, tenant: str, namespace: str) -> list[tuple[str, Permission]]:
+        """Every user's written grant in tenant/namespace (default grants are not listed), by user
+        name. Reads every user: for listings, not decisions."""
+        found = []
+        for name in await self._users.names():
+            user = await self._users.get(name)
+            if user is not None and user.permissions is not None:
+                found += [(name, p) for p in user.permissions if (p.tenant, p.namespace) == (tenant, namespace)]
+        return found
+
     # --- decisions ----------------------------------------------------------------------------
 
     async def authorize(self, acls: Authorizer, principal: Principal, host: str | None, operation: Operation,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from core.acl import Operation, ResourceType
+from core.acl import Operation, PatternType, ResourceType
 from core.auth import Permission, UserStore
 from protocols.kafka.authorization import GRANTED_BY, SUPPORTED_OPERATIONS
 from protocols.kafka.codec.errors import ErrorCode
@@ -88,3 +88,39 @@ async def test_a_change_made_by_another_process_applies_through_the_watch(broker
             break
         await asyncio.sleep(0.02)
     assert await produce_codes(broker, "orders") == {("orders", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+
+
+def test_grant_patterns_have_a_kafka_form_only_where_kafka_can_say_them() -> None:
+    from core.acl import PatternType
+    from protocols.kafka.grant_acls import kafka_pattern
+    assert kafka_pattern(".*") == (PatternType.LITERAL, "*")
+    assert kafka_pattern("^orders$") == (PatternType.LITERAL, "orders")
+    assert kafka_pattern("^pay") == (PatternType.PREFIXED, "pay")
+    assert [kafka_pattern(p) for p in ("", "^$", "orders", "^a.b", "^(a|b)$")] == [None] * 5
+
+
+async def test_describe_acls_shows_what_the_namespace_grants_amount_to(broker) -> None:
+    from core.acl import AclBindingFilter
+    from protocols.kafka.grant_acls import grant_bindings
+    await grant(broker.core, configure="^$", write="^orders$", read="(unsayable|regex)")
+    bindings = {(b.pattern.resource_type, b.pattern.name, b.pattern.pattern_type, b.entry.principal,
+                 b.entry.operation) for b in await grant_bindings(broker.core, "public", "default")}
+    assert bindings == {(resource_type, "orders", PatternType.LITERAL, "User:alice", operation)
+                        for resource_type, operation in ((ResourceType.TOPIC, Operation.WRITE),
+                                                         (ResourceType.TRANSACTIONAL_ID, Operation.WRITE),
+                                                         (ResourceType.TRANSACTIONAL_ID, Operation.DESCRIBE))}
+    assert AclBindingFilter().matches(next(iter(await grant_bindings(broker.core, "public", "default"))))
+    assert await grant_bindings(broker.core, "public", "elsewhere") == []
+
+
+async def test_describe_acls_answers_the_grants_after_the_stored_bindings(broker) -> None:
+    from protocols.kafka.handlers import describe_acls
+    from test_authorization_enforcement import ADMIN
+    await grant(broker.core, configure="^$", write="^orders$", read="^$")
+    await deny(broker, ResourceType.TOPIC, "orders", Operation.WRITE)
+    response = await call(broker, describe_acls, 2, {
+        "resource_type_filter": 2, "resource_name_filter": "orders", "pattern_type_filter": 3,
+        "principal_filter": None, "host_filter": None, "operation": 4, "permission_type": 1}, session=ADMIN)
+    assert response.error_code == ErrorCode.NONE
+    [resource] = response.resources
+    assert [(a.principal, a.permission_type) for a in resource.acls] == [("User:alice", 2), ("User:alice", 3)]
