@@ -9,7 +9,7 @@ A grant's pattern becomes a Kafka resource pattern where Kafka can say it:
 
 Any other regular expression has no Kafka form and is left out of the view (it still decides).
 Each action becomes the operations GRANTED_BY gives to that action alone (read: READ on topics and
-groups; write: WRITE on topics and transactional ids, DESCRIBE on these; configure: CREATE, DELETE,
+groups; write: WRITE on topics, WRITE and DESCRIBE on transactional ids; configure: CREATE, DELETE,
 ALTER, ALTER_CONFIGS on topics, DELETE on groups), as ALLOW entries of "User:<name>" from any host.
 The view is read-only: DeleteAcls deletes stored bindings; a grant changes through the admin API.
 Only the grants of the client's own namespace are shown, as only those decide for it.
