@@ -1,6 +1,7 @@
 """One authorization model for every protocol: grants, and the decision that weighs them with ACLs.
 
-A grant says what a user may do in one tenant/namespace, as three regular expressions over resource
+A grant says what a user may do in one tenant/namespace (or in every namespace of a tenant: namespace
+"*", which a grant on the namespace itself overrides), as three regular expressions over resource
 names, one per action:
 
     configure   create, delete and change resources     (RabbitMQ configure; Pulsar functions/manage)
@@ -34,7 +35,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from core.acl import AclDecision, Authorizer, Operation, ResourceType
-from core.auth import EVERYTHING, Permission, Principal, User, UserStore
+from core.auth import ANY_NAMESPACE, EVERYTHING, Permission, Principal, User, UserStore
 from storage.api import MetadataStore
 
 log = logging.getLogger("gateway.core.access")
@@ -121,7 +122,7 @@ class UserGrants:
     def on(self, tenant: str, namespace: str, *, with_default: bool = True) -> NamespaceGrant | None:
         """The grant in tenant/namespace, None without one. `with_default`: whether a user stored
         without grants has its default grant (AMQP) or nothing (Kafka, whose ACLs came first)."""
-        grant = self._explicit.get((tenant, namespace))
+        grant = self._explicit.get((tenant, namespace)) or self._explicit.get((tenant, ANY_NAMESPACE))
         if grant is None and with_default and self._default is not None:
             own = self._default.permission
             if (own.tenant, own.namespace) == (tenant, namespace):
@@ -199,7 +200,9 @@ class AccessControl:
         for name in await self._users.names():
             user = await self._users.get(name)
             if user is not None and user.permissions is not None:
-                found += [(name, p) for p in user.permissions if (p.tenant, p.namespace) == (tenant, namespace)]
+                found += [(name, p) for p in user.permissions if p.tenant == tenant
+                          and (p.namespace == namespace or p.namespace == ANY_NAMESPACE
+                               and user.permission_on(tenant, namespace) is None)]
         return found
 
     # --- decisions ----------------------------------------------------------------------------

@@ -11,7 +11,8 @@ Users live at /users/<name> in the metadata store:
 
 "permissions" (optional) are RabbitMQ's per-vhost permissions: in each listed tenant/namespace, the
 queues and exchanges whose names the configure / write / read patterns match (a regular-expression
-search; "" is "^$" and grants nothing). Without the key a user has every permission in its own
+search; "" is "^$" and grants nothing). A namespace "*" stands for every namespace of the tenant
+that has no permission of its own (core/access.py). Without the key a user has every permission in its own
 tenant/namespace and none elsewhere; with it, exactly the listed ones.
 
 "tags" (optional) are RabbitMQ's user tags; `administrator` opens the admin API (gateway/admin).
@@ -38,6 +39,7 @@ from storage.api import BadVersion, MetadataStore, NoNode
 SCRAM_MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 DEFAULT_ITERATIONS = 4096
 EVERYTHING = ".*"
+ANY_NAMESPACE = "*"    # a permission's namespace that stands for every namespace of its tenant
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,10 +175,12 @@ def test_a_tenant_admin_grants_inside_its_own_tenant_only(gateway, api) -> None:
                                 "permissions": []}).raise_for_status()
     other = namespace_with_user(api, "oli")
     with httpx.Client(base_url=f"{gateway.admin_url}/api/v1", auth=("ada", "ada-secret"), timeout=30) as ada:
-        assert ada.put(f"/permissions/{mine}/shop/ula", json=EVERYTHING).status_code == 200
-        assert ada.put(f"/permissions/{other}/shop/ula", json=EVERYTHING).status_code == 404
+        # "*": every namespace of the tenant
+        assert ada.put(f"/permissions/{mine}/*/ula", json=EVERYTHING).status_code == 200
+        assert ada.put(f"/permissions/{other}/*/ula", json=EVERYTHING).status_code == 404
         assert ada.put(f"/permissions/{other}/shop/oli", json=EVERYTHING).status_code == 404
     assert delivery_error(gateway, "ula", "orders") is None   # granted by a tenant admin, no super user
+    amqp(gateway, "ula", mine).close()
 
 
 def audit_lines(gateway) -> list[dict]:

@@ -6,7 +6,7 @@
     DELETE /users/{name}                    and its open connections are closed
     GET    /permissions                     every user's permissions
     PUT    /permissions/{tenant}/{namespace}/{user}     {"configure", "write", "read"} (regexes)
-    DELETE /permissions/{tenant}/{namespace}/{user}
+    DELETE /permissions/{tenant}/{namespace}/{user}     namespace "*": every namespace of the tenant
 
 PUT /users creates a user (a password is needed) or changes one: a new password replaces its SCRAM
 keys; fields left out keep their value. Only SCRAM keys are stored, never the password. A change
@@ -27,7 +27,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from pydantic import BaseModel, Field
 
-from core.auth import Permission, User
+from core.auth import ANY_NAMESPACE, Permission, User
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, check_name
 from gateway.admin.audit import record
 from gateway.admin.security import ADMINISTRATOR, Caller
@@ -62,7 +62,10 @@ def user_doc(user: User) -> dict[str, Any]:
 
 def _permission(doc: dict[str, str]) -> Permission:
     try:
-        permission = Permission(check_name("tenant", doc["tenant"]), check_name("namespace", doc["namespace"]),
+        namespace = doc["namespace"]
+        if namespace != ANY_NAMESPACE:
+            check_name("namespace", namespace)
+        permission = Permission(check_name("tenant", doc["tenant"]), namespace,
                                 doc.get("configure", ".*"), doc.get("write", ".*"), doc.get("read", ".*"))
     except (KeyError, TypeError):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "a permission needs a tenant and a namespace") from None
@@ -95,7 +98,10 @@ def router(context, authenticate) -> APIRouter:
 
     async def existing_namespace(caller: Caller, tenant: str, namespace: str) -> None:
         caller.check_tenant(tenant)
-        if not await tenancy.namespace_exists(tenant, namespace):
+        if namespace == ANY_NAMESPACE:   # every namespace of the tenant
+            if not await tenancy.tenant_exists(tenant):
+                raise HTTPException(status.HTTP_400_BAD_REQUEST, f"tenant {tenant} does not exist")
+        elif not await tenancy.namespace_exists(tenant, namespace):
             raise HTTPException(status.HTTP_400_BAD_REQUEST, f"namespace {tenant}/{namespace} does not exist")
 
     @api.get("/users")

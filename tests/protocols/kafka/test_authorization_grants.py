@@ -124,3 +124,15 @@ async def test_describe_acls_answers_the_grants_after_the_stored_bindings(broker
     assert response.error_code == ErrorCode.NONE
     [resource] = response.resources
     assert [(a.principal, a.permission_type) for a in resource.acls] == [("User:alice", 2), ("User:alice", 3)]
+
+
+async def test_a_tenant_wide_grant_covers_every_namespace_unless_one_has_its_own(broker) -> None:
+    await create_topic(broker, "orders")
+    users = UserStore(broker.core.metadata)
+    await users.put_user("alice", "secret", iterations=1, permissions=[Permission("public", "*", write="^ord")])
+    await broker.core.access.refresh("alice")
+    assert await produce_codes(broker, "orders") == {("orders", 0): ErrorCode.NONE}
+    await users.put_user("alice", "secret", iterations=1, permissions=[
+        Permission("public", "*"), Permission("public", "default", write="^$")])
+    await broker.core.access.refresh("alice")
+    assert await produce_codes(broker, "orders") == {("orders", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED}
