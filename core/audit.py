@@ -5,6 +5,7 @@ One object per line, always with "time" (UTC, ISO 8601, milliseconds) and "event
     {"time": ..., "event": "change", "who": "root", "from": "127.0.0.1:50312",
      "action": "PUT /api/v1/permissions/acme/shop/alice", "target": "permission acme/shop/alice",
      "before": {...} | null, "after": {...} | null, "status": 200}
+    ("event": "failed" for an attempt answered 400 or above, which changed nothing)
     {"time": ..., "event": "refused", "kind": "login" | "authorization", "protocol": "kafka",
      "user": "bob", "resource": "topic acme/shop/orders", "reason": "WRITE", "from": "10.0.0.7:41000",
      "count": 1}
@@ -106,9 +107,11 @@ class AuditLog:
 
     def change(self, *, who: str, source: str | None, action: str, target: str, before: Any = None,
                after: Any = None, status: int | None = None) -> None:
-        """An administrative change: who did what to which target, from where, and its state before and after."""
+        """An administrative change: who did what to which target, from where, and its state before and
+        after. A `status` of 400 or more is an attempt that changed nothing: event "failed"."""
         if self._file is not None:
-            self._write({"event": "change", "who": who, "from": source, "action": action, "target": target,
+            event = "failed" if status is not None and status >= 400 else "change"
+            self._write({"event": event, "who": who, "from": source, "action": action, "target": target,
                          "before": before, "after": after, "status": status})
 
     def refused(self, kind: str, protocol: str, user: str | None, resource: str, reason: str,

@@ -181,6 +181,9 @@ def test_a_tenant_admin_grants_inside_its_own_tenant_only(gateway, api) -> None:
         assert ada.put(f"/permissions/{other}/shop/oli", json=EVERYTHING).status_code == 404
     assert delivery_error(gateway, "ula", "orders") is None   # granted by a tenant admin, no super user
     amqp(gateway, "ula", mine).close()
+    attempts = [(line["event"], line["status"]) for line in audit_lines(gateway)
+                if line.get("who") == "ada" and line["action"].startswith("PUT /api/v1/permissions/")]
+    assert attempts == [("change", 200), ("failed", 404), ("failed", 404)]
 
 
 def audit_lines(gateway) -> list[dict]:

@@ -85,3 +85,10 @@ def test_names_that_change_every_time_are_bounded_by_lines_per_interval(tmp_path
     assert written[-1] == {"time": written[-1]["time"], "event": "refused", "kind": "overflow", "count": 4900}
     assert max(len(w.get("user") or "") for w in written) == 256
     audit.close()
+
+
+def test_an_attempt_that_changed_nothing_is_a_failed_event(tmp_path) -> None:
+    audit = opened(tmp_path, Clock())
+    audit.change(who="ada", source=None, action="PUT /api/v1/permissions/other/ns/u", target="x", status=404)
+    audit.close()
+    assert lines(tmp_path / "audit.log")[0]["event"] == "failed"
