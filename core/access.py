@@ -15,14 +15,16 @@ protocol operation needs which action is one table per protocol, in protocols/ (
 protocols/kafka/authorization.py; AMQP: protocols/amqp/permissions.py); core/ never sees their words.
 
 Grants are stored with the user (/users/<name>, "permissions": core/auth.py), so a user and what it
-may do come and go together. A user stored without that list has the *default grant*: everything in
+may do come and go together, and with the roles it has (/roles/<name>, core/roles.py): in each
+namespace a user may do what its own grant or any of its roles' grants allows (their patterns are
+joined into one). A user stored without a permissions list has the *default grant*: everything in
 its own namespace. ACL bindings (core/acl.py) are the model's second kind of entry: per tenant, per
 resource type, with hosts and DENY. A decision (`authorize`) takes both: a matching DENY binding
 refuses; else a matching ALLOW binding or a grant of one of the actions the operation accepts allows.
 
 Nothing here is on a per-message path: a user's grants are read once, kept (`UserGrants`) and
 updated in place when the user's node changes (a watch, so a change made by any process applies to
-open connections at once); each pattern remembers its answers per name, and its owner compares one
+open connections at once; a role's node is watched as well); each pattern remembers its answers per name, and its owner compares one
 version number to notice a change.
 """
 
@@ -36,6 +38,7 @@ from collections.abc import Callable, Iterable
 
 from core.acl import AclDecision, Authorizer, Operation, ResourceType
 from core.auth import ANY_NAMESPACE, EVERYTHING, Permission, Principal, User, UserStore
+from core.roles import ROLES_ROOT, RoleStore
 from storage.api import MetadataStore
 
 log = logging.getLogger("gateway.core.access")
@@ -107,16 +110,18 @@ class UserGrants:
         self._explicit: dict[tuple[str, str], NamespaceGrant] = {}
         self._default: NamespaceGrant | None = None
 
-    def set(self, stored: User | None) -> None:
-        """Take the user as stored now (None: gone, so nothing is granted)."""
-        explicit: dict[tuple[str, str], NamespaceGrant] = {}
+    def set(self, stored: User | None, from_roles: Iterable[Permission] = ()) -> None:
+        """Take the user as stored now (None: gone, so nothing is granted) and its roles' permissions."""
+        listed: dict[tuple[str, str], list[Permission]] = {}
         default = None
-        if stored is not None and stored.permissions is not None:
-            explicit = {(p.tenant, p.namespace): NamespaceGrant(p) for p in stored.permissions}
-        elif stored is not None:
-            own = stored.principal
-            default = NamespaceGrant(Permission(own.tenant, own.namespace))
-        self._explicit, self._default = explicit, default
+        if stored is not None:
+            for permission in (*(stored.permissions or ()), *from_roles):
+                listed.setdefault((permission.tenant, permission.namespace), []).append(permission)
+            if stored.permissions is None:
+                own = stored.principal
+                default = NamespaceGrant(Permission(own.tenant, own.namespace))
+        self._explicit = {key: NamespaceGrant(_joined(permissions)) for key, permissions in listed.items()}
+        self._default = default
         self.version += 1
 
     def on(self, tenant: str, namespace: str, *, with_default: bool = True) -> NamespaceGrant | None:
@@ -130,13 +135,31 @@ class UserGrants:
         return grant
 
 
+def _joined(permissions: list[Permission]) -> Permission:
+    """One permission allowing what any of them allows."""
+    if len(permissions) == 1:
+        return permissions[0]
+
+    def join(patterns: list[str]) -> str:
+        live = [pattern for pattern in patterns if pattern not in NOTHING]
+        if EVERYTHING in live:
+            return EVERYTHING
+        return "|".join(f"(?:{pattern})" for pattern in dict.fromkeys(live)) if len(live) > 1 else "".join(live)
+
+    first = permissions[0]
+    return Permission(first.tenant, first.namespace,
+                      *(join([getattr(p, action.value) for p in permissions]) for action in Action))
+
+
 class AccessControl:
     """The grants of the users this process serves, kept current. One per process, on the core."""
 
     def __init__(self, metadata: MetadataStore) -> None:
         self._metadata = metadata
         self._users = UserStore(metadata)
+        self._roles = RoleStore(metadata)
         self._grants: dict[str, UserGrants] = {}
+        self._roles_of: dict[str, tuple[str, ...]] = {}   # each cached user's roles
         self._watches: dict[str, Callable[[], None]] = {}
         self._loading: dict[str, asyncio.Future[UserGrants]] = {}
         self._reloads: set[asyncio.Task] = set()
@@ -152,9 +175,9 @@ class AccessControl:
         future = self._loading[user] = asyncio.get_running_loop().create_future()
         try:
             grants = UserGrants(user)
-            grants.set(await self._users.get(user))
+            await self._load(grants)
             self._grants[user] = grants
-            self._watches[user] = self._metadata.watch(f"/users/{user}", self._changed)
+            self._watches[f"/users/{user}"] = self._metadata.watch(f"/users/{user}", self._changed)
             future.set_result(grants)
             return grants
         except BaseException as exc:
@@ -175,7 +198,35 @@ class AccessControl:
         """Reread a user's grants now (after this process changed them: no wait for the watch)."""
         grants = self._grants.get(user)
         if grants is not None:
-            grants.set(await self._users.get(user))
+            await self._load(grants)
+
+    async def refresh_role(self, role: str) -> None:
+        """Reread the grants of every cached user that has the role."""
+        for user in [user for user, roles in self._roles_of.items() if role in roles]:
+            await self.refresh(user)
+
+    async def _load(self, grants: UserGrants) -> None:
+        stored = await self._users.get(grants.user)
+        roles = stored.roles if stored is not None else ()
+        from_roles: list[Permission] = []
+        for role in roles:
+            from_roles += await self._roles.get(role) or ()
+            path = f"{ROLES_ROOT}/{role}"
+            if path not in self._watches:
+                self._watches[path] = self._metadata.watch(path, self._role_changed)
+        self._roles_of[grants.user] = roles
+        grants.set(stored, from_roles)
+
+    def _role_changed(self, path: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._reload_role(path.rsplit("/", 1)[-1]))
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _reload_role(self, role: str) -> None:
+        try:
+            await self.refresh_role(role)
+        except Exception as exc:   # the store is unreachable: the next change fires again
+            log.warning("rereading the grants of role %s failed: %s", role, exc)
 
     def close(self) -> None:
         for cancel in self._watches.values():
@@ -199,10 +250,14 @@ class AccessControl:
         found = []
         for name in await self._users.names():
             user = await self._users.get(name)
-            if user is not None and user.permissions is not None:
-                found += [(name, p) for p in user.permissions if p.tenant == tenant
-                          and (p.namespace == namespace or p.namespace == ANY_NAMESPACE
-                               and user.permission_on(tenant, namespace) is None)]
+            if user is None:
+                continue
+            permissions = list(user.permissions or ())
+            for role in user.roles:
+                permissions += await self._roles.get(role) or ()
+            specific = any((p.tenant, p.namespace) == (tenant, namespace) for p in permissions)
+            found += [(name, p) for p in permissions if p.tenant == tenant
+                      and (p.namespace == namespace or p.namespace == ANY_NAMESPACE and not specific)]
         return found
 
     # --- decisions ----------------------------------------------------------------------------

@@ -237,3 +237,40 @@ def test_an_operator_writes_kafka_acls_over_http_without_a_kafka_super_user(gate
     changes = [line for line in audit_lines(gateway) if line["event"] == "change"
                and line["target"] == f"acl of tenant {tenant}"]
     assert [(c["before"] is None, c["after"] is None) for c in changes] == [(True, False), (False, True)]
+
+
+def test_a_role_grants_its_users_and_only_administrators_define_it(gateway, api) -> None:
+    tenant = namespace_with_user(api, "rio", tags=["tenant-admin"])
+    role = {"permissions": [{"tenant": tenant, "namespace": "shop", **EVERYTHING}]}
+    with httpx.Client(base_url=f"{gateway.admin_url}/api/v1", auth=("rio", "rio-secret"), timeout=30) as rio:
+        assert rio.put("/roles/shop-staff", json=role).status_code == 403
+        assert rio.put("/users/rio", json={"roles": ["shop-staff"]}).status_code == 403
+    assert api.put("/roles/shop-staff", json=role).status_code == 200
+    assert delivery_error(gateway, "rio", "orders").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert api.put("/users/rio", json={"roles": ["shop-staff"]}).json()["roles"] == ["shop-staff"]
+    assert delivery_error(gateway, "rio", "orders") is None
+    amqp(gateway, "rio", tenant).close()
+    assert api.delete("/roles/shop-staff").status_code == 204
+    assert delivery_error(gateway, "rio", "orders").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_gateway_admin_gives_roles_and_grants_them(gateway, api) -> None:
+    from typer.testing import CliRunner
+
+    from gateway.admin_cli import admin_cli
+
+    def admin(*args: str):   # in this process: the command line as typed, without a new interpreter
+        env = {"GATEWAY_ADMIN_URL": gateway.admin_url, "GATEWAY_ADMIN_USER": ROOT[0],
+               "GATEWAY_ADMIN_PASSWORD": ROOT[1], "COLUMNS": "200"}
+        return CliRunner().invoke(admin_cli, list(args), env=env)
+
+    tenant = namespace_with_user(api, "cli")
+    granted = admin("roles", "grant", "cli-staff", tenant, "shop", "--write", "^orders$")
+    assert granted.exit_code == 0, granted.output
+    assert admin("users", "roles", "cli", "cli-staff").exit_code == 0
+    assert delivery_error(gateway, "cli", "orders") is None
+    listed = json.loads(admin("--json", "roles", "list").stdout)
+    assert {"name": "cli-staff", "permissions": [{"tenant": tenant, "namespace": "shop", "configure": ".*",
+                                                  "write": "^orders$", "read": ".*"}]} in listed
+    assert admin("roles", "delete", "cli-staff").exit_code == 0
+    assert admin("roles", "delete", "cli-staff").exit_code == 1

@@ -2,7 +2,7 @@
 
     GET    /users                           name, tenant, namespace, tags of each
     GET    /users/{name}
-    PUT    /users/{name}                    {"password", "tenant", "namespace", "tags", "permissions"}
+    PUT    /users/{name}                    {"password", "tenant", "namespace", "tags", "permissions", "roles"}
     DELETE /users/{name}                    and its open connections are closed
     GET    /permissions                     every user's permissions
     PUT    /permissions/{tenant}/{namespace}/{user}     {"configure", "write", "read"} (regexes)
@@ -41,6 +41,7 @@ class UserBody(BaseModel):
     namespace: str | None = None
     tags: list[str] | None = None
     permissions: list[dict[str, str]] | None = None   # [{"tenant", "namespace", "configure", "write", "read"}]
+    roles: list[str] | None = None                     # names of roles (gateway/admin/roles.py): administrators only
 
     model_config = {"extra": "forbid"}
 
@@ -56,11 +57,12 @@ class PermissionBody(BaseModel):
 def user_doc(user: User) -> dict[str, Any]:
     principal = user.principal
     return {"name": principal.user, "tenant": principal.tenant, "namespace": principal.namespace,
-            "tags": list(user.tags), "mechanisms": sorted(user.scram),
+            "tags": list(user.tags), "roles": list(user.roles), "mechanisms": sorted(user.scram),
             "permissions": None if user.permissions is None else [p.to_doc() for p in user.permissions]}
 
 
-def _permission(doc: dict[str, str]) -> Permission:
+def checked_permission(doc: dict[str, str]) -> Permission:
+    """A permission from its document, or 400."""
     try:
         namespace = doc["namespace"]
         if namespace != ANY_NAMESPACE:
@@ -134,19 +136,24 @@ def router(context, authenticate) -> APIRouter:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "a tag is 1-64 of [A-Za-z0-9_-]")
         if ADMINISTRATOR in tags:
             caller.check_administrator()
+        roles = tuple(body.roles) if body.roles is not None else (existing.roles if existing else ())
+        if body.roles is not None:
+            caller.check_administrator()   # a role spans tenants
+            for role in roles:
+                check_name("role", role)
         await existing_namespace(caller, check_name("tenant", tenant), check_name("namespace", namespace))
         if body.permissions is not None:
-            permissions = [_permission(doc) for doc in body.permissions]
+            permissions = [checked_permission(doc) for doc in body.permissions]
             for permission in permissions:
                 await existing_namespace(caller, permission.tenant, permission.namespace)
         else:
             permissions = existing.permissions if existing else None
         if body.password is not None:
             await users.put_user(name, body.password, tenant=tenant, namespace=namespace,
-                                 permissions=permissions, tags=tags)
+                                 permissions=permissions, tags=tags, roles=roles)
         else:
             def change(doc: dict) -> None:
-                doc.update(tenant=tenant, namespace=namespace, tags=list(tags))
+                doc.update(tenant=tenant, namespace=namespace, tags=list(tags), roles=list(roles))
                 if permissions is None:
                     doc.pop("permissions", None)
                 else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from core.access import Action
 from core.acl import Operation, PatternType, ResourceType
 from core.auth import Permission, UserStore
 from protocols.kafka.authorization import GRANTED_BY, SUPPORTED_OPERATIONS
@@ -136,3 +137,33 @@ async def test_a_tenant_wide_grant_covers_every_namespace_unless_one_has_its_own
         Permission("public", "*"), Permission("public", "default", write="^$")])
     await broker.core.access.refresh("alice")
     assert await produce_codes(broker, "orders") == {("orders", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+
+
+async def test_a_role_adds_its_grants_to_the_users_own_and_a_change_of_it_applies(broker) -> None:
+    from core.roles import RoleStore
+    await create_topic(broker, "orders")
+    await create_topic(broker, "audit")
+    roles = RoleStore(broker.core.metadata)
+    await roles.put("auditors", [Permission("public", "default", configure="^$", write="^audit$", read="^$")])
+    await UserStore(broker.core.metadata).put_user(
+        "alice", "secret", iterations=1, roles=["auditors"],
+        permissions=[Permission("public", "default", configure="^$", write="^orders$", read="^$")])
+    assert await produce_codes(broker, "orders", "audit") == {("orders", 0): ErrorCode.NONE,
+                                                              ("audit", 0): ErrorCode.NONE}
+    await roles.put("auditors", [Permission("public", "default", configure="^$", write="^$", read="^$")])
+    for _ in range(100):   # through the watch on the role, as when another process changed it
+        if (await produce_codes(broker, "audit"))[("audit", 0)] != ErrorCode.NONE:
+            break
+        await asyncio.sleep(0.02)
+    assert await produce_codes(broker, "orders", "audit") == {
+        ("orders", 0): ErrorCode.NONE, ("audit", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+
+
+def test_joined_patterns_allow_what_any_of_them_allows() -> None:
+    from core.access import NamespaceGrant, _joined
+    joined = _joined([Permission("t", "n", configure="", write="^a", read="^$"),
+                      Permission("t", "n", configure="^$", write="^b", read="")])
+    assert (joined.configure, joined.read) == ("", "")
+    grant = NamespaceGrant(joined)
+    assert [grant.allows(Action.WRITE, name) for name in ("ax", "bx", "cx")] == [True, True, False]
+    assert _joined([Permission("t", "n", write="^a"), Permission("t", "n")]).write == ".*"
