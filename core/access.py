@@ -31,6 +31,7 @@ version number to notice a change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import re
@@ -175,9 +176,11 @@ class AccessControl:
         future = self._loading[user] = asyncio.get_running_loop().create_future()
         try:
             grants = UserGrants(user)
+            path = f"/users/{user}"
+            if path not in self._watches:   # before the read: a change after it is never missed
+                self._watches[path] = self._metadata.watch(path, self._changed)
             await self._load(grants)
             self._grants[user] = grants
-            self._watches[f"/users/{user}"] = self._metadata.watch(f"/users/{user}", self._changed)
             future.set_result(grants)
             return grants
         except BaseException as exc:
@@ -196,6 +199,10 @@ class AccessControl:
 
     async def refresh(self, user: str) -> None:
         """Reread a user's grants now (after this process changed them: no wait for the watch)."""
+        loading = self._loading.get(user)
+        if loading is not None:   # a first read under way may have read what is stale now
+            with contextlib.suppress(Exception):
+                await asyncio.shield(loading)
         grants = self._grants.get(user)
         if grants is not None:
             await self._load(grants)
