@@ -27,10 +27,12 @@ Decisions (Kafka's AclAuthorizer.authorizeAction, for a literal resource name):
     matches only "*" for ALLOW entries but every host for DENY entries: never more access.
 
 Cache: each tenant's bindings are read once and kept in memory, indexed for the decision above.
-This process is the only writer, and every create and delete goes through it, so the cache is
-updated with exactly what was written; a failed write drops the tenant's cache so the next
-decision rereads the store. Mutations (and loads) of a tenant are serialised by a lock; decisions
-on a cached tenant never wait.
+A create or delete made here updates the cache with exactly what was written; a failed write
+drops the tenant's cache so the next decision rereads the store. Other processes (the brokers of a
+cluster) learn of a change through /acl-changes/<tenant>, which every mutation rewrites and every
+process that cached the tenant watches: the watch drops the cache, so their next decision rereads
+the store (a read that the change overtook is not kept). Mutations (and loads) of a tenant are
+serialised by a lock; decisions on a cached tenant never wait.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import enum
 import json
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from core.auth import Principal
@@ -52,6 +54,7 @@ from storage.api import MetadataStore, NoNode, StorageError
 log = logging.getLogger("gateway.core")
 
 ACL_ROOT = "/acls"
+CHANGES_ROOT = "/acl-changes"     # /acl-changes/<tenant>: rewritten by each mutation, watched by each cache
 ACL_COUNTER = "acl"
 WILDCARD = "*"                    # a literal resource name matching every resource; also any host
 WILDCARD_PRINCIPAL = "User:*"
@@ -90,6 +93,13 @@ class Operation(enum.Enum):
     DESCRIBE_CONFIGS = "DESCRIBE_CONFIGS"
     ALTER_CONFIGS = "ALTER_CONFIGS"
     IDEMPOTENT_WRITE = "IDEMPOTENT_WRITE"
+
+
+class AclDecision(enum.Enum):
+    ALLOWED = "ALLOWED"           # a super user, or an ALLOW binding matched (and no DENY)
+    DENIED = "DENIED"             # a DENY binding matched
+    NOT_ALLOWED = "NOT_ALLOWED"   # bindings apply to the resource, none allows
+    NO_ACL = "NO_ACL"             # no binding applies to the resource at all
 
 
 class Permission(enum.Enum):
@@ -266,30 +276,42 @@ class Authorizer:
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._cache: dict[str, _TenantAcls] = {}
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._changes: dict[str, int] = defaultdict(int)     # per tenant: changes seen through the watch
+        self._watches: dict[str, Callable[[], None]] = {}
 
     # --- decisions ----------------------------------------------------------------------------
 
     async def authorize(self, principal: Principal, host: str | None, operation: Operation,
                         resource_type: ResourceType, name: str) -> bool:
+        decision = await self.decide(principal, host, operation, resource_type, name)
+        if decision is AclDecision.NO_ACL:
+            return self.allow_everyone_if_no_acl_found
+        return decision is AclDecision.ALLOWED
+
+    async def decide(self, principal: Principal, host: str | None, operation: Operation,
+                     resource_type: ResourceType, name: str) -> "AclDecision":
+        """What the bindings alone say (core/access.py weighs grants in where they say nothing)."""
         if operation in (Operation.ANY, Operation.UNKNOWN) or resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
             raise ValueError(f"cannot authorize {operation.name} on {resource_type.name}")
         who = principal_string(principal)
         if who in self.super_users:
-            return True
+            return AclDecision.ALLOWED
         entries = (await self._acls(principal.tenant)).applicable(resource_type, name)
         if not entries:
-            return self.allow_everyone_if_no_acl_found
+            return AclDecision.NO_ACL
         principals = (who, WILDCARD_PRINCIPAL)
         for entry in entries:
             if (entry.permission is Permission.DENY and entry.principal in principals
                     and entry.operation in (operation, Operation.ALL)
                     and (host is None or entry.host in (host, WILDCARD))):
-                return False
+                return AclDecision.DENIED
         granting = _IMPLIED_BY.get(operation, frozenset({operation}))
-        return any(entry.permission is Permission.ALLOW and entry.principal in principals
-                   and (entry.operation is Operation.ALL or entry.operation in granting)
-                   and entry.host in (host, WILDCARD)
-                   for entry in entries)
+        if any(entry.permission is Permission.ALLOW and entry.principal in principals
+               and (entry.operation is Operation.ALL or entry.operation in granting)
+               and entry.host in (host, WILDCARD)
+               for entry in entries):
+            return AclDecision.ALLOWED
+        return AclDecision.NOT_ALLOWED
 
     # --- administration -----------------------------------------------------------------------
 
@@ -352,6 +374,9 @@ class Authorizer:
                 self._cache.pop(tenant, None)
             else:
                 self._cache[tenant] = _TenantAcls(update.stored)
+            if update.changed:   # for the other processes' caches
+                with contextlib.suppress(StorageError):
+                    await self._metadata.put(f"{CHANGES_ROOT}/{tenant}", b"{}")
 
     async def _acls(self, tenant: str) -> _TenantAcls:
         cached = self._cache.get(tenant)
@@ -365,13 +390,28 @@ class Authorizer:
         if cached is not None:
             return cached
         check_name("tenant", tenant)
+        if tenant not in self._watches:
+            self._watches[tenant] = self._metadata.watch(f"{CHANGES_ROOT}/{tenant}", self._changed)
+        seen = self._changes[tenant]
         folder = f"{ACL_ROOT}/{tenant}"
         ids = [int(child) for child in await self._metadata.children(folder) if child.isdigit()]
         nodes = await asyncio.gather(*(self._metadata.get(f"{folder}/{acl_id}") for acl_id in ids))
         stored = {acl_id: AclBinding.from_doc(json.loads(node.value))
                   for acl_id, node in zip(ids, nodes) if node is not None}
-        acls = self._cache[tenant] = _TenantAcls(stored)
+        acls = _TenantAcls(stored)
+        if self._changes[tenant] == seen:   # else a change came meanwhile: answer, but do not keep
+            self._cache[tenant] = acls
         return acls
+
+    def _changed(self, path: str) -> None:
+        tenant = path.rsplit("/", 1)[-1]
+        self._changes[tenant] += 1
+        self._cache.pop(tenant, None)
+
+    def close(self) -> None:
+        for cancel in self._watches.values():
+            cancel()
+        self._watches.clear()
 
 
 class _Update:
@@ -384,6 +424,7 @@ class _Update:
         self.stored = dict(before)
         self._existing = set(before.values())
         self.failed = False
+        self.changed = False    # something was written (or may have been)
 
     async def create(self, group: list[AclBinding]) -> CoreError | None:
         bad = next((b.entry.principal for b in group if not _valid_principal(b.entry.principal)), None)
@@ -394,6 +435,7 @@ class _Update:
                 if binding in self._existing:
                     continue   # a set: the same binding twice is stored once
                 acl_id = await self._metadata.next_id(ACL_COUNTER)
+                self.changed = True
                 doc = json.dumps(binding.to_doc()).encode()
                 await self._metadata.create(f"{ACL_ROOT}/{self._tenant}/{acl_id}", doc)
                 self.stored[acl_id] = binding
@@ -405,6 +447,7 @@ class _Update:
         return None
 
     async def delete(self, acl_id: int) -> CoreError | None:
+        self.changed = True
         try:
             await self._metadata.delete(f"{ACL_ROOT}/{self._tenant}/{acl_id}")
         except NoNode:

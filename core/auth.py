@@ -7,14 +7,19 @@ Users live at /users/<name> in the metadata store:
      "scram": {"SCRAM-SHA-256": {"salt": b64, "iterations": int, "stored_key": b64, "server_key": b64},
                "SCRAM-SHA-512": {...}},
      "permissions": [{"tenant": str, "namespace": str, "configure": regex, "write": regex, "read": regex}, ...],
-     "tags": [str, ...]}
+     "tags": [str, ...],
+     "roles": [str, ...]}
 
 "permissions" (optional) are RabbitMQ's per-vhost permissions: in each listed tenant/namespace, the
 queues and exchanges whose names the configure / write / read patterns match (a regular-expression
-search; "" is "^$" and grants nothing). Without the key a user has every permission in its own
+search; "" is "^$" and grants nothing). A namespace "*" stands for every namespace of the tenant
+that has no permission of its own (core/access.py). Without the key a user has every permission in its own
 tenant/namespace and none elsewhere; with it, exactly the listed ones.
 
 "tags" (optional) are RabbitMQ's user tags; `administrator` opens the admin API (gateway/admin).
+
+"roles" (optional) name roles whose permissions the user has too: /roles/<role> holds
+{"permissions": [...]} in the same form (core/access.py adds them to the user's own).
 
 Only salted SCRAM keys are stored (RFC 5802), never the password; PLAIN logins are checked by
 deriving the SCRAM-SHA-256 keys from the offered password and comparing in constant time, so one
@@ -39,6 +44,7 @@ from storage.api import BadVersion, MetadataStore, NoNode, StorageError
 SCRAM_MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 DEFAULT_ITERATIONS = 4096
 EVERYTHING = ".*"
+ANY_NAMESPACE = "*"    # a permission's namespace that stands for every namespace of its tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +110,7 @@ class User:
     scram: dict[str, ScramCredential]
     permissions: tuple[Permission, ...] | None = None   # None: everything in its own tenant/namespace
     tags: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
 
     def permission_on(self, tenant: str, namespace: str) -> Permission | None:
         """The user's permission in a tenant/namespace, or None if it has none there."""
@@ -122,7 +129,8 @@ class UserStore:
 
     async def put_user(self, name: str, password: str, *, tenant: str = DEFAULT_TENANT,
                        namespace: str = DEFAULT_NAMESPACE, iterations: int = DEFAULT_ITERATIONS,
-                       permissions: Sequence[Permission] | None = None, tags: Sequence[str] = ()) -> None:
+                       permissions: Sequence[Permission] | None = None, tags: Sequence[str] = (),
+                       roles: Sequence[str] = ()) -> None:
         check_name("user", name)
         scram = {}
         for mechanism, hash_name in SCRAM_MECHANISMS.items():
@@ -133,6 +141,8 @@ class UserStore:
             doc["permissions"] = [permission.to_doc() for permission in permissions]
         if tags:
             doc["tags"] = list(tags)
+        if roles:
+            doc["roles"] = list(roles)
         await self._metadata.put(f"/users/{name}", json.dumps(doc).encode())
 
     async def delete_user(self, name: str) -> None:
@@ -159,7 +169,8 @@ class UserStore:
         permissions = doc.get("permissions")
         if permissions is not None:
             permissions = tuple(Permission.from_doc(p) for p in permissions)
-        return User(Principal(name, doc["tenant"], doc["namespace"]), scram, permissions, tuple(doc.get("tags", ())))
+        return User(Principal(name, doc["tenant"], doc["namespace"]), scram, permissions, tuple(doc.get("tags", ())),
+                    tuple(doc.get("roles", ())))
 
     async def verify(self, name: str, password: str) -> User | None:
         """PLAIN-style check: the user if the password is right, else None (constant time)."""

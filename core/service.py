@@ -32,6 +32,8 @@ from core.partition import Partition, retention_policy, storage_errors
 from core.replicas import ReadReplicas
 from core.policies import NamespacePolicies
 from core.registry import Registry, TopicInfo
+from core.access import AccessControl
+from core.audit import AuditLog
 from core.backlog_quota import enforce_backlog_quota
 from core.retention import delete_consumed
 from core.tenancy import Tenancy
@@ -86,6 +88,8 @@ class Core:
         self.connections = ClientConnections(metadata, self._max_connections)   # this process's clients
         self.tenancy = Tenancy(self)            # tenants and namespaces at runtime, their policies
         self.meters = NamespaceMeters(metadata)  # each namespace's rates, rate limits and policies
+        self.access = AccessControl(metadata)   # who may do what: users' grants, kept current
+        self.audit = AuditLog()                 # admin changes and refusals; written once the gateway opens it
         self.meters.on_policies(self._apply_policies)
         # A read-only broker serves reads of partitions it does not own (core/replicas.py).
         self.replicas = ReadReplicas(self) if cluster is not None and cluster.local.role == READ_ONLY else None
@@ -398,6 +402,8 @@ class Core:
             task.cancel()
         if self.mailbox is not None:
             self.mailbox.close()
+        self.access.close()
+        self.audit.close()
         try:
             await self.delayed.close()
         except Exception as exc:

@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 
-from core.auth import UserStore
+from core.auth import ANY_NAMESPACE, UserStore
 from core.errors import UnknownTenant, UnknownTopic
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, TopicName, check_name
 from core.policies import NamespacePolicies, PolicyStore
@@ -81,6 +81,7 @@ class Tenancy:
                 await self._check_empty(tenant, namespace)
         for namespace in namespaces:
             await self.delete_namespace(tenant, namespace, force=force, progress=progress)
+        await self._remove_permissions(tenant, ANY_NAMESPACE)   # the grants on every namespace of it
         await _delete_quietly(self._metadata, f"/tenants/{tenant}")
 
     # --- namespaces ---------------------------------------------------------------------------

@@ -27,8 +27,10 @@ users_cli = typer.Typer(help="Users, their tags and permissions.", no_args_is_he
 topics_cli = typer.Typer(help="Topics and their subscriptions.", no_args_is_help=True)
 connections_cli = typer.Typer(help="Client connections.", no_args_is_help=True)
 cluster_cli = typer.Typer(help="The broker cluster: brokers, partition moves.", no_args_is_help=True)
+roles_cli = typer.Typer(help="Roles: permissions users take on.", no_args_is_help=True)
 for group, name in ((tenants_cli, "tenants"), (namespaces_cli, "namespaces"), (users_cli, "users"),
-                    (topics_cli, "topics"), (connections_cli, "connections"), (cluster_cli, "cluster")):
+                    (topics_cli, "topics"), (connections_cli, "connections"), (cluster_cli, "cluster"),
+                    (roles_cli, "roles")):
     admin_cli.add_typer(group, name=name)
 
 _state: dict[str, Any] = {}
@@ -205,7 +207,8 @@ def users_permissions() -> None:
 @users_cli.command("grant")
 def users_grant(name: str, tenant: str, namespace: str, configure: str = ".*", write: str = ".*",
                 read: str = ".*") -> None:
-    """Set the user's AMQP permissions on tenant/namespace (regular expressions over names)."""
+    """Grant the user configure / write / read on tenant/namespace (regular expressions over names), for
+    Kafka and AMQP alike; its open connections follow at once."""
     document = _call("PUT", f"/permissions/{tenant}/{namespace}/{name}",
                      {"configure": configure, "write": write, "read": read})
     _show(document, ["user", "tenant", "namespace", "configure", "write", "read"], [document])
@@ -214,6 +217,41 @@ def users_grant(name: str, tenant: str, namespace: str, configure: str = ".*", w
 @users_cli.command("revoke")
 def users_revoke(name: str, tenant: str, namespace: str) -> None:
     _call("DELETE", f"/permissions/{tenant}/{namespace}/{name}")
+
+
+@users_cli.command("roles")
+def users_roles(name: str, role: Annotated[list[str], typer.Argument(help="The user's roles (none: no role).")] = []
+                ) -> None:   # noqa: B006
+    document = _call("PUT", f"/users/{name}", {"roles": role})
+    _show(document, ["name", "tenant", "namespace", "roles"], [document])
+
+
+# --- roles -----------------------------------------------------------------------------------------
+
+def _role_rows(roles: list[dict]) -> list[dict]:
+    return [{"role": r["name"], **p} for r in roles for p in r["permissions"]]
+
+
+@roles_cli.command("list")
+def roles_list() -> None:
+    document = _call("GET", "/roles")
+    _show(document, ["role", "tenant", "namespace", "configure", "write", "read"], _role_rows(document))
+
+
+@roles_cli.command("grant")
+def roles_grant(role: str, tenant: str, namespace: str, configure: str = ".*", write: str = ".*",
+                read: str = ".*") -> None:
+    """Set the role's permissions on tenant/namespace (a new role is created); its users follow at once."""
+    current = next((r for r in _call("GET", "/roles") if r["name"] == role), {"permissions": []})
+    kept = [p for p in current["permissions"] if (p["tenant"], p["namespace"]) != (tenant, namespace)]
+    wanted = {"tenant": tenant, "namespace": namespace, "configure": configure, "write": write, "read": read}
+    document = _call("PUT", f"/roles/{role}", {"permissions": [*kept, wanted]})
+    _show(document, ["role", "tenant", "namespace", "configure", "write", "read"], _role_rows([document]))
+
+
+@roles_cli.command("delete")
+def roles_delete(role: str) -> None:
+    _call("DELETE", f"/roles/{role}")
 
 
 # --- topics and subscriptions ----------------------------------------------------------------------

@@ -251,6 +251,9 @@ class Gateway:
                           retention_check_s=config.retention_check_interval_ms / 1000,
                           delayed_memory_keys=config.delayed_memory_keys, peers=self._peers)
         await self._core.start()
+        if config.audit_log:   # admin changes and refusals as JSON lines (core/audit.py); relative: to data_dir
+            self._core.audit.open(config.data_dir / config.audit_log,
+                                  refusal_interval_s=config.audit_refusal_interval_s)
         if self._cluster is not None:
             self._cluster.traffic = self._core.bundle_traffic
             self._cluster.connections = lambda: len(self._core.connections.all())

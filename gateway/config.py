@@ -46,11 +46,14 @@ ENV_VARS: Mapping[str, str] = {
     "bundle_split_mbytes_per_s": "GATEWAY_BUNDLE_SPLIT_MBYTES_PER_S",
     "bundles_max_per_namespace": "GATEWAY_BUNDLES_MAX_PER_NAMESPACE",
     "role": "GATEWAY_ROLE",
+    "audit_log": "GATEWAY_AUDIT_LOG",
+    "audit_refusal_interval_s": "GATEWAY_AUDIT_REFUSAL_INTERVAL_S",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port", "peer_port")
 INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
                 "delayed_memory_keys", "load_shed_interval_ms", "load_shed_threshold_percent",
-                "bundle_split_messages_per_s", "bundle_split_mbytes_per_s", "bundles_max_per_namespace")
+                "bundle_split_messages_per_s", "bundle_split_mbytes_per_s", "bundles_max_per_namespace",
+                "audit_refusal_interval_s")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
@@ -394,6 +397,10 @@ class GatewayConfig:
     # In a cluster: "serving" (owns partitions, groups and queues) or "read-only" (owns nothing and
     # writes nothing: serves Kafka fetches of any partition from the shared storage, core/replicas.py).
     role: str = SERVING
+    # The audit log (admin changes, refused logins and operations, as JSON lines): a file, relative
+    # to data_dir unless absolute, "" for none; repeated refusals are one line per interval with a count.
+    audit_log: str = "audit.log"
+    audit_refusal_interval_s: int = 60
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -435,6 +442,11 @@ class GatewayConfig:
             raise ConfigError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
         if self.role != SERVING and self.storage.mode != REPLICATED:
             raise ConfigError(f"role {self.role} needs a cluster: [storage] mode = \"replicated\"")
+        if not isinstance(self.audit_log, str):
+            raise ConfigError(f"audit_log must be a file name (\"\" for none), got {self.audit_log!r}")
+        if not _is_int(self.audit_refusal_interval_s) or not 1 <= self.audit_refusal_interval_s <= 86_400:
+            raise ConfigError(f"audit_refusal_interval_s must be an integer in 1..86400, "
+                              f"got {self.audit_refusal_interval_s!r}")
         if (self.admin_tls_cert is None) != (self.admin_tls_key is None):
             raise ConfigError("admin_tls_cert and admin_tls_key go together: give both or neither")
         for name in ("admin_tls_cert", "admin_tls_key"):

@@ -1,6 +1,6 @@
 """The web console in a real browser: Debian's chromium, headless, driven through chromium-driver
 with selenium. Logs in, creates a tenant and a namespace, watches a message produced over Kafka
-appear in the message browser, and sees the connection and the rates. Screenshots of every step
+appear in the message browser, sees the connection and the rates, and grants a permission. Screenshots of every step
 go to the test's tmp_path."""
 
 from __future__ import annotations
@@ -127,6 +127,18 @@ def test_log_in_create_a_namespace_and_watch_a_message_arrive(admin_gateway, api
     find(By.LINK_TEXT, "Overview").click()
     steps.wait_for(lambda: f"{tenant}/{namespace}" in steps.text_of("#rates"), "the namespace's rates")
     steps.shot("rates")
+
+    find(By.LINK_TEXT, "Users").click()
+    form = steps.wait_for(lambda: find(By.ID, "grant-form"), "the grant form")
+    for name, value in (("user", "writer"), ("tenant", tenant), ("namespace", namespace)):
+        form.find_element(By.NAME, name).send_keys(value)
+    form.find_element(By.NAME, "write").clear()
+    form.find_element(By.NAME, "write").send_keys("^$")
+    form.find_element(By.TAG_NAME, "button").click()
+    steps.wait_for(lambda: f"{tenant}/{namespace}" in steps.text_of("#permissions"), "the grant in the list")
+    steps.shot("grant")
+    assert {"user": "writer", "tenant": tenant, "namespace": namespace, "configure": ".*", "write": "^$",
+            "read": ".*"} in api.get("/permissions").json()
 
     producer.close()
     api.delete("/users/writer").raise_for_status()

@@ -88,11 +88,13 @@ def create_admin_app(info: GatewayInfo, metrics: GatewayMetrics, context: AdminC
                 return JSONResponse({"detail": str(exc)}, status_code=code)
         return JSONResponse({"detail": str(exc)}, status_code=500)
 
-    from gateway.admin import cluster, delayed, messages, resources, tenants, users
+    from gateway.admin import acls, cluster, delayed, messages, resources, roles, tenants, users
     from gateway.console import routes as console
 
-    authenticate = Authenticator(context.users)
-    for module in (tenants, users, resources, messages, delayed, cluster):
+    authenticate = Authenticator(context.users, context.core.audit)
+    from gateway.admin import audit
+    audit.install(app, context.core.audit, API_PREFIX)   # each change, who made it, before and after
+    for module in (tenants, users, resources, messages, delayed, cluster, acls, roles):
         app.include_router(module.router(context, authenticate), prefix=API_PREFIX)
     app.include_router(console.router())
     return app

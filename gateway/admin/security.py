@@ -4,7 +4,9 @@ HTTP Basic against the gateway's own user store (the logins Kafka SASL and AMQP 
 `administrator` (RabbitMQ's tag) may do everything; one tagged `tenant-admin` administers its own
 tenant only, and is told "not found" about every other, so it never learns another tenant's names.
 Everyone else is refused. A verified password is remembered for a short while (by its hash), so a
-console polling every second does not pay a key derivation per call.
+console polling every second does not pay a key derivation per call. A wrong password is written to
+the audit log (core/audit.py); the caller is kept on the request (`request.state.caller`), so the
+change the request makes is audited under its name (gateway/admin/audit.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from fastapi import HTTPException, Request, status
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 
+from core.audit import AuditLog
 from core.auth import User, UserStore
 from core.names import check_name
 
@@ -45,6 +48,11 @@ class Caller:
             raise HTTPException(status.HTTP_403_FORBIDDEN, "only an administrator may do this")
 
 
+def client_address(request: Request) -> str | None:
+    client = request.client
+    return None if client is None else f"{client.host}:{client.port}"
+
+
 async def visible_tenant(tenancy, caller: Caller, tenant: str) -> None:
     """404 unless the tenant exists and the caller may see it (the same answer either way)."""
     check_name("tenant", tenant)
@@ -60,8 +68,9 @@ async def visible_namespace(tenancy, caller: Caller, tenant: str, namespace: str
 
 
 class Authenticator:
-    def __init__(self, users: UserStore) -> None:
+    def __init__(self, users: UserStore, audit: AuditLog | None = None) -> None:
         self._users = users
+        self._audit = audit
         self._remembered: dict[tuple[str, bytes], tuple[float, User]] = {}
 
     async def __call__(self, request: Request) -> Caller:
@@ -72,12 +81,19 @@ class Authenticator:
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, "authentication required", headers=challenge)
         user = await self._verify(credentials.username, credentials.password)
         if user is None:
+            if self._audit is not None:
+                self._audit.refused("login", "admin", credentials.username, "login", "bad credentials",
+                                    client_address(request))
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong user name or password", headers=challenge)
         if ADMINISTRATOR in user.tags:
-            return Caller(user.principal.user, None)
-        if TENANT_ADMIN in user.tags:
-            return Caller(user.principal.user, user.principal.tenant)
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"user {user.principal.user} is not tagged {ADMINISTRATOR}")
+            caller = Caller(user.principal.user, None)
+        elif TENANT_ADMIN in user.tags:
+            caller = Caller(user.principal.user, user.principal.tenant)
+        else:
+            request.state.refused_user = user.principal.user
+            raise HTTPException(status.HTTP_403_FORBIDDEN, f"user {user.principal.user} is not tagged {ADMINISTRATOR}")
+        request.state.caller = caller
+        return caller
 
     async def _verify(self, name: str, password: str) -> User | None:
         key = (name, hashlib.sha256(password.encode()).digest())

@@ -41,11 +41,13 @@ from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
-from core.auth import Principal, User, UserStore
+from core.access import AccessControl, Action, UserGrants
+from core.auth import Permission, Principal, User, UserStore
 from core.connections import ClientConnection, peer_address
 from core.errors import CoreError, StorageUnavailable
 from core.queues.service import QueueService
 from core.meters import NamespaceMeter
+from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS, DeliveryClock
 from core.trace import CURRENT_CLIENT
 from protocols.amqp import delayed
@@ -254,6 +256,8 @@ class AmqpConnection:
             raise _Stop from None
         if user is None:
             log.info("AMQP login of user %r from %s refused", event.username, self._peer)
+            self.broker.core.audit.refused("login", "amqp", event.username, "login", "bad credentials",
+                                           self.client.address)
             self.write(self.machine.refuse_authentication())
             raise _Stop
         self.user, self.principal = user, user.principal
@@ -264,20 +268,34 @@ class AmqpConnection:
         self.client.client_id = name if isinstance(name, str) else None
         self.write(self.machine.accept_authentication())
 
+    async def _grants(self) -> UserGrants:
+        """The logged-in user's live grants (the built-in guest's never change)."""
+        if not self.user.scram:
+            return AccessControl.fixed(self.user.principal, (Permission(DEFAULT_TENANT, DEFAULT_NAMESPACE),))
+        return await self.broker.core.access.grants(self.user.principal.user)
+
     async def _open_vhost(self, event: VhostOpenRequested) -> None:
         mapped = vhost_namespace(event.vhost)
-        refusal = permission = None
-        if mapped is None or mapped[1] not in await self.broker.core.registry.namespaces(mapped[0]):
+        core = self.broker.core
+        refusal = grants = None
+        if mapped is None or mapped[1] not in await core.registry.namespaces(mapped[0]):
             refusal = f"vhost {event.vhost} not found"
-        elif self.user is None or (permission := self.user.permission_on(*mapped)) is None:
+        elif self.user is None or (grants := await self._grants()).on(*mapped) is None:
             refusal = f"access to vhost '{event.vhost}' refused for user '{self.username}'"
-        elif not await self.broker.core.connections.enter(self.client, *mapped):
+            core.audit.refused("authorization", "amqp", self.username, f"vhost {event.vhost}", "open",
+                               self.client.address)
+        elif not await core.connections.enter(self.client, *mapped):
             refusal = f"vhost '{event.vhost}' is at its max_connections"
         if refusal is not None:
             self.write(self.machine.refuse_vhost(refusal))
             await self._closing()
             return
-        self.session.access = ResourceAccess(permission, event.vhost, self.username)
+
+        def refused(kind: str, name: str, action: Action) -> None:
+            core.audit.refused("authorization", "amqp", self.username, f"{kind} {mapped[0]}/{mapped[1]}/{name}",
+                               action.value, self.client.address)
+
+        self.session.access = ResourceAccess(grants, *mapped, event.vhost, self.username, refused)
         self.session.space = await self.broker.queues.namespace(*mapped)
         self.meter = await self.broker.core.meters.load(*mapped)
         self.write(self.machine.accept_vhost())

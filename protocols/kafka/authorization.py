@@ -2,9 +2,12 @@
 
 Enforcement follows authentication. With SASL off (the listener has no `sasl_mechanisms`) every
 connection is anonymous and everything is allowed: ACLs can still be created, described and
-deleted, and are kept, but nothing consults them. With SASL on, every check asks the broker's
-Authorizer (core/acl.py) for the connection's principal; a connection without one is refused
-(the connection machine lets no such connection past SaslHandshake/SaslAuthenticate anyway).
+deleted, and are kept, but nothing consults them. With SASL on, every check asks the one
+authorization model (core/access.py) for the connection's principal: its ACL bindings (core/acl.py)
+first, then its grant in its own namespace, through GRANTED_BY below. A connection without a
+principal is refused (the connection machine lets no such connection past SaslHandshake/
+SaslAuthenticate anyway). A refusal is written to the audit log (core/audit.py), except where a
+check only asks (a listing that hides what is refused, or the first of two alternatives).
 
     if not await check(ctx, Operation.WRITE, ResourceType.TOPIC, topic.name):
         ...TOPIC_AUTHORIZATION_FAILED for this topic's partitions...
@@ -21,13 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from core.access import Action
 from core.acl import (CLUSTER_NAME, WILDCARD, WILDCARD_PRINCIPAL, Operation, PatternType, Permission, ResourceType,
                       principal_string)
 from protocols.kafka import acl_wire
 from protocols.kafka.broker import RequestContext
 
 __all__ = ["CLUSTER_NAME", "Operation", "ResourceType", "check", "check_cluster", "authorized_names", "enforced",
-           "authorized_operations", "authorized_by_resource_type"]
+           "authorized_operations", "authorized_by_resource_type", "GRANTED_BY"]
 
 # Kafka's AclEntry.supportedOperations: the operations an authorized-operations field can report.
 SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
@@ -41,28 +45,72 @@ SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
 }
 
 
+_NONE: frozenset[Action] = frozenset()
+_ANY = frozenset(Action)
+
+# Which actions of a grant (core/access.py) allow each Kafka operation, on the resource's name in the
+# principal's namespace (a grant's patterns match topic names, group ids and transactional ids alike).
+# A grant never gives an operation on the cluster: those stay with super users and ACLs (an
+# idempotent producer needs none: Kafka 2.8 lets WRITE on some topic stand for IDEMPOTENT_WRITE).
+GRANTED_BY: dict[tuple[ResourceType, Operation], frozenset[Action]] = {
+    (ResourceType.TOPIC, Operation.READ): frozenset({Action.READ}),
+    (ResourceType.TOPIC, Operation.WRITE): frozenset({Action.WRITE}),
+    (ResourceType.TOPIC, Operation.CREATE): frozenset({Action.CONFIGURE}),
+    (ResourceType.TOPIC, Operation.DELETE): frozenset({Action.CONFIGURE}),
+    (ResourceType.TOPIC, Operation.ALTER): frozenset({Action.CONFIGURE}),
+    (ResourceType.TOPIC, Operation.DESCRIBE): _ANY,
+    (ResourceType.TOPIC, Operation.DESCRIBE_CONFIGS): _ANY,
+    (ResourceType.TOPIC, Operation.ALTER_CONFIGS): frozenset({Action.CONFIGURE}),
+    (ResourceType.GROUP, Operation.READ): frozenset({Action.READ}),
+    (ResourceType.GROUP, Operation.DESCRIBE): frozenset({Action.READ, Action.CONFIGURE}),
+    (ResourceType.GROUP, Operation.DELETE): frozenset({Action.CONFIGURE}),
+    (ResourceType.TRANSACTIONAL_ID, Operation.WRITE): frozenset({Action.WRITE}),
+    (ResourceType.TRANSACTIONAL_ID, Operation.DESCRIBE): frozenset({Action.WRITE}),
+    **{(ResourceType.CLUSTER, operation): _NONE for operation in SUPPORTED_OPERATIONS[ResourceType.CLUSTER]},
+    (ResourceType.DELEGATION_TOKEN, Operation.DESCRIBE): _NONE,
+}
+
+
 def enforced(ctx: RequestContext) -> bool:
     """Whether this connection's requests are subject to ACLs at all."""
     return bool(ctx.broker.settings.sasl_mechanisms)
 
 
-async def check(ctx: RequestContext, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+async def check(ctx: RequestContext, operation: Operation, resource_type: ResourceType, name: str, *,
+                audit: bool = True) -> bool:
+    """Whether the connection may; `audit`: write a refusal to the audit log."""
     if not enforced(ctx):
         return True
     principal = ctx.session.principal
     if principal is None:
         return False
-    return await ctx.broker.authorizer.authorize(principal, ctx.session.client_host, operation, resource_type, name)
+    core = ctx.broker.core
+    allowed = await core.access.authorize(ctx.broker.authorizer, principal, ctx.session.client_host, operation,
+                                          resource_type, name, GRANTED_BY.get((resource_type, operation), _NONE))
+    if not allowed and audit:
+        client = ctx.session.client
+        core.audit.refused("authorization", "kafka", principal.user,
+                           f"{resource_type.value.lower()} {principal.tenant}/{principal.namespace}/{name}",
+                           operation.value, client.address if client is not None else None)
+    return allowed
 
 
-async def check_cluster(ctx: RequestContext, operation: Operation) -> bool:
-    return await check(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+async def check_cluster(ctx: RequestContext, operation: Operation, *, audit: bool = True) -> bool:
+    return await check(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME, audit=audit)
 
 
 async def authorized_names(ctx: RequestContext, operation: Operation, resource_type: ResourceType,
                            names: Iterable[str]) -> set[str]:
     """The subset of `names` allowed (Kafka's filterByAuthorized): each distinct name checked once."""
-    return {name for name in set(names) if await check(ctx, operation, resource_type, name)}
+    return {name for name in set(names) if await check(ctx, operation, resource_type, name, audit=False)}
+
+
+def audit_change(ctx: RequestContext, action: str, target: str, before, after) -> None:
+    """An administrative change made over Kafka (ACLs), in the audit log."""
+    principal, client = ctx.session.principal, ctx.session.client
+    ctx.broker.core.audit.change(who=principal.user if principal is not None else "ANONYMOUS",
+                                 source=client.address if client is not None else None, action=action,
+                                 target=target, before=before, after=after)
 
 
 async def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
@@ -70,7 +118,7 @@ async def authorized_operations(ctx: RequestContext, resource_type: ResourceType
     allowed on the resource; without enforcement every supported one (a broker without authorizer)."""
     field = 0
     for operation in SUPPORTED_OPERATIONS[resource_type]:
-        if await check(ctx, operation, resource_type, name):
+        if await check(ctx, operation, resource_type, name, audit=False):
             field |= 1 << acl_wire.code(operation)
     return field
 
@@ -105,6 +153,9 @@ async def authorized_by_resource_type(ctx: RequestContext, operation: Operation,
         return False
     if authorizer.allow_everyone_if_no_acl_found:
         return True
+    if resource_type is ResourceType.TOPIC and await ctx.broker.core.access.grants_some(
+            principal, GRANTED_BY.get((resource_type, operation), _NONE)):
+        return True   # a grant of the action on some name (not a precise answer when ACLs DENY them all)
 
     def denied(name: str) -> bool:
         return any(name.startswith(prefix) for prefix in deny[PatternType.PREFIXED])

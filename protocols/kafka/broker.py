@@ -94,6 +94,7 @@ class KafkaBroker:
         self.groups.close()
         self.transactions.close()
         self.consumer_offsets.close()
+        self.authorizer.close()
 
 
 @dataclass(slots=True)

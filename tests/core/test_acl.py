@@ -234,3 +234,17 @@ async def test_describe_filters_and_delete_reports_each_acl_under_its_first_filt
 async def test_authorize_refuses_a_filter_value_as_the_operation(core) -> None:
     with pytest.raises(ValueError, match="cannot authorize ANY"):
         await Authorizer(core.metadata).authorize(ALICE, HOST, O.ANY, T, "orders")
+
+
+async def test_a_change_made_by_another_process_reaches_this_cache_through_the_watch(core) -> None:
+    here, there = Authorizer(core.metadata), Authorizer(core.metadata)   # two processes' caches, one store
+    alice = Principal("alice")
+    binding = AclBinding.of(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", Operation.WRITE,
+                            Permission.ALLOW)
+    assert not await here.authorize(alice, None, Operation.WRITE, ResourceType.TOPIC, "orders")   # cached now
+    assert await there.create_acls("public", [binding]) == [None]
+    assert await here.authorize(alice, None, Operation.WRITE, ResourceType.TOPIC, "orders")
+    await there.delete_acls("public", [AclBindingFilter()])
+    assert not await here.authorize(alice, None, Operation.WRITE, ResourceType.TOPIC, "orders")
+    here.close()
+    there.close()

@@ -128,3 +128,12 @@ async def test_a_publish_rate_limit_is_shared_and_follows_the_policy(core):
     await core.tenancy.policies.put("acme", "r", NamespacePolicies())
     await wait_until(lambda: meter.publish_limit is None)
     assert meter.publish_delay_s() == 0
+
+
+async def test_deleting_a_tenant_removes_the_grants_on_every_namespace_of_it(core) -> None:
+    from core.auth import Permission, UserStore
+    users = UserStore(core.metadata)
+    await core.tenancy.create_tenant("gone")
+    await users.put_user("u", "p", iterations=1, permissions=[Permission("gone", "*"), Permission("public", "default")])
+    await core.tenancy.delete_tenant("gone")
+    assert (await users.get("u")).permissions == (Permission("public", "default"),)

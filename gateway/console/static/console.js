@@ -186,6 +186,7 @@ async function topic(tenant, ns, name) {
 
 async function users() {
   const list = await call("GET", "/users");
+  const grants = await call("GET", "/permissions");
   const message = el("p", { id: "form-message" });
   const form = el("form", { class: "inline", id: "user-form", onsubmit: async event => {
     event.preventDefault();
@@ -206,7 +207,31 @@ async function users() {
     { title: "", value: u => el("button", { type: "button", onclick: async () => {
         if (confirm(`Delete user ${u.name}? Its connections are closed.`)) { await call("DELETE", `/users/${enc(u.name)}`); route(); }
       } }, "Delete") },
-  ], list));
+  ], list), ...permissions(grants));
+}
+
+// A grant governs Kafka and AMQP alike, and reaches open connections at once (docs/SECURITY.md).
+function permissions(grants) {
+  const message = el("p", { id: "grant-message" });
+  const path = g => `/permissions/${enc(g.tenant)}/${enc(g.namespace)}/${enc(g.user)}`;
+  const form = el("form", { class: "inline", id: "grant-form", onsubmit: async event => {
+    event.preventDefault();
+    const f = event.target;
+    const grant = { user: f.user.value, tenant: f.tenant.value, namespace: f.namespace.value };
+    const body = { configure: f.configure.value, write: f.write.value, read: f.read.value };
+    try { await call("PUT", path(grant), body); route(); } catch (e) { message.replaceChildren(failure(e)); }
+  } }, ["user", "tenant", "namespace"].map(name => el("label", {}, name, el("input", { name, required: "" }))),
+     ["configure", "write", "read"].map(name => el("label", {}, name, el("input", { name, value: ".*" }))),
+     el("button", { type: "submit" }, "Grant"));
+  return [el("h2", {}, "Permissions"), form, message, table("permissions", [
+    { title: "User", value: g => g.user }, { title: "Namespace", value: g => `${g.tenant}/${g.namespace}` },
+    { title: "Configure", value: g => el("span", { class: "mono" }, g.configure) },
+    { title: "Write", value: g => el("span", { class: "mono" }, g.write) },
+    { title: "Read", value: g => el("span", { class: "mono" }, g.read) },
+    { title: "", value: g => el("button", { type: "button", onclick: async () => {
+        if (confirm(`Revoke ${g.user}'s permissions on ${g.tenant}/${g.namespace}?`)) { await call("DELETE", path(g)); route(); }
+      } }, "Revoke") },
+  ], grants)];
 }
 
 async function connections() {

@@ -20,7 +20,7 @@ Gaps: none known for 2.8's range.
 from core.acl import CLUSTER_NAME, AclBinding, Operation, PatternType, Permission, ResourceType
 from core.errors import CoreError, InvalidAcl
 from protocols.kafka import acl_wire
-from protocols.kafka.authorization import check_cluster
+from protocols.kafka.authorization import audit_change, check_cluster
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -55,6 +55,9 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     stored = await ctx.broker.authorizer.create_acls(ctx.tenant, [bindings[i] for i in valid])
     for index, result in zip(valid, stored):
         results[index] = result
+    created = [bindings[index].to_doc() for index, result in zip(valid, stored) if result is None]
+    if created:
+        audit_change(ctx, "kafka CreateAcls", f"acls of tenant {ctx.tenant}", None, created)
     answers = []
     for result in results:
         error, message = acl_wire.error_fields(result)

@@ -12,7 +12,7 @@ Gaps: none known for 2.8's range.
 
 from core.acl import Operation
 from protocols.kafka import acl_wire
-from protocols.kafka.authorization import check_cluster
+from protocols.kafka.authorization import audit_change, check_cluster
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -31,6 +31,9 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
                                            f.principal_filter, f.host_filter, f.operation, f.permission_type)
                    for f in filters]
     deleted = await ctx.broker.authorizer.delete_acls(ctx.tenant, acl_filters)
+    gone = [d.binding.to_doc() for deletions in deleted for d in deletions if d.error is None]
+    if gone:
+        audit_change(ctx, "kafka DeleteAcls", f"acls of tenant {ctx.tenant}", gone, None)
     results = []
     for deletions in deleted:
         matching = []

@@ -8,6 +8,8 @@ so only literal ACLs are returned. Needs DESCRIBE on CLUSTER when ACLs are enfor
 else CLUSTER_AUTHORIZATION_FAILED; with SASL off it is always allowed (protocols/kafka/authorization.py).
 A filter holding Kafka's UNKNOWN code (0) closes the connection, as Kafka's request parser does;
 other unknown codes match nothing.
+After the stored bindings come those the grants of the client's namespace amount to
+(protocols/kafka/grant_acls.py), so a Kafka admin client sees what a grant lets a user do.
 Gaps: none known for 2.8's range (Kafka without an authorizer answers SECURITY_DISABLED; this
 gateway always has one).
 """
@@ -18,6 +20,7 @@ from protocols.kafka.authorization import check_cluster
 from protocols.kafka.broker import RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
+from protocols.kafka.grant_acls import grant_bindings
 from protocols.kafka.schema.describe_acls import DESCRIBE_ACLS as API
 
 
@@ -31,7 +34,8 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
                                          request.pattern_type_filter, request.principal_filter,
                                          request.host_filter, request.operation, request.permission_type)
     resources: dict = {}
-    for binding in await ctx.broker.authorizer.acls(ctx.tenant, acl_filter):
+    granted = [b for b in await grant_bindings(ctx.core, ctx.tenant, ctx.namespace) if acl_filter.matches(b)]
+    for binding in await ctx.broker.authorizer.acls(ctx.tenant, acl_filter) + granted:
         pattern = binding.pattern
         resource = resources.get(pattern)
         if resource is None:

@@ -23,7 +23,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     operations = NOT_PROVIDED
     if request.include_cluster_authorized_operations:
         operations = (await authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
-                      if await check_cluster(ctx, Operation.DESCRIBE) else 0)
+                      if await check_cluster(ctx, Operation.DESCRIBE, audit=False) else 0)
     return {
         "throttle_time_ms": 0,
         "error_code": ErrorCode.NONE,

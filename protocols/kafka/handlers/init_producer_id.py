@@ -32,7 +32,7 @@ PRODUCER_FENCED_SINCE = 4
 async def handle(request: Msg, ctx: RequestContext) -> dict:
     if request.transactional_id is not None:
         return await _transactional(request, ctx)
-    if not (await check_cluster(ctx, Operation.IDEMPOTENT_WRITE)
+    if not (await check_cluster(ctx, Operation.IDEMPOTENT_WRITE, audit=False)
             or await authorized_by_resource_type(ctx, Operation.WRITE, ResourceType.TOPIC)):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
     if request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:

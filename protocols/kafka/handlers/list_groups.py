@@ -26,8 +26,9 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     overviews += ctx.broker.shares.list_groups(ctx.tenant, ctx.namespace)
     overviews = [o for o in sorted(overviews, key=lambda o: o.group_id)
                  if (not states or o.state.lower() in states) and (not types or o.group_type in types)]
-    if not await check_cluster(ctx, Operation.DESCRIBE):
-        overviews = [o for o in overviews if await check(ctx, Operation.DESCRIBE, ResourceType.GROUP, o.group_id)]
+    if not await check_cluster(ctx, Operation.DESCRIBE, audit=False):
+        overviews = [o for o in overviews
+                     if await check(ctx, Operation.DESCRIBE, ResourceType.GROUP, o.group_id, audit=False)]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
             "groups": [{"group_id": o.group_id, "protocol_type": o.protocol_type, "group_state": o.state,
                         "group_type": o.group_type} for o in overviews]}

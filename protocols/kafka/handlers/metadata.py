@@ -65,7 +65,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     topics = []
     described = []   # the topics Kafka reports authorized operations for
     for name in names:
-        if acl is not None and not await acl.may_describe(name or ""):
+        if acl is not None and not await acl.may_describe(name or "", audit=not all_topics):
             if not all_topics:   # all topics: the ones not describable are left out
                 topics.append(_unauthorized(name))
             continue
@@ -88,7 +88,7 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
     if request.include_cluster_authorized_operations:   # v8-10
         response["cluster_authorized_operations"] = (
             await authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
-            if await check_cluster(ctx, Operation.DESCRIBE) else 0)
+            if await check_cluster(ctx, Operation.DESCRIBE, audit=False) else 0)
     return response
 
 
@@ -99,12 +99,12 @@ class _Decisions:
         self._ctx = ctx
         self._cluster_create: bool | None = None
 
-    async def may_describe(self, name: str) -> bool:
-        return await check(self._ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)
+    async def may_describe(self, name: str, *, audit: bool = True) -> bool:
+        return await check(self._ctx, Operation.DESCRIBE, ResourceType.TOPIC, name, audit=audit)
 
     async def may_create(self, name: str) -> bool:
         if self._cluster_create is None:
-            self._cluster_create = await check_cluster(self._ctx, Operation.CREATE)
+            self._cluster_create = await check_cluster(self._ctx, Operation.CREATE, audit=False)
         return self._cluster_create or await check(self._ctx, Operation.CREATE, ResourceType.TOPIC, name)
 
 

@@ -59,6 +59,6 @@ async def handle(request: Msg, ctx: RequestContext) -> dict:
 
 async def _describable(request: Msg, ctx: RequestContext) -> set[str] | None:
     """The topics that may be asked about; None: all (no ACLs to consult, or CLUSTER_ACTION)."""
-    if not enforced(ctx) or await check_cluster(ctx, Operation.CLUSTER_ACTION):
+    if not enforced(ctx) or await check_cluster(ctx, Operation.CLUSTER_ACTION, audit=False):
         return None
     return await authorized_names(ctx, Operation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in request.topics))

@@ -117,7 +117,7 @@ async def _is_replicator(ctx: RequestContext, decided: list[bool]) -> bool:
     """A replicator names itself by its client id and, with ACLs enforced, needs CLUSTER_ACTION, as
     Kafka's replica fetchers do; without it, it is a client like any other."""
     if not decided:
-        decided.append(await check_cluster(ctx, Operation.CLUSTER_ACTION))
+        decided.append(await check_cluster(ctx, Operation.CLUSTER_ACTION, audit=False))
     return decided[0]
 
 

@@ -8,7 +8,7 @@ from protocols.amqp.permissions import ResourceAccess
 
 
 def access(configure=".*", write=".*", read=".*") -> ResourceAccess:
-    return ResourceAccess(Permission("public", "default", configure, write, read), "/", "u")
+    return ResourceAccess.fixed(Permission("public", "default", configure, write, read), "/", "u")
 
 
 def refusal(check, name: str) -> str:
@@ -51,3 +51,30 @@ def test_each_permission_is_separate_and_answers_are_remembered_consistently() -
     for i in range(1000):     # more names than remembered: still right
         checks.write_exchange(f"w{i}")
         refusal(checks.write_exchange, f"x{i}")
+
+
+def test_a_changed_grant_applies_to_the_next_check_and_a_removed_one_refuses_everything() -> None:
+    from core.access import UserGrants
+    from core.auth import Principal, User
+
+    grants = UserGrants("u")
+    grants.set(User(Principal("u", "t", "ns"), {}, (Permission("t", "ns"),)))
+    refusals = []
+    checks = ResourceAccess(grants, "t", "ns", "t/ns", "u", lambda *refused: refusals.append(refused))
+    checks.write_exchange("orders")
+    grants.set(User(Principal("u", "t", "ns"), {}, (Permission("t", "ns", write="^audit$"),)))
+    assert "exchange 'orders'" in refusal(checks.write_exchange, "orders")
+    checks.read_queue("q")
+    grants.set(User(Principal("u", "t", "ns"), {}, ()))
+    refusal(checks.read_queue, "q")
+    assert [(kind, name, action.value) for kind, name, action in refusals] == [
+        ("exchange", "orders", "write"), ("queue", "q", "read")]
+
+
+def test_the_method_table_covers_every_client_method_of_exchange_queue_and_basic() -> None:
+    from protocols.amqp.permissions import METHOD_ACTIONS, PERMISSION_ACTIONS
+    from protocols.amqp.spec import CLIENT, METHODS
+
+    sent = {m.name for m in METHODS if CLIENT in m.sent_by and m.name.split(".")[0] in ("exchange", "queue", "basic")}
+    assert sent == set(METHOD_ACTIONS)
+    assert {action for needs in METHOD_ACTIONS.values() for action, _ in needs} == set(PERMISSION_ACTIONS.values())

@@ -88,12 +88,12 @@ async def create_topic(broker: KafkaBroker, name: str, partitions: int = 1) -> N
 
 def count_decisions(broker: KafkaBroker, monkeypatch) -> list:
     decisions = []
-    real = broker.authorizer.authorize
+    real = broker.authorizer.decide
 
     async def counting(principal, host, operation, resource_type, name):
         decisions.append((operation, resource_type, name))
         return await real(principal, host, operation, resource_type, name)
-    monkeypatch.setattr(broker.authorizer, "authorize", counting)
+    monkeypatch.setattr(broker.authorizer, "decide", counting)
     return decisions
 
 
