@@ -260,7 +260,9 @@ def test_clients_report_a_refused_token(secured, issuer) -> None:
     producer = Producer({"bootstrap.servers": bootstrap(secured), "security.protocol": "SASL_PLAINTEXT",
                          "sasl.mechanism": "OAUTHBEARER", "oauth_cb": expired, "error_cb": errors.append})
     producer.produce("never", b"x")
-    producer.flush(5)
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.1)
     del producer   # no more retries while the next tests run
     assert any(e.code() == KafkaError._AUTHENTICATION and "invalid_token" in e.str() for e in errors), errors
 
@@ -270,30 +272,27 @@ def test_clients_report_a_refused_token(secured, issuer) -> None:
     with pytest.raises(KafkaTimeoutError):
         KafkaProducer(bootstrap_servers=bootstrap(secured), security_protocol="SASL_PLAINTEXT",
                       sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=WrongAudience(),
-                      bootstrap_timeout_ms=2000, max_block_ms=2000).send("t", b"x").get(timeout=10)
+                      bootstrap_timeout_ms=1000, max_block_ms=1000).send("t", b"x").get(timeout=10)
 
 
 # --- session lifetime and re-authentication (KIP-368) ----------------------------------------------
 
 
 def test_the_session_lasts_until_the_token_expires_and_re_authentication_extends_it(secured, issuer) -> None:
-    wire = Wire(secured.kafka)
-    answer = wire.authenticate(mint(issuer, lifetime_s=3))
-    assert answer.error_code == 0 and 1000 < answer.session_lifetime_ms <= 3000
-    assert wire.metadata().brokers
-    again = wire.authenticate(mint(issuer, lifetime_s=300))          # the same principal, a new token
+    renewed, lapsed = Wire(secured.kafka), Wire(secured.kafka)
+    expires = int(time.time()) + 2
+    for wire in (renewed, lapsed):
+        answer = wire.authenticate(mint(issuer, exp=expires))
+        assert answer.error_code == 0 and 0 < answer.session_lifetime_ms <= 2000
+        assert wire.metadata().brokers
+    again = renewed.authenticate(mint(issuer, lifetime_s=300))    # the same principal, a new token
     assert again.error_code == 0 and again.session_lifetime_ms > 250_000
-    time.sleep(answer.session_lifetime_ms / 1000 + 0.5)             # past the first token's expiry
-    assert wire.metadata().brokers                                  # still logged in
-    wire.close()
-
-    # A client that does not re-authenticate is closed at its first request after the expiry.
-    lapsed = Wire(secured.kafka)
-    answer = lapsed.authenticate(mint(issuer, lifetime_s=2))
-    assert answer.error_code == 0 and lapsed.metadata().brokers
-    time.sleep(answer.session_lifetime_ms / 1000 + 0.5)
+    time.sleep(max(0.0, expires + 0.5 - time.time()))             # past the first token's expiry
+    assert renewed.metadata().brokers                             # still logged in
+    # A client that did not re-authenticate is closed at its first request after the expiry.
     lapsed.sock.sendall(struct.pack(">i", 14) + struct.pack(">hhih", 3, 1, 99, 0) + struct.pack(">i", 0))
     assert lapsed.closed()
+    renewed.close()
     lapsed.close()
 
 
@@ -314,6 +313,7 @@ def test_confluent_kafka_re_authenticates_with_a_fresh_token_on_the_same_connect
     from confluent_kafka import Producer
     calls: list[float] = []
     topic = f"ck-reauth-{uuid.uuid4().hex[:6]}"
+    lapsed_before = secured.stderr.count("expired without re-authentication")
     producer = Producer({"bootstrap.servers": bootstrap(secured), "enable.idempotence": True,
                          **confluent_auth(issuer, "alice", lifetime_s=5, calls=calls)})
     delivered = []
@@ -321,19 +321,19 @@ def test_confluent_kafka_re_authenticates_with_a_fresh_token_on_the_same_connect
     assert producer.flush(20) == 0
     before = alice_connections(secured)
     assert before
-    # More than two token lifetimes: the connection must re-authenticate with new tokens to live on.
-    # librdkafka asks oauth_cb for a new token at 80% of the old one's lifetime, from poll().
+    # Past the first token's expiry: the connection must have re-authenticated with a new token to
+    # live on. librdkafka asks oauth_cb for a new token at 80% of the old one's lifetime, from poll().
     sent = 1
-    deadline = time.monotonic() + 11
+    deadline = time.monotonic() + 7
     while time.monotonic() < deadline:
         producer.produce(topic, str(sent).encode(), on_delivery=lambda err, msg: delivered.append(err))
         sent += 1
         producer.poll(0.2)
     assert producer.flush(20) == 0
     assert delivered == [None] * sent
-    assert len(calls) >= 3                                          # the token was refreshed
+    assert len(calls) >= 2                                          # the token was refreshed
     assert alice_connections(secured) == before                     # on the connections it had
-    assert "expired without re-authentication" not in secured.stderr
+    assert secured.stderr.count("expired without re-authentication") == lapsed_before
 
 
 def alice_connections(gateway) -> set[int]:

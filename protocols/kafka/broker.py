@@ -113,6 +113,7 @@ class ConnectionSession:
     scram: ScramServer | None = None
     scram_user: User | None = None
     token_refused: str | None = None      # OAUTHBEARER: the error sent, awaiting the client's %x01
+    stored_user: bool = True              # False: a token's user the store lacks (nothing to watch)
     # When the login expires (time.monotonic()): a request other than re-authentication after it
     # closes the connection, as Kafka does (KIP-368); None: never
     expires_at: float | None = None

@@ -181,7 +181,7 @@ class KafkaConnection:
                     principal = self._session.principal
                     if self._registry is not None:
                         self._registry.logged_in(self._session.client, principal.user, principal.tenant,
-                                                 principal.namespace)
+                                                 principal.namespace, stored=self._session.stored_user)
                         if not await self._registry.enter(self._session.client, principal.tenant,
                                                           principal.namespace):
                             log.info("closing Kafka connection from %s: namespace %s/%s is at its "

@@ -94,6 +94,7 @@ async def _oauthbearer(message: bytes, ctx: RequestContext) -> dict:
         session.token_refused = INVALID_TOKEN.decode()
         return {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": INVALID_TOKEN}
     user = await token_user(ctx.broker.users, identity)
+    session.stored_user = bool(user.scram)
     return _logged_in(ctx, user.principal, expires_at=identity.expires_at)
 
 
