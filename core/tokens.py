@@ -95,7 +95,7 @@ class TokenValidator:
         except jwt.PyJWTError as exc:
             raise InvalidToken(f"malformed token: {exc}") from None
         algorithm, key_id = header.get("alg"), header.get("kid")
-        if algorithm not in ALGORITHMS:
+        if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
             raise InvalidToken(f"algorithm {algorithm!r} is not accepted")
         if key_id is not None and not isinstance(key_id, str):
             raise InvalidToken("malformed key id")
@@ -113,7 +113,7 @@ class TokenValidator:
                 break
             except jwt.InvalidSignatureError as exc:
                 failure = exc   # maybe another key of the set signed it
-            except (jwt.PyJWTError, ValueError, TypeError) as exc:
+            except (jwt.PyJWTError, ValueError, TypeError, KeyError) as exc:   # a bad token or key
                 raise InvalidToken(_reason(exc)) from None
         if claims is None:
             raise InvalidToken(_reason(failure))

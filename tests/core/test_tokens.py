@@ -8,6 +8,7 @@ import time
 
 import jwt
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compat_tests.token_issuer import AUDIENCE, ISSUER, SigningKey, TokenIssuer
 from core.auth import UserStore
@@ -147,3 +148,21 @@ async def test_an_unreadable_key_set_refuses_tokens_and_keeps_keys_read_before(i
 def test_only_jwt_shaped_passwords_are_taken_for_tokens(issuer) -> None:
     assert looks_like_jwt(issuer.mint())
     assert not looks_like_jwt("guest") and not looks_like_jwt("eyJ.only-two") and not looks_like_jwt("a.b.c")
+
+
+_b64 = lambda doc: jwt.utils.base64url_encode(json.dumps(doc).encode()).decode()   # noqa: E731
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                     max_leaves=6)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(header=st.dictionaries(st.sampled_from(["alg", "kid", "typ", "x"]), _json | st.sampled_from(["RS256", "ES256"])),
+       claims=st.dictionaries(st.sampled_from(["sub", "exp", "iss", "aud", "nbf", "iat"]), _json),
+       signature=st.binary(max_size=80), raw=st.text(max_size=60))
+async def test_arbitrary_tokens_are_refused_with_invalid_token_only(issuer, header, claims, signature, raw) -> None:
+    check = validator(issuer)
+    forged = f"{_b64(header)}.{_b64(claims)}.{jwt.utils.base64url_encode(signature).decode()}"
+    for token in (forged, raw, "eyJ" + raw):
+        with pytest.raises(InvalidToken):
+            await check.validate(token)

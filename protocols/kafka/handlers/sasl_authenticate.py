@@ -85,6 +85,8 @@ async def _oauthbearer(message: bytes, ctx: RequestContext) -> dict:
         initial = parse_initial_response(message)
     except OAuthBearerError as exc:
         return _refuse(ctx, f"Authentication failed: invalid OAUTHBEARER message: {exc}")
+    if ctx.broker.tokens is None:   # the configuration refuses this; a broker built without tokens
+        return _refuse(ctx, "Authentication failed: no token key set is configured")
     try:
         identity = await ctx.broker.tokens.validate(initial.token)
         if initial.authzid is not None and initial.authzid != identity.principal:
