@@ -180,7 +180,7 @@ def serve(
         str | None, typer.Option(help="The claim naming the user.", show_default="sub")
     ] = None,
     kafka_oauth_tenant_claim: Annotated[
-        str | None, typer.Option(help="The claim naming the tenant[/namespace] of a user the store lacks; "
+        str | None, typer.Option(help="The claim naming the tenant (or tenant/namespace) of a user the store lacks; "
                                       "empty: the default tenant.", show_default="")
     ] = None,
     kafka_oauth_clock_skew_s: Annotated[

@@ -41,3 +41,14 @@ def test_the_toml_table_takes_the_token_settings(tmp_path) -> None:
     config = resolve_config(config_file=path, env={}).kafka
     assert (config.oauth_jwks_url, config.oauth_principal_claim, config.oauth_clock_skew_s) == \
         ("https://idp.example/jwks", "preferred_username", 5)
+
+
+def test_the_command_line_documents_and_passes_the_token_flags() -> None:
+    from typer.testing import CliRunner
+
+    from gateway.cli import cli
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["serve", "--help"], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0 and "--kafka-oauth-jwks-url" in shown.output and "--kafka-oauth-tenant-claim" in shown.output
+    refused = runner.invoke(cli, ["serve", "--kafka-sasl-mechanisms", "OAUTHBEARER", "--kafka-oauth-jwks-url", "ftp://x"])
+    assert refused.exit_code == 2 and "kafka.oauth_jwks_url must be an http(s) URL" in refused.output
