@@ -1,9 +1,11 @@
 """The public keys tokens are signed with: a JSON Web Key Set (RFC 7517) read from a URL or a file.
 
-The set is read on first use and kept. It is read again when it is older than `max_age_s` (Kafka's
-sasl.oauthbearer.jwks.endpoint.refresh.ms, an hour), or when a token names a key id the set lacks
-(an issuer rotating its keys), but never more often than every `min_interval_s`: a flood of tokens
-with made-up key ids costs one read per interval, not one per login. Concurrent callers share one read.
+The set is read on first use and kept. It is read again when a token names a key id the set lacks
+(an issuer rotating its keys), and the login waits for that read; and in the background, the login
+going on with the keys held, once the set is older than `max_age_s` (Kafka's
+sasl.oauthbearer.jwks.endpoint.refresh.ms, an hour). Never more often than every `min_interval_s`: a
+flood of tokens with made-up key ids costs one read per interval, not one per login. Concurrent
+callers share one read.
 
 Reading is blocking I/O (urllib, open): it runs in a thread, never on the event loop. A failed read
 keeps the keys read before, and is retried no sooner than the interval either.
@@ -78,6 +80,7 @@ class KeySet:
         self._read_at: float | None = None       # when the last read (successful or not) started
         self._loaded_at: float | None = None     # when the keys we hold were read
         self._reading: asyncio.Future[None] | None = None
+        self._background: asyncio.Task[None] | None = None
         self.reads = 0                            # how many reads were made (tests, metrics)
 
     @classmethod
@@ -91,8 +94,10 @@ class KeySet:
     async def keys(self, key_id: str | None) -> list[dict[str, Any]]:
         """The keys a token naming `key_id` may be signed with (None: every key); reads the set
         again first if it is stale or lacks that id, within the bounds above."""
-        if self._keys is None or self._stale() or (key_id is not None and not self._matching(key_id)):
+        if self._keys is None or (key_id is not None and not self._matching(key_id)):
             await self._refresh()
+        elif self._stale() and self._reading is None and (self._background is None or self._background.done()):
+            self._background = asyncio.get_running_loop().create_task(self._refresh(), name="jwks-refresh")
         if self._keys is None:
             raise KeySetUnavailable(f"no keys could be read from {self.source}")
         return self._matching(key_id)
