@@ -309,30 +309,46 @@ def test_re_authentication_must_keep_the_principal_and_the_mechanism(secured, is
     wire.close()
 
 
-def test_confluent_kafka_re_authenticates_with_a_fresh_token_on_the_same_connection(secured, issuer) -> None:
+def test_librdkafka_and_kafka_python_re_authenticate_with_fresh_tokens_on_the_same_connections(secured,
+                                                                                             issuer) -> None:
     from confluent_kafka import Producer
+    from kafka import KafkaProducer
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class Provider(AbstractTokenProvider):
+        def token(self) -> str:
+            calls.append(time.monotonic())
+            return mint(issuer, lifetime_s=5)
+
     calls: list[float] = []
-    topic = f"ck-reauth-{uuid.uuid4().hex[:6]}"
+    topic = f"reauth-{uuid.uuid4().hex[:6]}"
     lapsed_before = secured.stderr.count("expired without re-authentication")
-    producer = Producer({"bootstrap.servers": bootstrap(secured), "enable.idempotence": True,
-                         **confluent_auth(issuer, "alice", lifetime_s=5, calls=calls)})
+    confluent = Producer({"bootstrap.servers": bootstrap(secured), "enable.idempotence": True,
+                          **confluent_auth(issuer, "alice", lifetime_s=5, calls=calls)})
+    python = KafkaProducer(bootstrap_servers=bootstrap(secured), security_protocol="SASL_PLAINTEXT",
+                           sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=Provider())
     delivered = []
-    producer.produce(topic, b"0", on_delivery=lambda err, msg: delivered.append(err))
-    assert producer.flush(20) == 0
+    confluent.produce(topic, b"0", on_delivery=lambda err, msg: delivered.append(err))
+    assert confluent.flush(20) == 0
+    futures = [python.send(topic, b"0")]
+    futures[0].get(timeout=20)
     before = alice_connections(secured)
-    assert before
-    # Past the first token's expiry: the connection must have re-authenticated with a new token to
-    # live on. librdkafka asks oauth_cb for a new token at 80% of the old one's lifetime, from poll().
+    # Past the first tokens' expiry: each connection must have re-authenticated with a new token to
+    # live on. librdkafka asks oauth_cb for a new token at 80% of the old one's lifetime, from
+    # poll(); kafka-python asks its provider at each re-authentication.
     sent = 1
     deadline = time.monotonic() + 7
     while time.monotonic() < deadline:
-        producer.produce(topic, str(sent).encode(), on_delivery=lambda err, msg: delivered.append(err))
+        confluent.produce(topic, str(sent).encode(), on_delivery=lambda err, msg: delivered.append(err))
+        futures.append(python.send(topic, str(sent).encode()))
         sent += 1
-        producer.poll(0.2)
-    assert producer.flush(20) == 0
-    assert delivered == [None] * sent
-    assert len(calls) >= 2                                          # the token was refreshed
-    assert alice_connections(secured) == before                     # on the connections it had
+        confluent.poll(0.2)
+    assert confluent.flush(20) == 0
+    assert delivered == [None] * sent and all(f.get(timeout=20) for f in futures)
+    after = alice_connections(secured)
+    python.close()
+    assert len(calls) >= 4                                          # both refreshed their tokens
+    assert before and after and after <= before                     # no connection was opened again
     assert secured.stderr.count("expired without re-authentication") == lapsed_before
 
 
