@@ -266,6 +266,26 @@ def test_clients_report_a_refused_token(secured, issuer) -> None:
     del producer   # no more retries while the next tests run
     assert any(e.code() == KafkaError._AUTHENTICATION and "invalid_token" in e.str() for e in errors), errors
 
+    # aiokafka does not read the server's answer: it takes the JSON error for success, sends Metadata
+    # unauthenticated, and the connection is closed.
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.abc import AbstractTokenProvider as AsyncTokenProvider
+    from aiokafka.errors import KafkaConnectionError
+
+    class WrongKey(AsyncTokenProvider):
+        async def token(self) -> str:
+            return mint(issuer, key=SigningKey("RSA"))
+
+    async def start() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap(secured), security_protocol="SASL_PLAINTEXT",
+                                    sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=WrongKey())
+        try:
+            await producer.start()
+        finally:
+            await producer.stop()
+    with pytest.raises(KafkaConnectionError):
+        asyncio.run(start())
+
     class WrongAudience(AbstractTokenProvider):
         def token(self) -> str:
             return mint(issuer, audience="another-service")
