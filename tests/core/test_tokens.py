@@ -160,7 +160,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_siz
                      max_leaves=6)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(header=st.dictionaries(st.sampled_from(["alg", "kid", "typ", "x"]), _json | st.sampled_from(["RS256", "ES256"])),
        claims=st.dictionaries(st.sampled_from(["sub", "exp", "iss", "aud", "nbf", "iat"]), _json),
        signature=st.binary(max_size=80), raw=st.text(max_size=60))
