@@ -136,6 +136,10 @@ def connection_handler(broker: AmqpBroker) -> AmqpConnectionHandler:
     return AmqpConnectionHandler(broker)
 
 
+# The states in which a token login's expiry closes the connection (later ones are closing already).
+_EXPIRABLE = (ConnectionState.HANDSHAKE, ConnectionState.OPEN)
+
+
 class _Stop(Exception):
     """Nothing more is to be read: the connection is over."""
 
@@ -564,11 +568,14 @@ class AmqpConnection:
                 self._writer.transport.abort()
                 return
             if self.token_expires_at is not None and time.time() > self.token_expires_at \
-                    and self._close_deadline is None:
+                    and self._close_deadline is None and machine.state in _EXPIRABLE:
                 # As RabbitMQ: a token login lasts until its token expires, unless update-secret
                 # brought a newer one.
                 log.info("closing AMQP connection from %s (user %r): its token expired", self._peer,
                          self.principal.user if self.principal else None)
+                if machine.state is ConnectionState.HANDSHAKE:   # expired before connection.open
+                    self._writer.transport.abort()
+                    return
                 self.write(machine.send_error(0, AmqpConnectionError(ReplyCode.ACCESS_REFUSED, "credential expired")))
                 self._close_deadline = now + CLOSE_OK_TIMEOUT_S
                 self.flush()
