@@ -29,6 +29,7 @@ from core.cluster.splits import SplitLimits
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from core.service import Core
 from core.shares.coordinator import ShareSettings
+from core.tokens import TokenSettings, TokenValidator
 from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.data_dir import SESSION_FILE, DataDirInUse, lock_data_dir
@@ -107,10 +108,23 @@ def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
                       ) -> dict[str, ConnectionHandler]:
     """The connection handler of each protocol listener, each built on the core."""
     host, port = sockets["kafka"].getsockname()[:2]
+    tokens = token_validator(kafka_config or KafkaConfig())
     kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir,
-                                                          node_id=node_id, rack=rack))
-    amqp = amqp_server.make_broker(core, AmqpSettings(consumer_timeout_ms=amqp_consumer_timeout_ms or None))
+                                                          node_id=node_id, rack=rack), tokens=tokens)
+    amqp = amqp_server.make_broker(core, AmqpSettings(consumer_timeout_ms=amqp_consumer_timeout_ms or None),
+                                   tokens=tokens)
     return {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
+
+
+def token_validator(config: KafkaConfig) -> TokenValidator | None:
+    """One validator (one cached key set) for Kafka's OAUTHBEARER and AMQP's token passwords."""
+    if not config.tokens_enabled:
+        return None
+    return TokenValidator(TokenSettings(jwks_url=config.oauth_jwks_url, jwks_file=config.oauth_jwks_file,
+                                        issuer=config.oauth_issuer, audience=config.oauth_audience,
+                                        principal_claim=config.oauth_principal_claim,
+                                        tenant_claim=config.oauth_tenant_claim,
+                                        clock_skew_s=config.oauth_clock_skew_s))
 
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")

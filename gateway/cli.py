@@ -163,6 +163,29 @@ def serve(
         str | None, typer.Option(help="Where a share group starts on a partition it never read: latest or "
                                       "earliest (Kafka's share.auto.offset.reset).", show_default="latest")
     ] = None,
+    # Bearer tokens: Kafka's OAUTHBEARER (list it in --kafka-sasl-mechanisms) and AMQP passwords
+    kafka_oauth_jwks_url: Annotated[
+        str | None, typer.Option(help="URL of the token issuer's key set (JWKS); enables bearer tokens.")
+    ] = None,
+    kafka_oauth_jwks_file: Annotated[
+        str | None, typer.Option(help="The token issuer's key set (JWKS) as a file, instead of a URL.")
+    ] = None,
+    kafka_oauth_issuer: Annotated[
+        str | None, typer.Option(help="The \"iss\" every token must carry; empty: not checked.", show_default="")
+    ] = None,
+    kafka_oauth_audience: Annotated[
+        str | None, typer.Option(help="The \"aud\" every token must carry; empty: not checked.", show_default="")
+    ] = None,
+    kafka_oauth_principal_claim: Annotated[
+        str | None, typer.Option(help="The claim naming the user.", show_default="sub")
+    ] = None,
+    kafka_oauth_tenant_claim: Annotated[
+        str | None, typer.Option(help="The claim naming the tenant (or tenant/namespace) of a user the store lacks; "
+                                      "empty: the default tenant.", show_default="")
+    ] = None,
+    kafka_oauth_clock_skew_s: Annotated[
+        int | None, typer.Option(help="Seconds of clock difference allowed in token times.", show_default="30")
+    ] = None,
 ) -> None:
     """Serve Kafka, AMQP and the admin API until SIGTERM or SIGINT.
 
@@ -211,6 +234,13 @@ def serve(
         "kafka_group_share_session_timeout_ms": kafka_group_share_session_timeout_ms,
         "kafka_group_share_heartbeat_interval_ms": kafka_group_share_heartbeat_interval_ms,
         "kafka_share_auto_offset_reset": kafka_share_auto_offset_reset,
+        "kafka_oauth_jwks_url": kafka_oauth_jwks_url,
+        "kafka_oauth_jwks_file": kafka_oauth_jwks_file,
+        "kafka_oauth_issuer": kafka_oauth_issuer,
+        "kafka_oauth_audience": kafka_oauth_audience,
+        "kafka_oauth_principal_claim": kafka_oauth_principal_claim,
+        "kafka_oauth_tenant_claim": kafka_oauth_tenant_claim,
+        "kafka_oauth_clock_skew_s": kafka_oauth_clock_skew_s,
     }
     try:
         gateway_config = resolve_config(config_file=config, flags=flags)

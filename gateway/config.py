@@ -60,7 +60,7 @@ METRICS_TABLE = "metrics"
 USERS_KEY = "users"
 REPLICATION_KEY = "replication"
 PERMISSIONS_KEY = "permissions"
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 # The [kafka] table's keys, their types, and the environment variable naming each. On the command
 # line (and in resolve_config's `flags`) each is `kafka_<key>`, e.g. --kafka-default-partitions.
@@ -87,6 +87,14 @@ KAFKA_SETTINGS: Mapping[str, type] = {
     "group_share_session_timeout_ms": int,
     "group_share_heartbeat_interval_ms": int,
     "share_auto_offset_reset": str,
+    # Bearer tokens (Kafka OAUTHBEARER, AMQP's token as the password): see core/tokens.py
+    "oauth_jwks_url": str,
+    "oauth_jwks_file": str,
+    "oauth_issuer": str,
+    "oauth_audience": str,
+    "oauth_principal_claim": str,
+    "oauth_tenant_claim": str,
+    "oauth_clock_skew_s": int,
 }
 KAFKA_ENV_VARS: Mapping[str, str] = {name: f"GATEWAY_KAFKA_{name.upper()}" for name in KAFKA_SETTINGS}
 KAFKA_FLAG_PREFIX = "kafka_"
@@ -130,6 +138,15 @@ class KafkaConfig:
     group_share_session_timeout_ms: int = 45_000
     group_share_heartbeat_interval_ms: int = 5_000
     share_auto_offset_reset: str = "latest"   # where a group's share partition starts: latest or earliest
+    # Bearer tokens, for Kafka's OAUTHBEARER and as AMQP passwords (core/tokens.py): the issuer's key
+    # set (JWKS) from a URL or a file, one of them; "" for issuer/audience: not checked
+    oauth_jwks_url: str = ""
+    oauth_jwks_file: str = ""
+    oauth_issuer: str = ""
+    oauth_audience: str = ""
+    oauth_principal_claim: str = "sub"
+    oauth_tenant_claim: str = ""     # the claim naming an unknown user's tenant[/namespace]; "": the default
+    oauth_clock_skew_s: int = 30     # Kafka's sasl.oauthbearer.clock.skew.seconds
     # The keys some source set (DescribeConfigs tells them from defaults); not part of the value.
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
@@ -182,6 +199,30 @@ class KafkaConfig:
         if self.share_auto_offset_reset not in ("latest", "earliest"):
             raise ConfigError("kafka.share_auto_offset_reset must be latest or earliest, "
                               f"got {self.share_auto_offset_reset!r}")
+        self._check_oauth()
+
+    def _check_oauth(self) -> None:
+        for key in ("oauth_jwks_url", "oauth_jwks_file", "oauth_issuer", "oauth_audience", "oauth_principal_claim",
+                    "oauth_tenant_claim"):
+            if not isinstance(getattr(self, key), str):
+                raise ConfigError(f"kafka.{key} must be a string, got {getattr(self, key)!r}")
+        if self.oauth_jwks_url and self.oauth_jwks_file:
+            raise ConfigError("kafka.oauth_jwks_url and kafka.oauth_jwks_file: set one of them, not both")
+        if self.oauth_jwks_url and not self.oauth_jwks_url.startswith(("https://", "http://")):
+            raise ConfigError(f"kafka.oauth_jwks_url must be an http(s) URL, got {self.oauth_jwks_url!r}")
+        if self.oauth_jwks_file and not os.path.isfile(self.oauth_jwks_file):
+            raise ConfigError(f"kafka.oauth_jwks_file: no such file {self.oauth_jwks_file!r}")
+        if "OAUTHBEARER" in self.mechanisms and not self.tokens_enabled:
+            raise ConfigError("kafka.sasl_mechanisms: OAUTHBEARER needs kafka.oauth_jwks_url or kafka.oauth_jwks_file")
+        if not self.oauth_principal_claim:
+            raise ConfigError("kafka.oauth_principal_claim must name a claim")
+        if not _is_int(self.oauth_clock_skew_s) or not 0 <= self.oauth_clock_skew_s <= 3600:
+            raise ConfigError(f"kafka.oauth_clock_skew_s must be an integer in 0..3600, got {self.oauth_clock_skew_s!r}")
+
+    @property
+    def tokens_enabled(self) -> bool:
+        """Whether bearer tokens are accepted (a key set is configured)."""
+        return bool(self.oauth_jwks_url or self.oauth_jwks_file)
 
 
     @property
@@ -269,7 +310,7 @@ class MetricsConfig:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-LINK_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+LINK_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 @dataclass(frozen=True, slots=True)

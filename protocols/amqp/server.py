@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from core.queues.service import QueueService
 from core.meters import NamespaceMeter
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS, DeliveryClock
+from core.tokens import InvalidToken, TokenValidator, looks_like_jwt, token_user
 from core.trace import CURRENT_CLIENT
 from protocols.amqp import delayed
 from protocols.amqp.channel import Channel
@@ -104,16 +106,19 @@ class AmqpSettings:
 class AmqpBroker:
     """What every AMQP connection shares."""
 
-    def __init__(self, core, settings: AmqpSettings, queues: QueueService | None = None) -> None:
+    def __init__(self, core, settings: AmqpSettings, queues: QueueService | None = None, *,
+                 tokens: TokenValidator | None = None) -> None:
         self.core = core
         self.settings = settings
         # held messages are routed by their AMQP headers and properties
         self.queues = queues if queues is not None else QueueService(core, message_facts=delayed.message_facts)
         self.users = UserStore(core.metadata)
+        self.tokens = tokens     # a JWT as the password (RabbitMQ's OAuth 2 backend); None: passwords only
 
 
-def make_broker(core, settings: AmqpSettings | None = None, queues: QueueService | None = None) -> AmqpBroker:
-    return AmqpBroker(core, settings or AmqpSettings(), queues)
+def make_broker(core, settings: AmqpSettings | None = None, queues: QueueService | None = None, *,
+                tokens: TokenValidator | None = None) -> AmqpBroker:
+    return AmqpBroker(core, settings or AmqpSettings(), queues, tokens=tokens)
 
 
 class AmqpConnectionHandler:
@@ -133,6 +138,10 @@ def connection_handler(broker: AmqpBroker) -> AmqpConnectionHandler:
     return AmqpConnectionHandler(broker)
 
 
+# The states in which a token login's expiry closes the connection (later ones are closing already).
+_EXPIRABLE = (ConnectionState.HANDSHAKE, ConnectionState.OPEN)
+
+
 class _Stop(Exception):
     """Nothing more is to be read: the connection is over."""
 
@@ -145,6 +154,7 @@ class AmqpConnection:
         self.channels: dict[int, Channel] = {}
         self.principal: Principal | None = None
         self.user: User | None = None
+        self.token_expires_at: float | None = None   # a token login's "exp" (epoch seconds); None: no token
         self.session = Session(self.machine, self.write, self.clock, lambda: self.writable,
                                DeliveryClock(self.clock, int(TICK_S * 1000)), self.flush)
         self.meter: NamespaceMeter | None = None     # the vhost's namespace's rates, set when it is open
@@ -248,8 +258,11 @@ class AmqpConnection:
     async def _authenticate(self, event: AuthenticationRequested) -> None:
         host = self._peer[0] if isinstance(self._peer, tuple) else None
         try:
-            user = await authenticate(self.broker.users, event.username, event.password, host,
-                                      default_guest=self.broker.settings.default_guest)
+            if self.broker.tokens is not None and looks_like_jwt(event.password):
+                user = await self._token_login(event.password)
+            else:
+                user = await authenticate(self.broker.users, event.username, event.password, host,
+                                          default_guest=self.broker.settings.default_guest)
         except StorageUnavailable as exc:
             log.warning("AMQP login of user %r from %s cannot be checked now: %s", event.username, self._peer, exc)
             self.write(self.machine.defer_authentication("the broker cannot check logins now; retry later"))
@@ -269,10 +282,23 @@ class AmqpConnection:
         self.write(self.machine.accept_authentication())
 
     async def _grants(self) -> UserGrants:
-        """The logged-in user's live grants (the built-in guest's never change)."""
+        """The logged-in user's live grants; one the store does not hold (the built-in guest, a
+        token's user) has fixed ones on its own namespace."""
         if not self.user.scram:
-            return AccessControl.fixed(self.user.principal, (Permission(DEFAULT_TENANT, DEFAULT_NAMESPACE),))
+            own = self.user.principal
+            return AccessControl.fixed(own, (Permission(own.tenant, own.namespace),))
         return await self.broker.core.access.grants(self.user.principal.user)
+
+    async def _token_login(self, token: str) -> User | None:
+        """As RabbitMQ's OAuth 2 backend: the password is the token, the user name is not looked at;
+        the user is the one the token names (core/tokens.py)."""
+        try:
+            identity = await self.broker.tokens.validate(token)
+        except InvalidToken as exc:
+            log.info("AMQP token login from %s refused: %s", self._peer, exc)
+            return None
+        self.token_expires_at = identity.expires_at
+        return await token_user(self.broker.users, identity)
 
     async def _open_vhost(self, event: VhostOpenRequested) -> None:
         mapped = vhost_namespace(event.vhost)
@@ -315,7 +341,7 @@ class AmqpConnection:
             return
         try:
             if number == 0:    # connection.update-secret
-                self._update_secret(event.args)
+                await self._update_secret(event.args)
             elif name == "channel.open":
                 self.channels[number] = Channel(self.session, number)
                 self.write(self.machine.send_method(number, "channel.open-ok"))
@@ -351,9 +377,23 @@ class AmqpConnection:
         except Exception as exc:
             await self._failed(first.channel, first.method.key, exc)
 
-    def _update_secret(self, args) -> None:
-        """Logins here are passwords checked once, with nothing that expires: as RabbitMQ 3.10 with
-        its internal user store, the new secret is taken without effect and acknowledged."""
+    async def _update_secret(self, args) -> None:
+        """A token login takes a new token of the same user before its own expires, as RabbitMQ's
+        OAuth 2 backend does (else NOT_ALLOWED closes the connection). A password login is checked
+        once and never expires: as RabbitMQ with its internal user store, the new secret is taken
+        without effect and acknowledged."""
+        if self.token_expires_at is not None:
+            secret = args["new_secret"]
+            secret = secret.decode("utf-8", "replace") if isinstance(secret, bytes) else str(secret)
+            try:
+                identity = await self.broker.tokens.validate(secret)
+            except InvalidToken as exc:
+                raise AmqpConnectionError(ReplyCode.NOT_ALLOWED, f"Secret update was refused for user "
+                                          f"'{self.principal.user}': {exc}") from None
+            if (await token_user(self.broker.users, identity)).principal != self.principal:
+                raise AmqpConnectionError(ReplyCode.NOT_ALLOWED, f"Secret update was refused for user "
+                                          f"'{self.principal.user}': the token names another user")
+            self.token_expires_at = identity.expires_at
         log.info("AMQP connection from %s (user %r) updated its secret: %s", self._peer, self.username,
                  args["reason"])
         self.write(self.machine.send_method(0, "connection.update-secret-ok"))
@@ -552,6 +592,18 @@ class AmqpConnection:
                          interval)
                 self._writer.transport.abort()
                 return
+            if self.token_expires_at is not None and time.time() > self.token_expires_at \
+                    and self._close_deadline is None and machine.state in _EXPIRABLE:
+                # As RabbitMQ: a token login lasts until its token expires, unless update-secret
+                # brought a newer one.
+                log.info("closing AMQP connection from %s (user %r): its token expired", self._peer,
+                         self.principal.user if self.principal else None)
+                if machine.state is ConnectionState.HANDSHAKE:   # expired before connection.open
+                    self._writer.transport.abort()
+                    return
+                self.write(machine.send_error(0, AmqpConnectionError(ReplyCode.ACCESS_REFUSED, "credential expired")))
+                self._close_deadline = now + CLOSE_OK_TIMEOUT_S
+                self.flush()
             if machine.needs_heartbeat(now):
                 self.write(machine.send_heartbeat())
             self.session.delivery_clock.tick()

@@ -14,6 +14,7 @@ from core.quotas import ClientQuotas
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.service import Core
 from core.shares.coordinator import ShareCoordinator, ShareSettings
+from core.tokens import TokenValidator
 from core.transactions.coordinator import TransactionCoordinator, TransactionSettings
 from protocols.kafka.consumer_offsets import ConsumerOffsetsLog
 from protocols.kafka.share_sessions import ShareSessions
@@ -64,11 +65,13 @@ def group_settings(settings: KafkaSettings) -> GroupSettings:
 
 
 class KafkaBroker:
-    def __init__(self, core: Core, settings: KafkaSettings, api_versions: list[dict[str, int]]) -> None:
+    def __init__(self, core: Core, settings: KafkaSettings, api_versions: list[dict[str, int]], *,
+                 tokens: TokenValidator | None = None) -> None:
         self.core = core
         self.settings = settings
         self.api_versions = api_versions   # what ApiVersions answers: derived from the handler registry
         self.users = UserStore(core.metadata)
+        self.tokens = tokens               # OAUTHBEARER's validator; None: no key set configured
         # ACLs are stored always but enforced only with SASL on (protocols/kafka/authorization.py).
         self.authorizer = Authorizer(core.metadata, super_users=settings.super_users)
         self.quotas = ClientQuotas(core.metadata, core.clock)
@@ -99,12 +102,22 @@ class KafkaBroker:
 
 @dataclass(slots=True)
 class ConnectionSession:
-    """What one connection has established: its SASL exchange and, once done, who it is."""
+    """What one connection has established: its SASL exchange and, once done, who it is.
+
+    A connection logged in may log in again (KIP-368 re-authentication): SaslHandshake starts a new
+    exchange while `principal` stays who it was until the exchange succeeds."""
 
     principal: Principal | None = None
-    mechanism: str | None = None
+    mechanism: str | None = None          # chosen by the latest SaslHandshake
+    exchanging: bool = False              # a SaslHandshake started an exchange not finished yet
+    logged_in_with: str | None = None     # the mechanism of the last successful exchange
     scram: ScramServer | None = None
     scram_user: User | None = None
+    token_refused: str | None = None      # OAUTHBEARER: the error sent, awaiting the client's %x01
+    stored_user: bool = True              # False: a token's user the store lacks (nothing to watch)
+    # When the login expires (time.monotonic()): a request other than re-authentication after it
+    # closes the connection, as Kafka does (KIP-368); None: never
+    expires_at: float | None = None
     close_after_response: bool = False   # a failed login: answer, wait a little, close
     client_host: str | None = None       # the peer's IP address, for ACL host matching; None: unknown
     client: ClientConnection | None = None   # the connection as the admin API lists it

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,8 @@ from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import (KafkaServerConnection, RemoteProtocolError, RequestReceived,
                                                 UnsupportedApiVersions)
 from protocols.kafka.schema.api_versions import API_VERSIONS
+from protocols.kafka.schema.sasl_authenticate import SASL_AUTHENTICATE
+from protocols.kafka.schema.sasl_handshake import SASL_HANDSHAKE
 from protocols.kafka.throttle import PRODUCE_KEY, QUOTA_KEYS, namespace_throttle_ms, throttle_ms
 
 log = logging.getLogger("gateway.kafka")
@@ -52,8 +55,8 @@ _END = object()  # queued after the last response: the sender stops there
 Response = bytes | None | Awaitable[Any]
 
 
-def make_broker(core, settings: KafkaSettings) -> KafkaBroker:
-    return KafkaBroker(core, settings, registry.advertised())
+def make_broker(core, settings: KafkaSettings, *, tokens=None) -> KafkaBroker:
+    return KafkaBroker(core, settings, registry.advertised(), tokens=tokens)
 
 
 @dataclass(slots=True)
@@ -165,6 +168,8 @@ class KafkaConnection:
             if self._sender.done():
                 raise _SendingStopped
             for event in self._conn.receive_data(data):
+                if self._session.expires_at is not None and self._login_expired(event):
+                    return
                 if self._throttled_until:
                     await self._wait_out_throttle()
                 response = await self._respond(event)
@@ -176,7 +181,7 @@ class KafkaConnection:
                     principal = self._session.principal
                     if self._registry is not None:
                         self._registry.logged_in(self._session.client, principal.user, principal.tenant,
-                                                 principal.namespace)
+                                                 principal.namespace, stored=self._session.stored_user)
                         if not await self._registry.enter(self._session.client, principal.tenant,
                                                           principal.namespace):
                             log.info("closing Kafka connection from %s: namespace %s/%s is at its "
@@ -189,6 +194,18 @@ class KafkaConnection:
                     return
             if not data:
                 return
+
+    def _login_expired(self, event: RequestReceived | UnsupportedApiVersions) -> bool:
+        """Past its session lifetime (KIP-368) a connection may only re-authenticate; any other
+        request closes it unanswered, as Kafka does."""
+        if time.monotonic() <= self._session.expires_at:
+            return False
+        key = event.header.api_key
+        if key == SASL_HANDSHAKE.key or (key == SASL_AUTHENTICATE.key and self._session.exchanging):
+            return False
+        log.info("closing Kafka connection from %s (user %s): its login expired without re-authentication",
+                 self._peer, self._session.principal.user if self._session.principal else None)
+        return True
 
     async def _respond(self, event: RequestReceived | UnsupportedApiVersions) -> Response:
         if isinstance(event, UnsupportedApiVersions):
