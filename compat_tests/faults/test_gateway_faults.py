@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from compat_tests.faults.harness import disk_full, fsync_errors, netns
 from compat_tests.faults.harness.checkers import acked_after
 from compat_tests.faults.harness.nodes import GatewayNode
-from compat_tests.faults.harness.proxy import TcpProxy
+from compat_tests.faults.harness.proxy import UPSTREAM, TcpProxy
 from compat_tests.faults.harness.scenarios import crash_rounds, pause_rounds, power_loss_rounds, settle
 
 MIN_ACKED = 200
 READ_ONLY_LOG = "bookie turns read-only"
+ADMIN = ("root", "root-secret")
+ADMIN_CONFIG = f"""
+[[users]]
+name = "{ADMIN[0]}"
+password = "{ADMIN[1]}"
+tags = ["administrator"]
+"""
 
 
 def start_node(nodes: list[GatewayNode], tmp_path, data_dir=None, *args: str, **options) -> GatewayNode:
@@ -154,3 +163,50 @@ def test_iptables_partition_in_a_network_namespace_loses_nothing(nodes, tmp_path
             namespace.heal()
         workloads.wait_for_progress()
         finish(workloads, "partition")
+
+
+def test_a_batch_stored_but_unanswered_when_the_gateway_dies_is_stored_once(nodes, tmp_path) -> None:
+    """Kafka's promise for an idempotent producer across a broker failure, at its sharpest point: the
+    gateway stores a batch and is killed -9 before its answer reaches the producer (a proxy holds the
+    answers back), and the producer's retry to the restarted gateway is answered with the stored
+    offset instead of being stored a second time."""
+    config = tmp_path / "gateway.toml"
+    config.write_text(ADMIN_CONFIG)       # an administrator reads the partition's end through the admin API
+    node = start_node(nodes, tmp_path, None, "--kafka-advertised-host", "127.0.0.2", "--config", str(config))
+    port = int(node.ports["kafka"])
+    topic = f"unanswered-{int(time.time() * 1000)}"
+    end_offset_url = f"http://127.0.0.1:{node.ports['admin']}/api/v1/tenants/public/namespaces/default/topics/{topic}"
+    with TcpProxy(("127.0.0.1", port), listen=("127.0.0.2", port)) as proxy:
+        producer = Producer({"bootstrap.servers": f"127.0.0.2:{port}", "enable.idempotence": True, "acks": "all",
+                             "linger.ms": 50, "request.timeout.ms": 4000, "message.timeout.ms": 90_000})
+        delivered: list = []
+        producer.produce(topic, b"before", partition=0, on_delivery=lambda error, m: delivered.append((error, m)))
+        assert producer.flush(30) == 0 and delivered[0][0] is None
+        proxy.half_open(UPSTREAM)                      # requests reach the gateway; answers are held
+        for n in range(5):
+            producer.produce(topic, f"unanswered-{n}".encode(), partition=0,
+                             on_delivery=lambda error, m: delivered.append((error, m)))
+        producer.poll(0)
+        deadline = time.monotonic() + 30
+        while httpx.get(end_offset_url, auth=ADMIN, timeout=5).json()["partitions"][0]["end_offset"] < 6:
+            assert time.monotonic() < deadline, "the batch was never stored"
+            time.sleep(0.05)
+        node.kill()                                    # stored, durable, never answered
+        node.restart()
+        proxy.heal()
+        assert producer.flush(60) == 0
+    assert [(error, message.value()) for error, message in delivered[1:]] == \
+        [(None, f"unanswered-{n}".encode()) for n in range(5)]
+    assert [message.offset() for _, message in delivered] == list(range(6))
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.2:{port}", "group.id": topic, "enable.auto.commit": False})
+    with TcpProxy(("127.0.0.1", port), listen=("127.0.0.2", port)):
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        stored = []
+        deadline = time.monotonic() + 30
+        while len(stored) < 6 and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                stored.append(message.value())
+        assert consumer.position([TopicPartition(topic, 0)])[0].offset == 6   # nothing after the six
+        consumer.close()
+    assert stored == [b"before", *(f"unanswered-{n}".encode() for n in range(5))]
