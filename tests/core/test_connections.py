@@ -6,18 +6,11 @@ import asyncio
 from core.auth import UserStore
 from core.connections import ClientConnection
 from core.policies import NamespacePolicies
+from tests.polling import eventually
 
 
 def connection(protocol: str = "kafka", closed: list | None = None) -> ClientConnection:
     return ClientConnection(protocol, "127.0.0.1:1", lambda reason: closed.append(reason) if closed is not None else None)
-
-
-async def wait_until(condition):
-    for _ in range(200):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met")
 
 
 async def test_a_deleted_users_connections_close_and_others_stay(core):
@@ -36,7 +29,7 @@ async def test_a_deleted_users_connections_close_and_others_stay(core):
     await asyncio.sleep(0.05)
     assert alice_closed == []
     await users.delete_user("alice")   # as another process would: only the store changes
-    await wait_until(lambda: len(alice_closed) == 2)
+    await eventually(lambda: len(alice_closed) == 2)
     assert alice_closed == ["user alice was deleted"] * 2 and bob_closed == []
 
 

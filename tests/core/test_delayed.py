@@ -38,17 +38,10 @@ from core.records.decoder import decode_batch, record_tails_at
 from core.service import Core
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
+from tests.polling import eventually
 
 START_MS = 1_700_000_000_000
 TOPIC = TopicName("public", "default", "orders")
-
-
-async def eventually(condition, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def message(value: bytes) -> Record:

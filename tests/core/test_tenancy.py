@@ -1,6 +1,5 @@
 """Tenants and namespaces at runtime, namespace policies and what they change in the core."""
 
-import asyncio
 
 import pytest
 
@@ -10,6 +9,7 @@ from core.names import TopicName
 from core.policies import NamespacePolicies
 from core.tenancy import NotEmpty, Reserved
 from tests.core.test_partition import batch_of
+from tests.polling import eventually
 
 
 async def test_tenants_and_namespaces_are_created_once_and_listed(core):
@@ -78,14 +78,6 @@ async def test_max_topics_refuses_one_more(core):
         await core.create_topic(TopicName("acme", "small", "c"), 1)
 
 
-async def wait_until(condition):
-    for _ in range(200):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met")
-
-
 async def test_namespace_retention_applies_to_topics_without_their_own_and_follows_changes(core):
     await core.tenancy.create_tenant("acme")
     await core.tenancy.create_namespace("acme", "kept", NamespacePolicies(retention_ms=60_000))
@@ -96,7 +88,7 @@ async def test_namespace_retention_applies_to_topics_without_their_own_and_follo
     assert (await core.partition(own, 0)).config.retention_ms == 5000
     await core.tenancy.policies.put("acme", "kept", NamespacePolicies(retention_ms=120_000))
     partition = await core.partition(plain, 0)
-    await wait_until(lambda: partition.config.retention_ms == 120_000)
+    await eventually(lambda: partition.config.retention_ms == 120_000)
     assert (await core.partition(own, 0)).config.retention_ms == 5000
 
 
@@ -126,7 +118,7 @@ async def test_a_publish_rate_limit_is_shared_and_follows_the_policy(core):
     await partition.append(batch_of([b"m"] * 60))
     assert meter.publish_delay_s() == pytest.approx(0.5, abs=0.1)   # 60 taken, 10 in the bucket: 50 owed
     await core.tenancy.policies.put("acme", "r", NamespacePolicies())
-    await wait_until(lambda: meter.publish_limit is None)
+    await eventually(lambda: meter.publish_limit is None)
     assert meter.publish_delay_s() == 0
 
 

@@ -27,6 +27,7 @@ from core.records.builder import Record
 from core.service import Core
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
+from tests.polling import eventually
 
 KEY_SHARED_ARGS = {"x-subscription-type": "key-shared"}
 
@@ -132,14 +133,6 @@ class Recorder:
 
     def values(self) -> list[bytes]:
         return [m.value for m in self.got]
-
-
-async def eventually(condition, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 def amqp_record(value: bytes, group: bytes | None) -> Record:

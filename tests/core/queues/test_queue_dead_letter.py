@@ -16,6 +16,7 @@ from core.queues.limits import PublishRefused
 from core.queues.policy import QueuePolicy
 from core.queues.service import QueueService, publish
 from core.records.builder import Record
+from tests.polling import eventually
 
 Q = DestinationKind.QUEUE
 
@@ -36,14 +37,6 @@ class Taker:
 
     def queue_deleted(self) -> None:
         pass
-
-
-async def eventually(condition, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from core.records.builder import Record, build_batch
 from core.service import Core
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
+from tests.polling import eventually
 
 
 class Recorder:
@@ -43,14 +44,6 @@ class Recorder:
 
     def values(self) -> list[bytes]:
         return [m.value for m in self.got]
-
-
-async def eventually(condition, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 def message_record(value: bytes, priority: int | None = None, transient: bool = False) -> Record:

@@ -19,6 +19,7 @@ from core.records.builder import Record, build_batch
 from core.service import Core
 from storage.config import StorageConfig
 from storage.embedded import EmbeddedStorage
+from tests.polling import eventually
 
 Q = DestinationKind.QUEUE
 
@@ -46,14 +47,6 @@ class Recorder:
 
     def values(self) -> list[bytes]:
         return [m.value for m in self.got]
-
-
-async def eventually(condition, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 def record(value: bytes) -> Record:

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import socket
 import struct
-import time
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 
@@ -16,6 +15,7 @@ import pytest
 from protocols.kafka import registry
 from protocols.kafka.broker import KafkaSettings
 from protocols.kafka.server import MAX_PENDING, ConnectionFailures, KafkaConnection
+from tests.polling import eventually
 
 API_VERSIONS_KEY = 18
 DEADLINE_S = 10.0
@@ -32,14 +32,6 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     size = struct.unpack(">i", await reader.readexactly(4))[0]
     frame = await reader.readexactly(size)
     return struct.unpack_from(">i", frame)[0], frame[4:]
-
-
-async def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.005)
 
 
 def small_buffers(sock: socket.socket) -> socket.socket:
@@ -127,12 +119,12 @@ async def test_peer_that_does_not_read_stops_the_reader_with_bounded_buffers(har
     writer.write(requests)
     sending = asyncio.ensure_future(writer.drain())
 
-    await wait_until(lambda: harness.connections and harness.connections[0].pending_responses == MAX_PENDING,
-                     "the pending-response queue is full")
+    await eventually(lambda: harness.connections and harness.connections[0].pending_responses == MAX_PENDING,
+                     DEADLINE_S, "the pending-response queue is full")
     server_transport = harness.writers[0].transport
     low_water, high_water = server_transport.get_write_buffer_limits()
     # Writing pauses above the high-water mark and resumes only below the low one.
-    await wait_until(lambda: server_transport.get_write_buffer_size() > low_water, "the sender waits in drain()")
+    await eventually(lambda: server_transport.get_write_buffer_size() > low_water, DEADLINE_S, "the sender waits in drain()")
     # Stalled: the queue is at its bound, the transport holds at most one response past its
     # high-water mark, and the requests not yet handled stay unread in the client's socket.
     assert harness.connections[0].pending_responses == MAX_PENDING
@@ -169,10 +161,10 @@ async def test_ready_responses_wait_for_deferred_ones_before_them(harness_factor
     writer.write(api_versions_request(0))
     assert (await read_response(reader))[0] == 0
     writer.write(api_versions_request(1))
-    await wait_until(lambda: handled[-1] == 1 and harness.connections[0].pending_responses == 0,
-                     "the sender holds the first")
+    await eventually(lambda: handled[-1] == 1 and harness.connections[0].pending_responses == 0,
+                     DEADLINE_S, "the sender holds the first")
     writer.write(b"".join(api_versions_request(i) for i in range(2, 7)))
-    await wait_until(lambda: harness.connections[0].pending_responses == 5, "the next five are queued")
+    await eventually(lambda: harness.connections[0].pending_responses == 5, DEADLINE_S, "the next five are queued")
     release.set()
     assert [(await read_response(reader))[0] for _ in range(6)] == [1, 2, 3, 4, 5, 6]
     writer.write(api_versions_request(8))
@@ -192,7 +184,7 @@ async def test_handler_exception_closes_only_that_connection_after_one_log_line(
     with caplog.at_level(logging.WARNING, logger="gateway.kafka"):
         assert (await read_response(reader))[0] == 1
         assert await reader.read() == b""
-        await wait_until(lambda: harness.failures.internal_errors == 1, "the failure is counted")
+        await eventually(lambda: harness.failures.internal_errors == 1, DEADLINE_S, "the failure is counted")
     [record] = [r for r in caplog.records if r.name == "gateway.kafka"]
     assert record.levelno == logging.ERROR
     message = record.getMessage()
@@ -223,8 +215,8 @@ async def test_failure_of_a_deferred_response_ends_the_connection_even_while_the
     writer.write(b"".join(api_versions_request(i) for i in range(1 + requests_behind)))
     # Handled: the failing one (held by the sender), then MAX_PENDING queued and one waiting for room.
     handled, queued = (1, 0) if requests_behind == 0 else (MAX_PENDING + 2, MAX_PENDING)
-    await wait_until(lambda: calls[0] == handled and harness.connections[0].pending_responses == queued,
-                     "the reader is waiting")
+    await eventually(lambda: calls[0] == handled and harness.connections[0].pending_responses == queued,
+                     DEADLINE_S, "the reader is waiting")
     release.set()
     # The peer sends nothing more and keeps its socket open: the server must still end the connection.
     assert await asyncio.wait_for(reader.read(), DEADLINE_S) == b""
@@ -267,7 +259,7 @@ async def test_client_that_disconnects_while_responses_are_pending_ends_quietly(
     harness, address = await harness_factory({API_VERSIONS_KEY: bulky_api_versions(handled)})
     reader, writer = await harness.connect(address)
     writer.write(b"".join(api_versions_request(i) for i in range(200)))
-    await wait_until(lambda: handled[0] > MAX_PENDING, "requests are being handled")
+    await eventually(lambda: handled[0] > MAX_PENDING, DEADLINE_S, "requests are being handled")
     with caplog.at_level(logging.WARNING, logger="gateway.kafka"):
         writer.transport.abort()
         await asyncio.wait_for(harness.tasks[0], DEADLINE_S)
