@@ -9,7 +9,7 @@ from core.errors import BacklogQuotaExceeded
 from core.names import TopicName
 from core.policies import NamespacePolicies
 from core.records.builder import Record, build_batch
-from tests.core.test_tenancy import wait_until
+from tests.polling import eventually
 
 TOPIC = TopicName("acme", "quota", "orders")
 VALUE = b"v" * 150_000
@@ -79,6 +79,6 @@ async def test_lifting_the_policy_lets_producers_in_at_the_next_check(core):
     await core.enforce_retention()
     assert partition.refusal is not None
     await core.tenancy.policies.put("acme", "quota", NamespacePolicies())
-    await wait_until(lambda: partition.meter.policies.backlog_quota_bytes is None)
+    await eventually(lambda: partition.meter.policies.backlog_quota_bytes is None)
     await core.enforce_retention()
     assert partition.refusal is None

@@ -4,25 +4,11 @@ per-topic series only when asked for."""
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from core.clock import FakeClock
 from core.connections import ClientConnection
 from core.names import TopicName
-from core.service import Core
 from gateway.config import ConfigError, MetricsConfig, resolve_config
 from gateway.metrics import NamespaceCollector
-from storage.config import StorageConfig
-from storage.embedded import EmbeddedStorage
 from tests.core.test_partition import batch_of
-
-
-@pytest.fixture
-async def core(tmp_path):
-    storage = await EmbeddedStorage.open(tmp_path / "data", StorageConfig())
-    instance = Core(storage.metadata, storage.logs, FakeClock())
-    await instance.start()
-    yield instance
-    await instance.close()
-    await storage.close()
 
 
 def scrape(core, **options) -> str:

@@ -7,29 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import pytest
 from amqp_client_frames import PROTOCOL_HEADER, method, open_vhost, publish, server_frames, start_ok, tune_ok
 
 from core.auth import UserStore
-from core.clock import FakeClock
 from core.errors import Resource, ResourceLocked, StorageUnavailable, UnknownQueue
-from core.service import Core
 from protocols.amqp.codec.frames import FrameReader, encode_frame
 from protocols.amqp.errors import from_core
 from protocols.amqp.server import AmqpSettings, connection_handler, make_broker
 from protocols.amqp.vhosts import authenticate, is_loopback, vhost_namespace
-from storage.config import StorageConfig
-from storage.embedded import EmbeddedStorage
-
-
-@pytest.fixture
-async def core(tmp_path):
-    storage = await EmbeddedStorage.open(tmp_path / "data", StorageConfig())
-    instance = Core(storage.metadata, storage.logs, FakeClock())
-    await instance.start()
-    yield instance
-    await instance.close()
-    await storage.close()
 
 
 @contextlib.asynccontextmanager

@@ -9,22 +9,8 @@ import pytest
 from amqp_client_frames import CLIENT_CAPABILITIES, PROTOCOL_HEADER, method, open_vhost, publish, start_ok, tune_ok
 from test_amqp_server import RawClient, serving
 
-from core.clock import FakeClock
 from core.queues import publisher
-from core.service import Core
 from protocols.amqp.codec.properties import BasicProperties
-from storage.config import StorageConfig
-from storage.embedded import EmbeddedStorage
-
-
-@pytest.fixture
-async def core(tmp_path):
-    storage = await EmbeddedStorage.open(tmp_path / "data", StorageConfig())
-    instance = Core(storage.metadata, storage.logs, FakeClock())
-    await instance.start()
-    yield instance
-    await instance.close()
-    await storage.close()
 
 
 async def connected(address, capabilities=None) -> RawClient:

@@ -6,8 +6,6 @@ from kafka.protocol.admin.acl import (CreateAclsRequest, CreateAclsResponse, Del
                                       DescribeAclsRequest, DescribeAclsResponse)
 
 from core.auth import Principal
-from core.clock import FakeClock
-from core.service import Core
 from protocols.kafka.broker import ConnectionSession, KafkaSettings, RequestContext
 from protocols.kafka.codec.compile import decode_request, encode_response
 from protocols.kafka.codec.errors import ErrorCode
@@ -15,8 +13,6 @@ from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.handlers import create_acls, delete_acls, describe_acls
 from protocols.kafka.machine.connection import RemoteProtocolError
 from protocols.kafka.server import make_broker
-from storage.config import StorageConfig
-from storage.embedded import EmbeddedStorage
 
 # Kafka's codes.
 ANY, TOPIC, GROUP, CLUSTER = 1, 2, 3, 4
@@ -24,16 +20,6 @@ MATCH, LITERAL, PREFIXED = 2, 3, 4
 ALL, READ, WRITE, ALTER, DESCRIBE = 2, 3, 4, 7, 8
 DENY, ALLOW = 2, 3
 ANONYMOUS = ConnectionSession()
-
-
-@pytest.fixture
-async def core(tmp_path):
-    storage = await EmbeddedStorage.open(tmp_path / "data", StorageConfig())
-    instance = Core(storage.metadata, storage.logs, FakeClock())
-    await instance.start()
-    yield instance
-    await instance.close()
-    await storage.close()
 
 
 @pytest.fixture

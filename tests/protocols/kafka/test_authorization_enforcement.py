@@ -14,10 +14,8 @@ import pytest
 
 from core.acl import CLUSTER_NAME, AclBinding, Operation, PatternType, Permission, ResourceType
 from core.auth import Principal
-from core.clock import FakeClock
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, TopicName
 from core.records.builder import Record, build_batch
-from core.service import Core
 from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -31,8 +29,6 @@ from protocols.kafka.handlers import (alter_configs, alter_partition_reassignmen
 from protocols.kafka.handlers import (alter_replica_log_dirs, alter_user_scram_credentials, describe_producers,
                                       describe_user_scram_credentials)
 from protocols.kafka.server import make_broker
-from storage.config import StorageConfig
-from storage.embedded import EmbeddedStorage
 from test_admin_handlers import call as wire_call
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
@@ -43,16 +39,6 @@ ADMIN = ConnectionSession(principal=Principal("admin"), client_host="127.0.0.1")
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 1 << 3, 1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8
 CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 1 << 9, 1 << 10, 1 << 11, 1 << 12
 ALL_CLUSTER_OPERATIONS = CREATE | CLUSTER_ACTION | DESCRIBE_CONFIGS | ALTER_CONFIGS | IDEMPOTENT_WRITE | ALTER | DESCRIBE
-
-
-@pytest.fixture
-async def core(tmp_path):
-    storage = await EmbeddedStorage.open(tmp_path / "data", StorageConfig())
-    instance = Core(storage.metadata, storage.logs, FakeClock())
-    await instance.start()
-    yield instance
-    await instance.close()
-    await storage.close()
 
 
 @pytest.fixture

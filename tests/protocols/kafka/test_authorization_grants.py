@@ -13,7 +13,7 @@ from protocols.kafka.authorization import GRANTED_BY, SUPPORTED_OPERATIONS
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.handlers import find_coordinator, init_producer_id, join_group, metadata, produce
 
-from test_authorization_enforcement import broker, call, core, create_topic, deny, partition_codes, produce_request
+from test_authorization_enforcement import broker, call, create_topic, deny, partition_codes, produce_request
 
 __all__ = ["broker", "core"]   # the fixtures: a core on temporary storage, a broker with SASL on
 

@@ -11,17 +11,13 @@ import pytest
 
 from core.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from core.auth import Principal
-from core.clock import FakeClock
 from core.names import TopicName
-from core.service import Core
 from protocols.kafka.broker import ConnectionSession, KafkaBroker
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.handlers import (consumer_group_describe, consumer_group_heartbeat, list_groups, offset_commit,
                                       offset_fetch, share_group_describe, share_group_heartbeat)
 from protocols.kafka.registry import advertised
-from storage.config import StorageConfig
-from storage.embedded import EmbeddedStorage
 from test_transaction_handlers import ANONYMOUS, broker, call, secured  # noqa: F401 (fixtures)
 
 TOPIC, OTHER = "orders", "audit"
@@ -30,17 +26,11 @@ BOB = ConnectionSession(principal=Principal("bob"), client_host="127.0.0.1")
 
 
 @pytest.fixture
-async def core(tmp_path):
-    storage = await EmbeddedStorage.open(tmp_path / "data", StorageConfig())
-    instance = Core(storage.metadata, storage.logs, FakeClock())
-    await instance.start()
-    await instance.create_topic(TopicName.of(TOPIC), 2)
-    await instance.create_topic(TopicName.of(OTHER), 1)
-    yield instance
-    await instance.close()
-    await storage.close()
-
-
+async def core(core):
+    """The shared core (tests/conftest.py), with this module's topics."""
+    await core.create_topic(TopicName.of(TOPIC), 2)
+    await core.create_topic(TopicName.of(OTHER), 1)
+    return core
 
 
 async def commit(broker, group_id: str, offsets: dict[tuple[str, int], int], *, member_id: str = "",

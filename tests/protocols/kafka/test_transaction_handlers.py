@@ -11,10 +11,8 @@ import pytest
 
 from core.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from core.auth import Principal
-from core.clock import FakeClock
 from core.names import TopicName
 from core.records.builder import Record, build_batch
-from core.service import Core
 from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings, RequestContext
 from protocols.kafka.codec.compile import Msg
 from protocols.kafka.codec.errors import ErrorCode
@@ -22,8 +20,6 @@ from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.handlers import (add_offsets_to_txn, add_partitions_to_txn, end_txn, fetch, init_producer_id,
                                       list_offsets, produce, txn_offset_commit)
 from protocols.kafka.server import make_broker
-from storage.config import StorageConfig
-from storage.embedded import EmbeddedStorage
 from test_admin_handlers import call as wire_call
 
 TXN_ID, TOPIC = "orders-tx", "orders"
@@ -32,14 +28,10 @@ ALICE = ConnectionSession(principal=Principal("alice"), client_host="127.0.0.1")
 
 
 @pytest.fixture
-async def core(tmp_path):
-    storage = await EmbeddedStorage.open(tmp_path / "data", StorageConfig())
-    instance = Core(storage.metadata, storage.logs, FakeClock())
-    await instance.start()
-    await instance.create_topic(TopicName.of(TOPIC), 2)
-    yield instance
-    await instance.close()
-    await storage.close()
+async def core(core):
+    """The shared core (tests/conftest.py), with this module's topics."""
+    await core.create_topic(TopicName.of(TOPIC), 2)
+    return core
 
 
 @pytest.fixture
