@@ -25,6 +25,7 @@ much other work. Ratios to the reference are taken round by round.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -49,7 +51,10 @@ BROKERS = ("gateway", "replicated", "tansu", "rabbitmq")
 SPEAKS = {"gateway": ("kafka", "amqp"), "replicated": ("kafka", "amqp"), "tansu": ("kafka",),
           "rabbitmq": ("amqp",)}
 REFERENCE = {"kafka": "tansu", "amqp": "rabbitmq"}
+GATEWAY_SETUPS = ("gateway", "replicated")
+BASELINE_SUFFIX = "-before"      # --baseline-src: the same setups from another checkout
 CATCH_UP_S = 30.0
+CONNECTING_AT_ONCE = 16
 
 
 class ServerCpu:
@@ -126,43 +131,39 @@ def machine_busy_s() -> float:
 
 def start_brokers(names: list[str], protocols: list[str], work_dir: Path, args: argparse.Namespace) -> dict[str, Broker]:
     brokers: dict[str, Broker] = {}
+    wanted = [(name, None) for name in names]
+    if args.baseline_src is not None:   # the same gateway setups once more, from another checkout
+        wanted += [(name, args.baseline_src) for name in names if name in GATEWAY_SETUPS]
     try:
-        for name in names:
+        for name, source in wanted:
             if not set(SPEAKS[name]) & set(protocols):
                 continue
-            print(f"  starting {name}", file=sys.stderr, flush=True)
-            brokers[name] = start_broker(name, work_dir, args)
+            label = name if source is None else f"{name}{BASELINE_SUFFIX}"
+            print(f"  starting {label}", file=sys.stderr, flush=True)
+            with _code_from(source):
+                brokers[label] = start_broker(name, work_dir / label, args)
+            brokers[label].name = label
     except BaseException:
         stop_brokers(brokers)
         raise
     return brokers
 
 
-def start_broker(name: str, work_dir: Path, args: argparse.Namespace) -> Broker:
-    if name == "gateway":
-        running = start_gateway(work_dir / "gateway-data", work_dir)
-        return Broker(name, running.bootstrap, running.amqp, [running.pid], [running.pid],
-                      "gateway: `gateway serve`, embedded storage (E=Qw=Qa=1, fsync per acknowledged write)",
-                      running.stop)
-    if name == "replicated":
-        cluster = LocalCluster(ClusterSpec(data_dir=work_dir / "cluster", bookies=3, brokers=1, ensemble=3,
-                                           write_quorum=3, ack_quorum=2, log_level="warning"))
-        ready = cluster.start()
-        broker = ready["brokers"][0]
-        bookies = [b["pid"] for b in ready["bookies"]]
-        pids = [broker["pid"], *bookies] + ([cluster.zookeeper.pid] if cluster.zookeeper.pid else [])
-        return Broker(name, broker["kafka"], broker["amqp"], pids, [broker["pid"], *bookies],
-                      "replicated: `gateway cluster up`, 3 bookies, E3/Qw3/Qa2, ZooKeeper (CPU: all five processes)",
-                      cluster.stop)
-    if name == "tansu":
-        running = start_tansu(work_dir)
-        return Broker(name, kafka=running.bootstrap, pids=[running.pid],
-                      describe="tansu: Kafka in Rust, memory storage (no fsync)", stop=running.stop)
-    if name == "rabbitmq":
-        rabbit = start_rabbitmq(work_dir, pick_port(args.rabbit_port))
-        return Broker(name, amqp=rabbit.address, pids=[rabbit.pid],
-                      describe=f"rabbitmq: {rabbit.version()} (Debian package)", stop=rabbit.stop)
-    raise SystemExit(f"unknown broker {name!r}: one of {', '.join(BROKERS)}")
+@contextlib.contextmanager
+def _code_from(source: Path | None):
+    """Processes started inside import the gateway from `source` first (PYTHONPATH is inherited)."""
+    if source is None:
+        yield
+        return
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(source.resolve())
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def stop_brokers(brokers: dict[str, Broker]) -> None:
@@ -183,12 +184,12 @@ def run_phase(protocol: str, broker: Broker, round_: int, args: argparse.Namespa
     if protocol == "kafka":
         create_topics_admin(broker.kafka, {name: args.partitions})
         follower = KafkaFollower(broker.kafka, name, args.partitions)
-        producers = [KafkaPaymentProducer(broker.kafka, name, i % args.partitions, args.size)
-                     for i in range(args.producers)]
+        producers = _connect_all(lambda i: KafkaPaymentProducer(broker.kafka, name, i % args.partitions, args.size),
+                                 args.producers)
     else:
         declare_queue(broker.amqp, name, args.queue_type)
         follower = AmqpFollower(broker.amqp, name)
-        producers = [AmqpPaymentPublisher(broker.amqp, name, args.size) for _ in range(args.producers)]
+        producers = _connect_all(lambda _: AmqpPaymentPublisher(broker.amqp, name, args.size), args.producers)
     count = max(int(args.rate * args.seconds), 1)
     tally = Tally()
     server, client = ServerCpu(broker.pids), psutil.Process()
@@ -218,6 +219,12 @@ def run_phase(protocol: str, broker: Broker, round_: int, args: argparse.Namespa
                        ack[0], ack[1], e2e[0], e2e[1], len(follower.delays_ns), errors)
 
 
+def _connect_all(make, count: int) -> list:
+    """`count` producers connected and warmed up a few at a time (one by one takes minutes for hundreds)."""
+    with ThreadPoolExecutor(CONNECTING_AT_ONCE) as pool:
+        return list(pool.map(make, range(count)))
+
+
 def run_all(brokers: dict[str, Broker], protocols: list[str], args: argparse.Namespace) -> list[PhaseResult]:
     results = []
     profilers = []
@@ -229,7 +236,7 @@ def run_all(brokers: dict[str, Broker], protocols: list[str], args: argparse.Nam
         for round_ in range(args.rounds):
             for protocol in protocols:
                 for broker in brokers.values():
-                    if protocol not in SPEAKS[broker.name]:
+                    if protocol not in SPEAKS[broker.name.removesuffix(BASELINE_SUFFIX)]:
                         continue
                     print(f"  round {round_ + 1} {protocol} {broker.name}", file=sys.stderr, flush=True)
                     results.append(run_phase(protocol, broker, round_, args))
@@ -277,6 +284,7 @@ def report(results: list[PhaseResult], brokers: dict[str, Broker], protocols: li
               "| protocol | broker ÷ other | CPU/msg | msg/s | ack p99 |", "|---|---|---|---|---|"]
     pairs = [(p, b, REFERENCE[p]) for p in protocols for b in ("gateway", "replicated")]
     pairs += [(p, "replicated", "gateway") for p in protocols]
+    pairs += [(p, setup, setup + BASELINE_SUFFIX) for p in protocols for setup in GATEWAY_SETUPS]
     for protocol, mine, other in pairs:
         ratios = []
         for round_ in range(args.rounds):
@@ -309,6 +317,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--brokers", default=",".join(BROKERS), type=lambda s: s.split(","))
     parser.add_argument("--rabbit-port", type=int, default=5673, help="RabbitMQ's port (the next free one if taken)")
     parser.add_argument("--json", type=Path, help="also write every phase's figures here")
+    parser.add_argument("--baseline-src", type=Path,
+                        help="a checkout whose gateway runs beside this one (setups named ...-before), for before/after")
     parser.add_argument("--profile-dir", type=Path, help="py-spy the gateway processes; folded stacks go here")
     args = parser.parse_args(argv)
     if set(args.protocols) - set(REFERENCE):
