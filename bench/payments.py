@@ -166,6 +166,34 @@ def _code_from(source: Path | None):
             os.environ["PYTHONPATH"] = before
 
 
+def start_broker(name: str, work_dir: Path, args: argparse.Namespace) -> Broker:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    if name == "gateway":
+        running = start_gateway(work_dir / "gateway-data", work_dir)
+        return Broker(name, running.bootstrap, running.amqp, [running.pid], [running.pid],
+                      "gateway: `gateway serve`, embedded storage (E=Qw=Qa=1, fsync per acknowledged write)",
+                      running.stop)
+    if name == "replicated":
+        cluster = LocalCluster(ClusterSpec(data_dir=work_dir / "cluster", bookies=3, brokers=1, ensemble=3,
+                                           write_quorum=3, ack_quorum=2, log_level="warning"))
+        ready = cluster.start()
+        broker = ready["brokers"][0]
+        bookies = [b["pid"] for b in ready["bookies"]]
+        pids = [broker["pid"], *bookies] + ([cluster.zookeeper.pid] if cluster.zookeeper.pid else [])
+        return Broker(name, broker["kafka"], broker["amqp"], pids, [broker["pid"], *bookies],
+                      "replicated: `gateway cluster up`, 3 bookies, E3/Qw3/Qa2, ZooKeeper (CPU: all five processes)",
+                      cluster.stop)
+    if name == "tansu":
+        running = start_tansu(work_dir)
+        return Broker(name, kafka=running.bootstrap, pids=[running.pid],
+                      describe="tansu: Kafka in Rust, memory storage (no fsync)", stop=running.stop)
+    if name == "rabbitmq":
+        rabbit = start_rabbitmq(work_dir, pick_port(args.rabbit_port))
+        return Broker(name, amqp=rabbit.address, pids=[rabbit.pid],
+                      describe=f"rabbitmq: {rabbit.version()} (Debian package)", stop=rabbit.stop)
+    raise SystemExit(f"unknown broker {name!r}: one of {', '.join(BROKERS)}")
+
+
 def stop_brokers(brokers: dict[str, Broker]) -> None:
     for broker in brokers.values():
         try:
