@@ -262,8 +262,11 @@ def run_all(brokers: dict[str, Broker], protocols: list[str], args: argparse.Nam
                      for broker in brokers.values() for pid in broker.gateway_pids]
     try:
         for round_ in range(args.rounds):
+            # Every other round runs the brokers in the opposite order: what runs first after a
+            # switch of protocol (or right after another broker) is not always the same one.
+            order = list(brokers.values()) if round_ % 2 == 0 else list(reversed(brokers.values()))
             for protocol in protocols:
-                for broker in brokers.values():
+                for broker in order:
                     if protocol not in SPEAKS[broker.name.removesuffix(BASELINE_SUFFIX)]:
                         continue
                     print(f"  round {round_ + 1} {protocol} {broker.name}", file=sys.stderr, flush=True)
