@@ -12,8 +12,9 @@ Clients (bench/payment_clients.py): N producers × --rate msg/s, --size bytes; K
 persistent messages to a durable queue (quorum by default); one consumer per phase keeps up.
 
 Reported per broker and round: acknowledged msg/s; server CPU per message (user + system, from /proc
-through psutil, summed over every process of the broker side: the gateway, its bookies and ZooKeeper,
-tansu, RabbitMQ's Erlang VM and its helpers; the clients' own CPU is not in it); ack and end-to-end
+through psutil) and write system calls per message (/proc/PID/io), summed over every process of the
+broker side (the gateway, its bookies and ZooKeeper, tansu, RabbitMQ's Erlang VM and its helpers;
+the clients' own CPU is not in it); ack and end-to-end
 latency p50/p99; how busy the machine was (all cores), and how much of that was the clients and how
 much other work. Ratios to the reference are taken round by round.
 
@@ -57,8 +58,9 @@ CATCH_UP_S = 30.0
 CONNECTING_AT_ONCE = 16
 
 
-class ServerCpu:
-    """CPU seconds (user + system) of a broker side: the given processes and all their descendants."""
+class ServerSide:
+    """The processes of a broker side (the given ones and all their descendants): their CPU seconds
+    (user + system) and their write system calls (/proc/PID/io syscw: socket writes, journal writes)."""
 
     def __init__(self, pids: list[int]) -> None:
         self._processes = []
@@ -66,15 +68,16 @@ class ServerCpu:
             root = psutil.Process(pid)
             self._processes += [root, *root.children(recursive=True)]
 
-    def seconds(self) -> float:
-        total = 0.0
+    def totals(self) -> tuple[float, int]:
+        cpu, writes = 0.0, 0
         for process in self._processes:
             try:
                 times = process.cpu_times()
-            except psutil.NoSuchProcess:
+                writes += process.io_counters().write_count
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            total += times.user + times.system
-        return total
+            cpu += times.user + times.system
+        return cpu, writes
 
 
 @dataclass
@@ -96,6 +99,7 @@ class PhaseResult:
     acked: int
     seconds: float
     server_cpu_s: float
+    server_writes: int        # write system calls of the broker side
     client_cpu_s: float
     machine_busy_s: float     # every core's busy time during the phase
     ack_p50_ms: float
@@ -112,6 +116,10 @@ class PhaseResult:
     @property
     def cpu_us_per_message(self) -> float:
         return self.server_cpu_s / self.acked * 1e6 if self.acked else float("nan")
+
+    @property
+    def writes_per_message(self) -> float:
+        return self.server_writes / self.acked if self.acked else float("nan")
 
 
 def percentiles(delays_ns: list[int]) -> tuple[float, float]:
@@ -220,17 +228,18 @@ def run_phase(protocol: str, broker: Broker, round_: int, args: argparse.Namespa
         producers = _connect_all(lambda _: AmqpPaymentPublisher(broker.amqp, name, args.size), args.producers)
     count = max(int(args.rate * args.seconds), 1)
     tally = Tally()
-    server, client = ServerCpu(broker.pids), psutil.Process()
+    server, client = ServerSide(broker.pids), psutil.Process()
     start = time.perf_counter() + 0.2
     threads = [threading.Thread(target=p.run, args=(Pacer(start, i, args.producers, args.rate), count, tally),
                                 name=f"producer-{i}", daemon=True) for i, p in enumerate(producers)]
-    server0, client0, busy0 = server.seconds(), client.cpu_times(), machine_busy_s()
+    (server0, writes0), client0, busy0 = server.totals(), client.cpu_times(), machine_busy_s()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(args.seconds + 120)
     seconds = time.perf_counter() - start
-    server_s, busy_s = server.seconds() - server0, machine_busy_s() - busy0
+    (server1, writes1), busy_s = server.totals(), machine_busy_s() - busy0
+    server_s = server1 - server0
     client1 = client.cpu_times()
     client_s = client1.user + client1.system - client0.user - client0.system
     follower.wait_for(len(tally.ack_ns), CATCH_UP_S)
@@ -243,7 +252,8 @@ def run_phase(protocol: str, broker: Broker, round_: int, args: argparse.Namespa
     if len(follower.delays_ns) < len(tally.ack_ns):
         errors.append(f"the consumer saw {len(follower.delays_ns)} of {len(tally.ack_ns)} acknowledged messages")
     ack, e2e = percentiles(tally.ack_ns), percentiles(follower.delays_ns)
-    return PhaseResult(protocol, broker.name, round_, len(tally.ack_ns), seconds, server_s, client_s, busy_s,
+    return PhaseResult(protocol, broker.name, round_, len(tally.ack_ns), seconds, server_s, writes1 - writes0,
+                       client_s, busy_s,
                        ack[0], ack[1], e2e[0], e2e[1], len(follower.delays_ns), errors)
 
 
@@ -295,9 +305,9 @@ def report(results: list[PhaseResult], brokers: dict[str, Broker], protocols: li
              f"{args.seconds:g} s per phase, {args.rounds} alternating rounds (ranges over the rounds); "
              f"Kafka over {args.partitions} partitions, AMQP to a durable {args.queue_type} queue.", "",
              *[f"- {b.describe}" for b in brokers.values()], "",
-             "| protocol | broker | msg/s | server CPU µs/msg | ack p50 ms | ack p99 ms | e2e p50 ms | e2e p99 ms "
+             "| protocol | broker | msg/s | server CPU µs/msg | server writes/msg | ack p50 ms | ack p99 ms | e2e p50 ms | e2e p99 ms "
              f"| machine busy ({cores} cores) | of it clients | of it other work |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for protocol in protocols:
         for name in brokers:
             mine = [r for r in results if r.protocol == protocol and r.broker == name]
@@ -308,11 +318,12 @@ def report(results: list[PhaseResult], brokers: dict[str, Broker], protocols: li
             other = [(r.machine_busy_s - r.client_cpu_s - r.server_cpu_s) / r.seconds / cores * 100 for r in mine]
             lines.append(f"| {protocol} | {name} | {_span([r.msgs_per_s for r in mine], ',.0f')} | "
                          f"{_span([r.cpu_us_per_message for r in mine], ',.0f')} | "
+                         f"{_span([r.writes_per_message for r in mine], '.1f')} | "
                          f"{_span([r.ack_p50_ms for r in mine], '.2f')} | {_span([r.ack_p99_ms for r in mine], '.1f')} | "
                          f"{_span([r.e2e_p50_ms for r in mine], '.2f')} | {_span([r.e2e_p99_ms for r in mine], '.1f')} | "
                          f"{_span(busy, '.0f')} % | {_span(clients, '.0f')} % | {_span(other, '.0f')} % |")
     lines += ["", "Ratios, round by round (each round's phases ran back to back):", "",
-              "| protocol | broker ÷ other | CPU/msg | msg/s | ack p99 |", "|---|---|---|---|---|"]
+              "| protocol | broker ÷ other | CPU/msg | writes/msg | msg/s | ack p99 |", "|---|---|---|---|---|---|"]
     pairs = [(p, b, REFERENCE[p]) for p in protocols for b in ("gateway", "replicated")]
     pairs += [(p, "replicated", "gateway") for p in protocols]
     pairs += [(p, setup, setup + BASELINE_SUFFIX) for p in protocols for setup in GATEWAY_SETUPS]
@@ -323,10 +334,11 @@ def report(results: list[PhaseResult], brokers: dict[str, Broker], protocols: li
             b = [r for r in results if (r.protocol, r.broker, r.round) == (protocol, other, round_)]
             if a and b:
                 ratios.append((a[0].cpu_us_per_message / b[0].cpu_us_per_message,
-                               a[0].msgs_per_s / b[0].msgs_per_s, a[0].ack_p99_ms / b[0].ack_p99_ms))
+                               a[0].msgs_per_s / b[0].msgs_per_s, a[0].ack_p99_ms / b[0].ack_p99_ms,
+                               a[0].writes_per_message / b[0].writes_per_message))
         if ratios:
             lines.append(f"| {protocol} | {mine} ÷ {other} | **{_span([r[0] for r in ratios], '.2f')}** | "
-                         f"{_span([r[1] for r in ratios], '.2f')} | {_span([r[2] for r in ratios], '.2f')} |")
+                         f"{_span([r[3] for r in ratios], '.2f')} | {_span([r[1] for r in ratios], '.2f')} | {_span([r[2] for r in ratios], '.2f')} |")
     load = os.getloadavg()
     lines += ["", f"Load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}."]
     for result in results:
