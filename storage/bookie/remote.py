@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from storage.api import BookieUnavailable, CookieMismatch, StorageError
 from storage.bookie import protocol as wire
 from storage.bookie.protocol import AddFlag, Op, ReadFlag, Status
-from storage.bookie.turn_writer import TurnWriter
 
 log = logging.getLogger("gateway.storage.bookie.remote")
 
@@ -173,7 +172,6 @@ class _ClientConnection(asyncio.Protocol):
         self._owner = owner
         self._reader = wire.FrameReader(owner._max_frame_bytes)
         self._transport: asyncio.Transport | None = None
-        self._output: TurnWriter | None = None   # requests, one write per loop turn
         self._pending: dict[int, tuple[Op, asyncio.Future, float]] = {}
         self._nonce = os.urandom(wire.NONCE_BYTES)
         self._server_nonce = b""
@@ -183,15 +181,12 @@ class _ClientConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        self._output = TurnWriter(asyncio.get_running_loop(), self._transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.abort(BookieUnavailable(f"bookie {self._owner.bookie_id}: connection lost ({exc or 'closed'})"))
 
     def abort(self, error: StorageError) -> None:
         self.ready = False
-        if self._output is not None:
-            self._output.drop()
         if self._transport is not None:
             self._transport.abort()
             self._transport = None
@@ -208,7 +203,7 @@ class _ClientConnection(asyncio.Protocol):
 
     def send(self, op: Op, request_id: int, values: Sequence, future: asyncio.Future, timeout_s: float) -> None:
         self._pending[request_id] = (op, future, time.monotonic() + timeout_s)
-        self._output.write(wire.encode_request(op, request_id, *values))
+        self._transport.writelines(wire.encode_request(op, request_id, *values))
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -19,7 +19,6 @@ from storage.api import StorageError
 from storage.bookie import protocol as wire
 from storage.bookie.bookie import Bookie
 from storage.bookie.protocol import AddFlag, Op, ReadFlag, Status
-from storage.bookie.turn_writer import TurnWriter
 
 log = logging.getLogger("gateway.storage.bookie.server")
 
@@ -61,7 +60,6 @@ class _Connection(asyncio.Protocol):
         self._bookie = server.bookie
         self._reader = wire.FrameReader(server._max_frame_bytes)
         self._transport: asyncio.Transport | None = None
-        self._output: TurnWriter | None = None   # responses, one write per loop turn
         self._nonce = os.urandom(wire.NONCE_BYTES)
         self._authenticated = False
         self._peer = "?"
@@ -75,7 +73,6 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        self._output = TurnWriter(asyncio.get_running_loop(), self._transport)
         self._peer = "%s:%s" % (transport.get_extra_info("peername") or ("?", "?"))[:2]
         self._server._connections.add(self)
         self._send(wire.encode_request(Op.HELLO, 0, self._nonce, self._server.bookie_id.encode(),
@@ -89,7 +86,6 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         if self._transport is not None:
-            self._output.flush()   # a refusal written just before still goes out
             self._transport.close()
 
     def data_received(self, data: bytes) -> None:
@@ -192,4 +188,4 @@ class _Connection(asyncio.Protocol):
 
     def _send(self, parts: list) -> None:
         if self._transport is not None and not self._transport.is_closing():
-            self._output.write(parts)
+            self._transport.writelines(parts)
