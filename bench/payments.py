@@ -12,7 +12,8 @@ Clients (bench/payment_clients.py): N producers × --rate msg/s, --size bytes; K
 persistent messages to a durable queue (quorum by default); one consumer per phase keeps up.
 
 Reported per broker and round: acknowledged msg/s; server CPU per message (user + system, from /proc
-through psutil) and write system calls per message (/proc/PID/io), summed over every process of the
+through psutil) and write system calls per message (/proc/PID/io counts write, writev and pwritev,
+not send or sendmsg: compare it between gateway setups only), summed over every process of the
 broker side (the gateway, its bookies and ZooKeeper, tansu, RabbitMQ's Erlang VM and its helpers;
 the clients' own CPU is not in it); ack and end-to-end
 latency p50/p99; how busy the machine was (all cores), and how much of that was the clients and how
