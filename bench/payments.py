@@ -188,7 +188,10 @@ def start_broker(name: str, work_dir: Path, args: argparse.Namespace) -> Broker:
         ready = cluster.start()
         broker = ready["brokers"][0]
         bookies = [b["pid"] for b in ready["bookies"]]
-        pids = [broker["pid"], *bookies] + ([cluster.zookeeper.pid] if cluster.zookeeper.pid else [])
+        # An ensemble lists its members in the READY line; a single server only has its pid.
+        zookeepers = [member["pid"] for member in ready.get("zookeepers", []) if member.get("pid")] or \
+            [pid for pid in [getattr(cluster.zookeeper, "pid", None)] if pid]
+        pids = [broker["pid"], *bookies, *zookeepers]
         return Broker(name, broker["kafka"], broker["amqp"], pids, [broker["pid"], *bookies],
                       "replicated: `gateway cluster up`, 3 bookies, E3/Qw3/Qa2, ZooKeeper (CPU: all five processes)",
                       cluster.stop)
