@@ -66,7 +66,7 @@ bench-delayed: $(RUN_STAMP)
 	$(BIN)/python -m bench.delayed $(ARGS)
 
 bench: $(RUN_STAMP)
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run $(ARGS)
 
 $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -e '.[bench]'
@@ -87,6 +87,24 @@ bench-fifo-groups: $(BENCH_STAMP)
 # Replicated storage (3 bookies, E3/Qw3/Qa2 and E3/Qw2/Qa2) against the embedded default, one run.
 bench-replicated: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.replicated $(ARGS)
+
+.PHONY: bench-payments bench-smoke
+
+# The payment shape: N producers each sending one message and waiting for its ack, at a fixed rate,
+# through the gateway (embedded and E3/Qw3/Qa2) beside tansu and RabbitMQ, one run (bench/payments.py).
+bench-payments: $(BENCH_STAMP) system-packages
+	$(BIN)/python -m bench.payments $(ARGS)
+
+# Every bench-* target above at a tiny size (seconds each), so a changed signature cannot break one
+# unnoticed; the figures it prints mean nothing.
+bench-smoke: $(BENCH_STAMP) system-packages
+	$(BIN)/python -m bench.run 0.2 200
+	$(BIN)/python -m bench.delayed --pending 2000 --rate 500 --seconds 1
+	$(BIN)/python -m bench.kafka --messages 1000 --rounds 1 --partitions 1 --compression none --latency-seconds 1 --latency-rate 100
+	$(BIN)/python -m bench.amqp --messages 500 --rounds 1 --latency-seconds 1 --latency-rounds 1 --latency-rate 100
+	$(BIN)/python -m bench.fifo_groups --messages 200 --rounds 1
+	$(BIN)/python -m bench.replicated --messages 1000 --rate 100 --seconds 1 --setups embedded,E3-Qw3-Qa2
+	$(BIN)/python -m bench.payments --producers 3 --rate 5 --seconds 1 --rounds 1
 
 # The AMQP client libraries' own suites against the gateway and a private RabbitMQ node, e.g.
 # make upstream-amqp ARGS="--pika ~/src/pika --aio-pika ~/src/aio-pika --aiormq ~/src/aiormq --kombu ~/src/kombu --site ~/src/upstream-site"

@@ -8,7 +8,7 @@ million messages, and the produce p99 at a fixed rate. Every process shares this
 so three brokers can only help as far as one broker leaves cores idle: read the ratio, not the
 absolute figures.
 
-    python -m bench.broker_scaling [--clients 4] [--messages 200000] [--rate 2000]
+    python -m bench.broker_scaling [--clients 4] [--messages 200000] [--rate 2000] [--brokers 1,3]
 """
 
 from __future__ import annotations
@@ -123,18 +123,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rate", type=int, default=2000, help="latency phase: messages per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency phase: duration")
+    parser.add_argument("--brokers", default="1,3", type=lambda s: [int(n) for n in s.split(",")],
+                        help="broker counts, one setup each; the first is the one the others are compared with")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="broker-scaling-") as tmp:
-        results = [run(brokers, Path(tmp), args) for brokers in (1, 3)]
+        results = [run(brokers, Path(tmp), args) for brokers in args.brokers]
     print(json.dumps([asdict(r) for r in results], indent=2))
-    one, three = results
+    first = results[0]
     print(f"\n{args.clients} clients, {args.messages} x 1 KiB over {PARTITIONS} partitions, 3 bookies E3-Qw2-Qa2")
     for r in results:
         print(f"  {r.brokers} broker(s): produce {r.produce_msgs_per_s:,.0f} msg/s, consume {r.consume_msgs_per_s:,.0f} "
               f"msg/s, cluster CPU {r.produce_cpu_s_per_million:.0f} s per million produced, p99 at "
               f"{args.rate}/s {r.latency.p99_ms:.1f} ms" + ("".join(f"\n    ! {e}" for e in r.errors)))
-    print(f"  3 brokers / 1: produce {three.produce_msgs_per_s / one.produce_msgs_per_s:.2f}x, "
-          f"consume {three.consume_msgs_per_s / one.consume_msgs_per_s:.2f}x")
+    for r in results[1:]:
+        print(f"  {r.brokers} brokers / {first.brokers}: produce {r.produce_msgs_per_s / first.produce_msgs_per_s:.2f}x, "
+              f"consume {r.consume_msgs_per_s / first.consume_msgs_per_s:.2f}x")
 
 
 if __name__ == "__main__":

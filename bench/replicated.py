@@ -36,6 +36,7 @@ from storage.ledger.registered import RegisteredBookies
 from storage.metadata.zookeeper import ZooKeeperMetadataStore
 
 PARTITIONS = 8
+LATENCY_LINGER_MS = 1          # the latency phase's producer linger.ms, as bench/kafka.py's default
 SETUPS = {"embedded": None, "E3-Qw3-Qa2": (3, 3, 2), "E3-Qw2-Qa2": (3, 2, 2)}
 
 
@@ -80,7 +81,8 @@ def run_setup(name: str, quorum, work_dir: Path, args: argparse.Namespace, paylo
         processes = _Processes(pids)
         produced = produce(bootstrap, "bench", PARTITIONS, "none", args.messages, payloads, processes, errors)
         consumed = consume(bootstrap, "bench", PARTITIONS, args.messages, processes, errors)
-        latency = measure_latency(bootstrap, "latency", PARTITIONS, args.rate, args.seconds, errors)
+        latency = measure_latency(bootstrap, "latency", PARTITIONS, args.rate, args.seconds, LATENCY_LINGER_MS,
+                                  processes, errors)
         if cluster is not None and quorum == (3, 3, 2):
             recovery_ms = asyncio.run(time_recovery(cluster))
     finally:
