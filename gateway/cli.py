@@ -82,6 +82,28 @@ def serve(
         str | None, typer.Option(help="PEM certificate (chain) for HTTPS on the admin port; with --admin-tls-key.")
     ] = None,
     admin_tls_key: Annotated[str | None, typer.Option(help="PEM private key of --admin-tls-cert.")] = None,
+    kafka_tls_port: Annotated[
+        int | None, typer.Option(help="Kafka TLS port (SSL; SASL_SSL with --kafka-sasl-mechanisms); 0 picks a "
+                                      "free one.", show_default="none")
+    ] = None,
+    amqp_tls_port: Annotated[
+        int | None, typer.Option(help="AMQP TLS port (amqps); 0 picks a free one.", show_default="none")
+    ] = None,
+    tls_cert: Annotated[
+        str | None, typer.Option(help="PEM certificate (chain) of the TLS ports; re-read on SIGHUP.")
+    ] = None,
+    tls_key: Annotated[str | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+    tls_ca: Annotated[
+        str | None, typer.Option(help="PEM CA bundle that client certificates must chain to.")
+    ] = None,
+    tls_client_auth: Annotated[
+        str | None, typer.Option(help="Client certificates on the TLS ports: none, requested or required.",
+                                 show_default="none")
+    ] = None,
+    tls_handshake_timeout_ms: Annotated[
+        int | None, typer.Option(help="A client not through its TLS handshake by then is dropped.",
+                                 show_default="10000")
+    ] = None,
     kafka_auto_create_topics: Annotated[
         bool | None,
         typer.Option("--kafka-auto-create-topics/--no-kafka-auto-create-topics",
@@ -159,6 +181,10 @@ def serve(
         int | None, typer.Option(help="Heartbeat interval told to share group members "
                                       "(Kafka's group.share.heartbeat.interval.ms).", show_default="5000")
     ] = None,
+    kafka_ssl_principal_mapping_rules: Annotated[
+        str | None, typer.Option(help="How a client certificate's DN maps to its Kafka principal "
+                                      "(Kafka's ssl.principal.mapping.rules); DEFAULT: its CN.", show_default="DEFAULT")
+    ] = None,
     kafka_share_auto_offset_reset: Annotated[
         str | None, typer.Option(help="Where a share group starts on a partition it never read: latest or "
                                       "earliest (Kafka's share.auto.offset.reset).", show_default="latest")
@@ -185,6 +211,13 @@ def serve(
         "amqp_consumer_timeout_ms": amqp_consumer_timeout_ms,
         "admin_tls_cert": admin_tls_cert,
         "admin_tls_key": admin_tls_key,
+        "kafka_tls_port": kafka_tls_port,
+        "amqp_tls_port": amqp_tls_port,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "tls_ca": tls_ca,
+        "tls_client_auth": tls_client_auth,
+        "tls_handshake_timeout_ms": tls_handshake_timeout_ms,
         "load_shed_interval_ms": load_shed_interval_ms,
         "load_shed_threshold_percent": load_shed_threshold_percent,
         "bundle_split_messages_per_s": bundle_split_messages_per_s,
@@ -211,6 +244,7 @@ def serve(
         "kafka_group_share_session_timeout_ms": kafka_group_share_session_timeout_ms,
         "kafka_group_share_heartbeat_interval_ms": kafka_group_share_heartbeat_interval_ms,
         "kafka_share_auto_offset_reset": kafka_share_auto_offset_reset,
+        "kafka_ssl_principal_mapping_rules": kafka_ssl_principal_mapping_rules,
     }
     try:
         gateway_config = resolve_config(config_file=config, flags=flags)

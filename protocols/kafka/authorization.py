@@ -2,7 +2,8 @@
 
 Enforcement follows authentication. With SASL off (the listener has no `sasl_mechanisms`) every
 connection is anonymous and everything is allowed: ACLs can still be created, described and
-deleted, and are kept, but nothing consults them. With SASL on, every check asks the broker's
+deleted, and are kept, but nothing consults them. With SASL on, or on a TLS listener whose client
+certificates are the logins (protocols/kafka/certificate_login.py), every check asks the broker's
 Authorizer (core/acl.py) for the connection's principal; a connection without one is refused
 (the connection machine lets no such connection past SaslHandshake/SaslAuthenticate anyway).
 
@@ -43,7 +44,7 @@ SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
 
 def enforced(ctx: RequestContext) -> bool:
     """Whether this connection's requests are subject to ACLs at all."""
-    return bool(ctx.broker.settings.sasl_mechanisms)
+    return bool(ctx.broker.settings.sasl_mechanisms) or ctx.session.certificate_login
 
 
 async def check(ctx: RequestContext, operation: Operation, resource_type: ResourceType, name: str) -> bool:
