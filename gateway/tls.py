@@ -141,6 +141,8 @@ def _tls_protocol_class(loop: asyncio.AbstractEventLoop) -> type:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLError) and exc.reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
         return f"{exc.reason} (not a TLS client?)"
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        return f"client certificate refused: {exc.verify_message}"   # expired, unknown CA, ...
     if isinstance(exc, ssl.SSLError) and exc.reason:
         return str(exc.reason)
     return str(exc) or type(exc).__name__

@@ -1,0 +1,86 @@
+"""A private CA, the certificates the TLS tests use, and helpers to speak to a TLS port."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from compat_tests.tls.certificates import Authority, Pair
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca: str                 # the CA the gateway trusts and clients check the gateway against
+    server: Pair
+    server_renewed: Pair    # the same names, another key and serial: what a reload brings in
+    alice: Pair             # CN=alice, a user of the store (tenant acme)
+    carol: Pair             # CN=carol, no such user
+    alice_expired: Pair
+    other_ca: str
+    stranger: Pair          # CN=alice, signed by the other CA
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory) -> Certificates:
+    directory: Path = tmp_path_factory.mktemp("certificates")
+    authority, other = Authority(directory, "main"), Authority(directory, "other")
+    return Certificates(ca=authority.cert, server=authority.server("server"),
+                        server_renewed=authority.server("server-renewed"),
+                        alice=authority.client("alice", "alice", organization_unit="payments"),
+                        carol=authority.client("carol", "carol"),
+                        alice_expired=authority.client("alice-expired", "alice", expired=True),
+                        other_ca=other.cert, stranger=other.client("stranger", "alice"))
+
+
+def client_context(certificates: Certificates, pair: Pair | None = None, *, ca: str | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=ca or certificates.ca)
+    if pair is not None:
+        context.load_cert_chain(pair.cert, pair.key)
+    return context
+
+
+def tls_connect(address: tuple[str, int], context: ssl.SSLContext, timeout: float = 20) -> ssl.SSLSocket:
+    sock = socket.create_connection(address, timeout=timeout)
+    try:
+        return context.wrap_socket(sock, server_hostname=address[0])
+    except BaseException:
+        sock.close()
+        raise
+
+
+def refused(address: tuple[str, int], context: ssl.SSLContext) -> bool:
+    """Whether the gateway refuses a TLS session with this context (for TLS 1.3 a refused client
+    certificate shows only at the first read)."""
+    try:
+        with tls_connect(address, context) as sock:
+            sock.sendall(api_versions_request(1))
+            return sock.recv(4) == b""
+    except (ssl.SSLError, ConnectionError):
+        return True
+
+
+def api_versions_request(correlation_id: int) -> bytes:
+    """Kafka ApiVersions v0, framed: the smallest request every Kafka listener answers."""
+    client_id = b"tls-test"
+    body = (18).to_bytes(2, "big") + (0).to_bytes(2, "big") + correlation_id.to_bytes(4, "big") \
+        + len(client_id).to_bytes(2, "big") + client_id
+    return len(body).to_bytes(4, "big") + body
+
+
+def read_response(sock: socket.socket) -> bytes:
+    size = int.from_bytes(_exactly(sock, 4), "big")
+    return _exactly(sock, size)
+
+
+def _exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
