@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,3 +85,13 @@ def _exactly(sock: socket.socket, count: int) -> bytes:
             raise ConnectionError("closed")
         data += chunk
     return data
+
+
+def read_values(consumer, count: int, deadline_s: float = 30) -> list[bytes]:
+    """The values of the next `count` records a kafka-python consumer gets (fewer if time runs out)."""
+    values: list[bytes] = []
+    deadline = time.monotonic() + deadline_s
+    while len(values) < count and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            values += [record.value for record in records]
+    return values

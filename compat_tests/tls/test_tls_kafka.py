@@ -22,7 +22,8 @@ import pytest
 
 from compat_tests.conftest import wait_for
 from compat_tests.tls.certificates import serial_of
-from compat_tests.tls.conftest import (api_versions_request, client_context, read_response, refused, tls_connect)
+from compat_tests.tls.conftest import (api_versions_request, client_context, read_response, read_values, refused,
+                                       tls_connect)
 
 ADMIN = ("root", "root-secret")
 CONFIG = """
@@ -143,11 +144,11 @@ def test_kafka_python_aiokafka_and_kcat_round_trip_over_mtls(mtls, certificates)
                 "-X", f"ssl.key.location={certificates.alice.key}"]
     subprocess.run(["kcat", "-b", bootstrap(mtls), *kcat_ssl, "-P", "-t", topic], input=b"kcat\n",
                    check=True, timeout=60, capture_output=True)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap(mtls), consumer_timeout_ms=5000, **ssl_args)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap(mtls), **ssl_args)
     partition = TopicPartition(topic, 0)
     consumer.assign([partition])
     consumer.seek_to_beginning(partition)
-    assert [m.value for m in consumer] == [b"kafka-python", b"aiokafka", b"kcat"]
+    assert read_values(consumer, 3) == [b"kafka-python", b"aiokafka", b"kcat"]
     consumer.close()
     read = subprocess.run(["kcat", "-b", bootstrap(mtls), *kcat_ssl, "-C", "-t", topic, "-o", "beginning", "-e",
                            "-q"], check=True, timeout=60, capture_output=True)
