@@ -100,7 +100,10 @@ class Listener:
     def failures(self) -> dict[str, int]:
         """Connections the protocol closed for a failure, by reason (what its handler counts)."""
         counts = getattr(self._handler, "failures", None)
-        return dataclasses.asdict(counts) if dataclasses.is_dataclass(counts) else {}
+        failures = dataclasses.asdict(counts) if dataclasses.is_dataclass(counts) else {}
+        if self.tls is not None:   # never handed to the protocol: refused in the TLS handshake
+            failures["tls_handshake_refused"] = self.tls.refused.get(self.name, 0)
+        return failures
 
     async def start(self) -> None:
         self.sock.listen(LISTEN_BACKLOG)

@@ -60,12 +60,12 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
 
 
 class ServerTls:
-    """The current server context of the TLS listeners, and the count of refused handshakes."""
+    """The current server context of the TLS listeners, and the counts of refused handshakes."""
 
     def __init__(self, settings: TlsSettings) -> None:
         self.settings = settings
         self.context = server_context(settings)
-        self.refused_total = 0
+        self.refused: dict[str, int] = {}   # handshakes refused, by listener
         self._window_start = 0.0
         self._logged_in_window = 0
 
@@ -92,7 +92,7 @@ class ServerTls:
             self._refused(listener, peer, _reason(exc))
 
     def _refused(self, listener: str, peer: object, reason: str) -> None:
-        self.refused_total += 1
+        self.refused[listener] = self.refused.get(listener, 0) + 1
         now = time.monotonic()
         if now - self._window_start >= 60:
             if self._logged_in_window > REFUSALS_LOGGED_PER_MINUTE:

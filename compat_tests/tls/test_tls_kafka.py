@@ -227,6 +227,11 @@ def test_stalled_and_failed_handshakes_leave_no_socket_or_memory_behind(mtls, ce
           f"fds {fds_before} -> {process.num_fds()}")
     assert rss_after - rss_start < 64 * 2**20
     assert "taking longer than" in mtls.stderr or "no handshake within" in mtls.stderr
+    host, port = mtls.admin
+    metrics = httpx.get(f"http://{host}:{port}/metrics", auth=ADMIN, timeout=20).text
+    refused_count = next(line for line in metrics.splitlines() if line.startswith(
+        'gateway_connections_failed_total{listener="kafka_tls",reason="tls_handshake_refused"}'))
+    assert float(refused_count.split()[-1]) >= 152
 
 
 def test_sighup_brings_in_new_certificates_while_open_sessions_go_on(mtls, certificates) -> None:
