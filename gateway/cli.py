@@ -100,6 +100,10 @@ def serve(
         str | None, typer.Option(help="Client certificates on the TLS ports: none, requested or required.",
                                  show_default="none")
     ] = None,
+    tls_crl: Annotated[
+        str | None, typer.Option(help="PEM revocation list of the client CA: revoked certificates are refused; "
+                                      "re-read on SIGHUP.")
+    ] = None,
     tls_handshake_timeout_ms: Annotated[
         int | None, typer.Option(help="A client not through its TLS handshake by then is dropped.",
                                  show_default="10000")
@@ -218,6 +222,7 @@ def serve(
         "tls_ca": tls_ca,
         "tls_client_auth": tls_client_auth,
         "tls_handshake_timeout_ms": tls_handshake_timeout_ms,
+        "tls_crl": tls_crl,
         "load_shed_interval_ms": load_shed_interval_ms,
         "load_shed_threshold_percent": load_shed_threshold_percent,
         "bundle_split_messages_per_s": bundle_split_messages_per_s,

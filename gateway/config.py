@@ -56,6 +56,7 @@ ENV_VARS: Mapping[str, str] = {
     "tls_ca": "GATEWAY_TLS_CA",
     "tls_client_auth": "GATEWAY_TLS_CLIENT_AUTH",
     "tls_handshake_timeout_ms": "GATEWAY_TLS_HANDSHAKE_TIMEOUT_MS",
+    "tls_crl": "GATEWAY_TLS_CRL",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port", "peer_port")
 TLS_PORT_SETTINGS = ("kafka_tls_port", "amqp_tls_port")   # None: no such listener
@@ -423,6 +424,7 @@ class GatewayConfig:
     tls_ca: str | None = None
     tls_client_auth: str = "none"          # none | requested | required
     tls_handshake_timeout_ms: int = 10_000   # a client not through its handshake by then is dropped
+    tls_crl: str | None = None             # the CA's revocation list (PEM): revoked client certificates are refused
 
     @property
     def tls(self) -> TlsSettings | None:
@@ -430,7 +432,7 @@ class GatewayConfig:
         if self.kafka_tls_port is None and self.amqp_tls_port is None:
             return None
         return TlsSettings(self.tls_cert, self.tls_key, self.tls_ca, self.tls_client_auth,
-                           self.tls_handshake_timeout_ms / 1000)
+                           self.tls_handshake_timeout_ms / 1000, self.tls_crl)
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -497,7 +499,9 @@ class GatewayConfig:
         if self.tls_client_auth != "none" and self.tls_ca is None:
             raise ConfigError(f"tls_client_auth {self.tls_client_auth} needs tls_ca: the CA client certificates "
                               "are checked against")
-        for name in ("tls_cert", "tls_key", "tls_ca"):
+        if self.tls_crl is not None and self.tls_client_auth == "none":
+            raise ConfigError("tls_crl is for client certificates: it needs tls_client_auth requested or required")
+        for name in ("tls_cert", "tls_key", "tls_ca", "tls_crl"):
             path = getattr(self, name)
             if path is not None and not os.path.isfile(path):
                 raise ConfigError(f"{name}: no such file {path!r}")

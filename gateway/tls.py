@@ -3,10 +3,11 @@ demand, and a bounded handshake on each accepted connection.
 
 Every TLS listener (Kafka SSL/SASL_SSL, amqps, and the front ends added later) takes the same
 settings: a PEM certificate (chain) and its key, optionally the CA bundle client certificates must
-chain to, and whether a client certificate is not asked for, requested, or required. Only TLS 1.2
+chain to with the CA's revocation list, and whether a client certificate is not asked for,
+requested, or required. Only TLS 1.2
 and 1.3 are spoken.
 
-`ServerTls.reload()` reads the files again and swaps the context: connections accepted afterwards
+`ServerTls.reload()` reads the files again (the revocation list too, so revoking needs no restart) and swaps the context: connections accepted afterwards
 get the new certificate, open ones keep the session they have. Files that do not load keep the old
 context in place (a half-written certificate must not take the listeners down).
 """
@@ -40,6 +41,7 @@ class TlsSettings:
     ca: str | None = None          # PEM CA bundle client certificates are checked against
     client_auth: str = "none"      # none | requested | required
     handshake_timeout_s: float = 10.0
+    crl: str | None = None         # PEM certificate revocation list(s) of the CA: revoked client certificates are refused
 
 
 def server_context(settings: TlsSettings) -> ssl.SSLContext:
@@ -55,6 +57,12 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
             context.load_verify_locations(cafile=settings.ca)
         except (OSError, ssl.SSLError) as exc:
             raise TlsConfigError(f"cannot load CA bundle {settings.ca}: {exc}") from None
+    if settings.crl is not None:
+        try:
+            context.load_verify_locations(cafile=settings.crl)
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsConfigError(f"cannot load certificate revocation list {settings.crl}: {exc}") from None
+        context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     context.verify_mode = CLIENT_AUTH[settings.client_auth]
     return context
 

@@ -78,5 +78,18 @@ class Authority:
         return pair
 
 
+    def revocation_list(self, file_name: str, revoked: list[Pair]) -> str:
+        """A CRL of this CA naming `revoked`, valid for a day; the PEM file's path."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        builder = (x509.CertificateRevocationListBuilder().issuer_name(self._cert.subject)
+                   .last_update(now - DAY).next_update(now + DAY))
+        for pair in revoked:
+            builder = builder.add_revoked_certificate(
+                x509.RevokedCertificateBuilder().serial_number(serial_of(pair.cert)).revocation_date(now - DAY).build())
+        path = self.directory / f"{file_name}.pem"
+        path.write_bytes(builder.sign(self._key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+        return str(path)
+
+
 def serial_of(pem_file: str) -> int:
     return x509.load_pem_x509_certificate(Path(pem_file).read_bytes()).serial_number

@@ -23,13 +23,17 @@ class Certificates:
     alice_expired: Pair
     other_ca: str
     stranger: Pair          # CN=alice, signed by the other CA
+    revoked: Pair           # CN=dave, on the main CA's revocation list
+    crl: str                # the main CA's revocation list
 
 
 @pytest.fixture(scope="session")
 def certificates(tmp_path_factory) -> Certificates:
     directory: Path = tmp_path_factory.mktemp("certificates")
     authority, other = Authority(directory, "main"), Authority(directory, "other")
-    return Certificates(ca=authority.cert, server=authority.server("server"),
+    revoked = authority.client("dave", "dave")
+    return Certificates(revoked=revoked, crl=authority.revocation_list("main-crl", [revoked]),
+                        ca=authority.cert, server=authority.server("server"),
                         server_renewed=authority.server("server-renewed"),
                         alice=authority.client("alice", "alice", organization_unit="payments"),
                         carol=authority.client("carol", "carol"),

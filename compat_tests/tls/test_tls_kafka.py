@@ -1,6 +1,6 @@
 """Kafka over TLS with client certificates as logins (an SSL listener, no SASL): confluent-kafka,
 kafka-python, aiokafka and kcat log in as User:<CN> and land in that user's tenant; handshakes
-that must fail (no certificate, another CA, an expired certificate, plaintext, garbage, a client
+that must fail (no certificate, another CA, an expired or revoked certificate, plaintext, garbage, a client
 that stalls) are refused and logged, leave nothing behind, and do not disturb anyone else; new
 certificates are taken on SIGHUP while open sessions go on."""
 
@@ -57,7 +57,7 @@ def mtls(tmp_path_factory, certificates):
     shutil.copy(certificates.server.key, key)
     gateway = start_gateway(tmp, "--config", str(tmp / "gateway.toml"), "--kafka-tls-port", "0",
                             "--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", certificates.ca,
-                            "--tls-client-auth", "required")
+                            "--tls-client-auth", "required", "--tls-crl", certificates.crl)
     gateway.cert_file, gateway.key_file = cert, key
     yield gateway
     gateway.stop()
@@ -174,13 +174,14 @@ def test_refused_handshakes_are_logged_once_each_and_disturb_nobody(mtls, certif
     assert refused(address, client_context(certificates))                                  # no certificate
     assert refused(address, client_context(certificates, certificates.stranger))           # another CA
     assert refused(address, client_context(certificates, certificates.alice_expired))      # expired
+    assert refused(address, client_context(certificates, certificates.revoked))            # revoked by the CA
     with socket.create_connection(address, timeout=20) as plain:                            # no TLS at all
         plain.sendall(api_versions_request(1))
         assert _closed(plain)
-    wait_for(lambda: mtls.stderr.count(REFUSED_LINE) >= before + 4, "four refusal lines")
+    wait_for(lambda: mtls.stderr.count(REFUSED_LINE) >= before + 5, "five refusal lines")
     log = mtls.stderr
     for reason in ("PEER_DID_NOT_RETURN_A_CERTIFICATE", "unable to get local issuer certificate",
-                   "certificate has expired", "WRONG_VERSION_NUMBER (not a TLS client?)"):
+                   "certificate has expired", "certificate revoked", "WRONG_VERSION_NUMBER (not a TLS client?)"):
         assert log.count(reason) == 1, reason
     with tls_connect(address, client_context(certificates, certificates.alice)) as good:
         good.sendall(api_versions_request(7))
@@ -231,7 +232,7 @@ def test_stalled_and_failed_handshakes_leave_no_socket_or_memory_behind(mtls, ce
     metrics = httpx.get(f"http://{host}:{port}/metrics", auth=ADMIN, timeout=20).text
     refused_count = next(line for line in metrics.splitlines() if line.startswith(
         'gateway_connections_failed_total{listener="kafka_tls",reason="tls_handshake_refused"}'))
-    assert float(refused_count.split()[-1]) >= 152
+    assert float(refused_count.split()[-1]) >= 153
 
 
 def test_sighup_brings_in_new_certificates_while_open_sessions_go_on(mtls, certificates) -> None:

@@ -65,3 +65,12 @@ def test_settings_that_cannot_work_are_refused(pem_files, flags, message):
              for key, value in flags.items()}
     with pytest.raises(ConfigError, match=message):
         resolve_config(env={}, flags=flags)
+
+
+def test_a_revocation_list_is_for_client_certificates(pem_files):
+    base = {"kafka_tls_port": 9093, "tls_cert": pem_files["cert"], "tls_key": pem_files["key"],
+            "tls_crl": pem_files["ca"]}
+    with pytest.raises(ConfigError, match="tls_crl is for client certificates"):
+        resolve_config(env={}, flags=base)
+    config = resolve_config(env={}, flags={**base, "tls_ca": pem_files["ca"], "tls_client_auth": "requested"})
+    assert config.tls.crl == pem_files["ca"]
