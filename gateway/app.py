@@ -271,7 +271,9 @@ class Gateway:
                                           split_limits=SplitLimits(config.bundle_split_messages_per_s,
                                                                    config.bundle_split_mbytes_per_s * float(1 << 20),
                                                                    config.bundles_max_per_namespace))
-            self._peers = PeerService(config.storage.secret.encode())
+            node_tls = config.storage.node_tls
+            self._peers = PeerService(config.storage.secret.encode(),
+                                      tls=None if node_tls is None else (node_tls.server, node_tls.client))
         self._core = Core(self._storage.metadata, self._storage.logs, cluster=self._cluster,
                           retention_check_s=config.retention_check_interval_ms / 1000,
                           delayed_memory_keys=config.delayed_memory_keys, peers=self._peers)

@@ -320,6 +320,9 @@ def cluster_up(
     ack_quorum: Annotated[int, typer.Option(help="Qa: copies fsynced before an acknowledgement.")] = 2,
     racks: Annotated[int, typer.Option(help="Spread the bookies over this many racks.")] = 1,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
+    tls: Annotated[bool, typer.Option("--tls", help="TLS everywhere: a private CA under <data dir>/tls, mutual "
+                                                    "TLS between bookies and brokers, and TLS client ports "
+                                                    "(kafka_tls, amqp_tls) beside the plaintext ones.")] = False,
 ) -> None:
     """Start ZooKeeper, N bookies and M gateways on this machine (free ports), print one line
     `CLUSTER READY {json}`, and stop them all on SIGTERM or Ctrl-C."""
@@ -330,7 +333,8 @@ def cluster_up(
     try:
         spec = ClusterSpec(data_dir=Path(data_dir).absolute(), bookies=bookies, brokers=brokers,
                            read_only_brokers=read_only_brokers, ensemble=ensemble,
-                           write_quorum=write_quorum, ack_quorum=ack_quorum, racks=racks, log_level=log_level)
+                           write_quorum=write_quorum, ack_quorum=ack_quorum, racks=racks, log_level=log_level,
+                           tls=tls)
     except ValueError as exc:
         typer.echo(f"gateway: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
