@@ -342,7 +342,8 @@ def self_signed_certificate(work_dir: Path) -> tuple[str, str]:
     return str(cert), str(key)
 
 
-def start_broker(name: str, work_dir: Path, topics: dict[str, int], tls: tuple[str, str] | None = None) -> RunningBroker:
+def start_broker(name: str, work_dir: Path, topics: dict[str, int],
+                 tls: tuple[str, str] | None = None) -> RunningBroker:
     if name == "gateway":
         data_dir = work_dir / "gateway-data"
         create_topics_offline(data_dir, topics)

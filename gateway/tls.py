@@ -4,11 +4,11 @@ demand, and a bounded handshake on each accepted connection.
 Every TLS listener (Kafka SSL/SASL_SSL, amqps, and the front ends added later) takes the same
 settings: a PEM certificate (chain) and its key, optionally the CA bundle client certificates must
 chain to with the CA's revocation list, and whether a client certificate is not asked for,
-requested, or required. Only TLS 1.2
-and 1.3 are spoken.
+requested, or required. Only TLS 1.2 and 1.3 are spoken.
 
-`ServerTls.reload()` reads the files again (the revocation list too, so revoking needs no restart) and swaps the context: connections accepted afterwards
-get the new certificate, open ones keep the session they have. Files that do not load keep the old
+`ServerTls.reload()` reads the files again (the revocation list too, so revoking needs no restart)
+and swaps the context: connections accepted afterwards get the new certificate, open ones keep the
+session they have. Files that do not load keep the old
 context in place (a half-written certificate must not take the listeners down).
 """
 
@@ -41,7 +41,7 @@ class TlsSettings:
     ca: str | None = None          # PEM CA bundle client certificates are checked against
     client_auth: str = "none"      # none | requested | required
     handshake_timeout_s: float = 10.0
-    crl: str | None = None         # PEM certificate revocation list(s) of the CA: revoked client certificates are refused
+    crl: str | None = None         # PEM revocation list(s) of the CA: revoked client certificates are refused
 
 
 def server_context(settings: TlsSettings) -> ssl.SSLContext:
