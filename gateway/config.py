@@ -61,8 +61,9 @@ ENV_VARS: Mapping[str, str] = {
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port", "peer_port")
 TLS_PORT_SETTINGS = ("kafka_tls_port", "amqp_tls_port")   # None: no such listener
 INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
-                *TLS_PORT_SETTINGS, "tls_handshake_timeout_ms", "delayed_memory_keys", "load_shed_interval_ms", "load_shed_threshold_percent",
-                "bundle_split_messages_per_s", "bundle_split_mbytes_per_s", "bundles_max_per_namespace")
+                "delayed_memory_keys", "load_shed_interval_ms", "load_shed_threshold_percent",
+                "bundle_split_messages_per_s", "bundle_split_mbytes_per_s", "bundles_max_per_namespace",
+                *TLS_PORT_SETTINGS, "tls_handshake_timeout_ms")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
