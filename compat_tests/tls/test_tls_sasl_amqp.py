@@ -179,13 +179,14 @@ def test_pika_logs_in_with_external_as_the_certificates_cn(secured, certificates
     assert round_trip(parameters) == b"over amqps"
 
 
-def test_external_refuses_a_cn_that_is_no_user_and_is_offered_only_with_a_certificate(secured, certificates) -> None:
+def test_external_refuses_a_cn_that_is_no_user_or_no_certificate_and_is_not_on_the_plaintext_port(
+        secured, certificates) -> None:
     stranger = pika_parameters(secured, certificates, certificates.carol,
                                credentials=pika.credentials.ExternalCredentials())
     with pytest.raises(pika.exceptions.ProbableAuthenticationError, match="ACCESS_REFUSED"):
         pika.BlockingConnection(stranger)
     without_certificate = pika_parameters(secured, certificates, credentials=pika.credentials.ExternalCredentials())
-    with pytest.raises(pika.exceptions.AuthenticationError):
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError, match="ACCESS_REFUSED"):
         pika.BlockingConnection(without_certificate)
     host, port = secured.amqp
     plaintext = pika.ConnectionParameters(host, port, credentials=pika.credentials.ExternalCredentials(),

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import ssl
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass, field, replace
@@ -141,10 +142,12 @@ class AmqpConnection:
     def __init__(self, broker: AmqpBroker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.broker = broker
         ssl_object = writer.get_extra_info("ssl_object")
-        # A verified client certificate may log in by itself (RabbitMQ's rabbitmq_auth_mechanism_ssl)
+        # A verified client certificate may log in by itself (RabbitMQ's rabbitmq_auth_mechanism_ssl):
+        # EXTERNAL is offered where client certificates are asked for, and refused to a client without one
         self._certificate = (ssl_object.getpeercert() or None) if ssl_object is not None else None
         server = broker.settings.server
-        if self._certificate is not None and EXTERNAL not in server.mechanisms:
+        if ssl_object is not None and ssl_object.context.verify_mode != ssl.CERT_NONE \
+                and EXTERNAL not in server.mechanisms:
             server = replace(server, mechanisms=(EXTERNAL, *server.mechanisms))
         self.machine = AmqpServerConnection(server)
         self.clock = broker.core.clock
@@ -255,7 +258,7 @@ class AmqpConnection:
     async def _authenticate(self, event: AuthenticationRequested) -> None:
         if event.mechanism == EXTERNAL:
             # The user the certificate's CN names, who must exist (RabbitMQ's default: no password needed)
-            username = common_name(self._certificate) or ""
+            username = (common_name(self._certificate) if self._certificate else None) or ""
             user = await self.broker.users.get(username)
         else:
             username = event.username
