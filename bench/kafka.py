@@ -333,9 +333,9 @@ class Profiler:
 TLS_SUFFIX = "-tls"   # gateway-tls's topics: its own, in the same process as the plaintext runs
 
 
-def self_signed_certificate(work_dir: Path) -> tuple[str, str]:
+def self_signed_certificate(work_dir: Path, name: str = "bench-tls") -> tuple[str, str]:
     """A throwaway certificate for 127.0.0.1 (its own CA), and its key."""
-    cert, key = work_dir / "bench-tls.pem", work_dir / "bench-tls.key"
+    cert, key = work_dir / f"{name}.pem", work_dir / f"{name}.key"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                     "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
