@@ -38,9 +38,10 @@ async def exchange(port: int, context: ssl.SSLContext) -> bytes:
         return b""
 
 
-@pytest.fixture
-def files(tmp_path):
-    return cluster_certificates(tmp_path / "ours"), cluster_certificates(tmp_path / "theirs")
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tls-listener")
+    return cluster_certificates(directory / "ours"), cluster_certificates(directory / "theirs")
 
 
 async def test_only_completed_handshakes_reach_the_handler_and_refusals_are_counted(files):
