@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from storage.node_tls import NodeTls
+
 EMBEDDED = "embedded"
 REPLICATED = "replicated"
 
@@ -68,11 +70,10 @@ class StorageConfig:
                 raise ValueError("replicated storage needs a shared secret (secret = \"...\" in the config file)")
 
     @property
-    def node_tls(self):
-        """The nodes' TLS contexts (storage/node_tls.NodeTls), None without tls_cert."""
+    def node_tls(self) -> NodeTls | None:
+        """The nodes' TLS contexts, loaded from the files now; None without tls_cert."""
         if not self.tls_cert:
             return None
-        from storage.node_tls import NodeTls
         return NodeTls.load(self.tls_cert, self.tls_key, self.tls_ca)
 
     @property
