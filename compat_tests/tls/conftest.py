@@ -41,6 +41,43 @@ def certificates(tmp_path_factory) -> Certificates:
                         other_ca=other.cert, stranger=other.client("stranger", "alice"))
 
 
+SECURED_CONFIG = """
+[kafka]
+sasl_mechanisms = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+super_users = "User:alice,User:bob"
+
+[[users]]
+name = "alice"
+password = "alice-secret"
+tenant = "acme"
+namespace = "payments"
+
+[[users]]
+name = "bob"
+password = "bob-secret"
+
+[[users]]
+name = "root"
+password = "root-secret"
+tags = ["administrator"]
+"""
+
+
+@pytest.fixture(scope="session")
+def secured(tmp_path_factory, certificates):
+    """A gateway with SASL, Kafka and AMQP TLS ports, and client certificates requested (alice of
+    tenant acme/payments, bob, and root the administrator), shared by the modules that need one."""
+    from compat_tests.conftest import start_gateway
+    tmp = tmp_path_factory.mktemp("sasl-ssl")
+    (tmp / "gateway.toml").write_text(SECURED_CONFIG)
+    gateway = start_gateway(tmp, "--config", str(tmp / "gateway.toml"), "--kafka-tls-port", "0",
+                            "--amqp-tls-port", "0", "--tls-cert", certificates.server.cert,
+                            "--tls-key", certificates.server.key, "--tls-ca", certificates.ca,
+                            "--tls-client-auth", "requested")
+    yield gateway
+    gateway.stop()
+
+
 def client_context(certificates: Certificates, pair: Pair | None = None, *, ca: str | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=ca or certificates.ca)
     if pair is not None:

@@ -13,25 +13,6 @@ import pytest
 
 from compat_tests.tls.conftest import client_context
 
-CONFIG = """
-[[users]]
-name = "alice"
-password = "alice-secret"
-"""
-
-
-@pytest.fixture(scope="module")
-def gateway_amqps(tmp_path_factory, certificates):
-    from compat_tests.conftest import start_gateway
-    tmp = tmp_path_factory.mktemp("amqps-parity")
-    (tmp / "gateway.toml").write_text(CONFIG)
-    gateway = start_gateway(tmp, "--config", str(tmp / "gateway.toml"), "--amqp-tls-port", "0",
-                            "--tls-cert", certificates.server.cert, "--tls-key", certificates.server.key,
-                            "--tls-ca", certificates.ca, "--tls-client-auth", "requested")
-    yield gateway
-    gateway.stop()
-
-
 @pytest.fixture(scope="module")
 def rabbitmq_amqps(tmp_path_factory, certificates):
     from bench.rabbitmq import RABBIT_BIN, pick_port, start_rabbitmq
@@ -58,17 +39,19 @@ def rabbitmq_amqps(tmp_path_factory, certificates):
 
 
 @pytest.fixture(params=["gateway", "rabbitmq"])
-def amqps(request) -> tuple[str, int]:
+def amqps(request) -> tuple[str, int, str]:
+    """host, TLS port, and the vhost alice may open: her tenant/namespace on the gateway (the shared
+    `secured` one), "/" on RabbitMQ."""
     if request.param == "gateway":
-        host, _, port = request.getfixturevalue("gateway_amqps").ready["amqp_tls"].rpartition(":")
-        return host, int(port)
-    return "127.0.0.1", request.getfixturevalue("rabbitmq_amqps")
+        host, _, port = request.getfixturevalue("secured").ready["amqp_tls"].rpartition(":")
+        return host, int(port), "acme/payments"
+    return "127.0.0.1", request.getfixturevalue("rabbitmq_amqps"), "/"
 
 
 def parameters(amqps, certificates, pair=None, **options) -> pika.ConnectionParameters:
-    host, port = amqps
+    host, port, vhost = amqps
     return pika.ConnectionParameters(host, port, ssl_options=pika.SSLOptions(client_context(certificates, pair), host),
-                                     connection_attempts=1, **options)
+                                     virtual_host=vhost, connection_attempts=1, **options)
 
 
 def round_trip(params: pika.ConnectionParameters) -> bytes:

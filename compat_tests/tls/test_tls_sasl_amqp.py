@@ -15,41 +15,8 @@ import pytest
 
 from compat_tests.tls.conftest import client_context, read_values
 
-CONFIG = """
-[kafka]
-sasl_mechanisms = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
-super_users = "User:alice,User:bob"
-
-[[users]]
-name = "alice"
-password = "alice-secret"
-tenant = "acme"
-namespace = "payments"
-
-[[users]]
-name = "bob"
-password = "bob-secret"
-
-[[users]]
-name = "root"
-password = "root-secret"
-tags = ["administrator"]
-"""
 ADMIN = ("root", "root-secret")
 ALICE_VHOST = "acme/payments"
-
-
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory, certificates):
-    from compat_tests.conftest import start_gateway
-    tmp = tmp_path_factory.mktemp("sasl-ssl")
-    (tmp / "gateway.toml").write_text(CONFIG)
-    gateway = start_gateway(tmp, "--config", str(tmp / "gateway.toml"), "--kafka-tls-port", "0",
-                            "--amqp-tls-port", "0", "--tls-cert", certificates.server.cert,
-                            "--tls-key", certificates.server.key, "--tls-ca", certificates.ca,
-                            "--tls-client-auth", "requested")
-    yield gateway
-    gateway.stop()
 
 
 def address(gateway, name: str) -> tuple[str, int]:
