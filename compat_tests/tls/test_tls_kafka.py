@@ -82,6 +82,17 @@ def test_the_ready_line_names_the_tls_port_beside_the_plaintext_one(mtls) -> Non
     assert "amqp_tls" not in mtls.ready   # only what is configured
 
 
+def test_the_broker_describes_both_listeners(mtls, certificates) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+    admin = AdminClient({"bootstrap.servers": bootstrap(mtls), "security.protocol": "SSL",
+                         "ssl.ca.location": certificates.ca, "ssl.certificate.location": certificates.alice.cert,
+                         "ssl.key.location": certificates.alice.key})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    configs = admin.describe_configs([resource])[resource].result(30)
+    host, port = tls_address(mtls)
+    assert configs["listeners"].value == f"PLAINTEXT://{host}:{mtls.kafka[1]},SSL://{host}:{port}"
+
+
 def test_confluent_kafka_logs_in_as_its_certificates_cn(mtls, certificates) -> None:
     from confluent_kafka import Consumer, Producer
     topic = f"mtls-{uuid.uuid4().hex[:6]}"
