@@ -61,6 +61,11 @@ soak-cluster: $(TEST_STAMP) system-packages
 soak-delayed: $(TEST_STAMP)
 	DELAYED_KILL_PENDING=$(or $(PENDING),1000000) $(BIN)/pytest -q compat_tests/kafka/test_kafka_delayed.py -k sigkill
 
+# Refused TLS handshakes at scale (compat_tests/tls/handshake_flood.py): 10,000 clients of another
+# CA against one gateway; its memory and open files are printed, a good client must still be served.
+tls-flood: $(TEST_STAMP)
+	$(BIN)/python -m compat_tests.tls.handshake_flood $(ARGS)
+
 # Delayed delivery: pending-message memory per million and release lateness at 10,000 due/s.
 bench-delayed: $(RUN_STAMP)
 	$(BIN)/python -m bench.delayed $(ARGS)

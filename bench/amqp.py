@@ -18,6 +18,10 @@ the best round counts (other work on a shared machine only ever slows a phase do
 
     python -m bench.amqp [--messages 50000] [--brokers gateway,rabbitmq] [--json out.json]
     python -m bench.amqp --profile-dir DIR   # also py-spy the gateway (raw folded stacks)
+    python -m bench.amqp --tls               # every client over TLS (amqps) on both brokers
+
+With --tls both brokers get a TLS listener with one throwaway self-signed certificate (TLS 1.3) and
+every connection goes through it; compare the ratios with a run without --tls.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import ssl
 import struct
 import sys
 import tempfile
@@ -37,7 +42,7 @@ import pika
 import pika.exceptions
 import psutil
 
-from bench.kafka import Latency, Phase, Profiler, cpu_seconds
+from bench.kafka import Latency, Phase, Profiler, cpu_seconds, self_signed_certificate
 from bench.rabbitmq import RunningRabbit, pick_port, start_rabbitmq
 from bench.reference import RunningBroker, start_gateway
 
@@ -65,10 +70,12 @@ class Broker:
     port: int
     pid: int
     stop: object
+    tls: ssl.SSLContext | None = None   # amqps: the client's context
 
     def parameters(self) -> pika.ConnectionParameters:
+        tls = {} if self.tls is None else {"ssl_options": pika.SSLOptions(self.tls, self.host)}
         return pika.ConnectionParameters(self.host, self.port, credentials=pika.PlainCredentials("guest", "guest"),
-                                         connection_attempts=3, retry_delay=1, heartbeat=0)
+                                         connection_attempts=3, retry_delay=1, heartbeat=0, **tls)
 
 
 def queue_arguments(queue_type: str) -> dict:
@@ -273,14 +280,24 @@ def measure_latency(broker: Broker, queue: str, rate: int, seconds: float, paylo
 
 def start_broker(name: str, work_dir: Path, args: argparse.Namespace) -> tuple[Broker, str]:
     """The broker and a line describing it."""
+    cert = self_signed_certificate(work_dir, f"{name}-tls") if args.tls else None
+    client = ssl.create_default_context(cafile=cert[0]) if cert else None
     if name == "gateway":
-        running: RunningBroker = start_gateway(work_dir / "gateway-data", work_dir)
-        host, _, port = running.amqp.rpartition(":")
-        return Broker("gateway", host, int(port), running.pid, running.stop), "gateway: `gateway serve`, embedded storage"
+        tls_args = ("--amqp-tls-port", "0", "--tls-cert", cert[0], "--tls-key", cert[1]) if cert else ()
+        running: RunningBroker = start_gateway(work_dir / "gateway-data", work_dir, tls_args)
+        address = running.amqp_tls if cert else running.amqp
+        host, _, port = address.rpartition(":")
+        return (Broker("gateway", host, int(port), running.pid, running.stop, client),
+                "gateway: `gateway serve`, embedded storage" + (", amqps" if cert else ""))
     if name == "rabbitmq":
-        rabbit: RunningRabbit = start_rabbitmq(work_dir, pick_port(args.rabbit_port))
-        return (Broker("rabbitmq", "127.0.0.1", rabbit.port, rabbit.pid, rabbit.stop),
-                f"rabbitmq: {rabbit.version()} (Debian package), port {rabbit.port}")
+        port = pick_port(args.rabbit_port)
+        tls_port = pick_port(port + 1) if cert else None
+        tls = (f"listeners.ssl.default = 127.0.0.1:{tls_port}\nssl_options.certfile = {cert[0]}\n"
+               f"ssl_options.keyfile = {cert[1]}\nssl_options.verify = verify_none\n") if cert else ""
+        rabbit: RunningRabbit = start_rabbitmq(work_dir, port, extra_config=tls)
+        return (Broker("rabbitmq", "127.0.0.1", tls_port or rabbit.port, rabbit.pid, rabbit.stop, client),
+                f"rabbitmq: {rabbit.version()} (Debian package), port {tls_port or rabbit.port}"
+                + (", amqps" if cert else ""))
     raise SystemExit(f"unknown broker {name!r}: gateway or rabbitmq")
 
 
@@ -420,6 +437,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rabbit-port", type=int, default=5673, help="RabbitMQ's port (the next free one if taken)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--profile-dir", type=Path, help="py-spy the gateway; folded stacks go here")
+    parser.add_argument("--tls", action="store_true", help="every client over TLS (amqps) on both brokers")
     args = parser.parse_args(argv)
     unknown = set(args.queue_types) - set(QUEUE_TYPES)
     if unknown:

@@ -20,6 +20,12 @@ batch to its journal.
 
     python -m bench.kafka [--messages 200000] [--brokers gateway,tansu] [--json out.json]
     python -m bench.kafka --profile-dir DIR   # also py-spy the gateway (raw folded stacks)
+    python -m bench.kafka --tls               # also "gateway-tls": the same process through its TLS port
+
+With --tls the gateway gets a Kafka TLS port (a throwaway self-signed certificate, TLS 1.3, no
+client certificates) and "gateway-tls" runs every phase through it, into topics of its own, beside
+"gateway" on the plaintext port of the same process: the report's "gateway-tls / gateway" rows are
+the cost of TLS in the broker's CPU per message.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -128,23 +134,23 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def producer_config(bootstrap: str, compression: str, linger_ms: int = 5) -> dict:
+def producer_config(bootstrap: str, compression: str, linger_ms: int = 5, security: dict | None = None) -> dict:
     return {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
             "compression.type": compression, "linger.ms": linger_ms,
-            "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20}
+            "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20, **(security or {})}
 
 
-def consumer_config(bootstrap: str) -> dict:
+def consumer_config(bootstrap: str, security: dict | None = None) -> dict:
     return {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-            "enable.auto.offset.store": False, "auto.offset.reset": "earliest"}
+            "enable.auto.offset.store": False, "auto.offset.reset": "earliest", **(security or {})}
 
 
 # --- phases ------------------------------------------------------------------------------------
 
 
 def produce(bootstrap: str, topic: str, partitions: int, compression: str, count: int,
-            payloads: list[bytes], process: psutil.Process, errors: list[str]) -> Phase:
-    producer = Producer(producer_config(bootstrap, compression))
+            payloads: list[bytes], process: psutil.Process, errors: list[str], security: dict | None = None) -> Phase:
+    producer = Producer(producer_config(bootstrap, compression, security=security))
     failed = []
 
     def delivered(err, _msg) -> None:
@@ -178,8 +184,8 @@ def produce(bootstrap: str, topic: str, partitions: int, compression: str, count
 
 
 def consume(bootstrap: str, topic: str, partitions: int, count: int, process: psutil.Process,
-            errors: list[str]) -> Phase:
-    consumer = Consumer(consumer_config(bootstrap))
+            errors: list[str], security: dict | None = None) -> Phase:
+    consumer = Consumer(consumer_config(bootstrap, security))
     deadline = time.monotonic() + PHASE_DEADLINE_S
     cpu0, start = cpu_seconds(process), time.perf_counter()
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -205,12 +211,12 @@ def consume(bootstrap: str, topic: str, partitions: int, count: int, process: ps
 
 
 def measure_latency(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float, linger_ms: int,
-                    process: psutil.Process, errors: list[str]) -> Latency:
+                    process: psutil.Process, errors: list[str], security: dict | None = None) -> Latency:
     """Messages at `rate`/s for `seconds`, each carrying its send time; p50/p99 of arrival - send,
     and the broker's CPU per message meanwhile (at a low rate: the cost of a small request)."""
-    consumer = Consumer(consumer_config(bootstrap))
+    consumer = Consumer(consumer_config(bootstrap, security))
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    producer = Producer(producer_config(bootstrap, "none", linger_ms=linger_ms))
+    producer = Producer(producer_config(bootstrap, "none", linger_ms=linger_ms, security=security))
     filler = b"x" * (MESSAGE_BYTES - 9)
     delays_ns: list[int] = []
     warm = threading.Event()
@@ -324,11 +330,25 @@ class Profiler:
             self._proc.kill()
 
 
-def start_broker(name: str, work_dir: Path, topics: dict[str, int]) -> RunningBroker:
+TLS_SUFFIX = "-tls"   # gateway-tls's topics: its own, in the same process as the plaintext runs
+
+
+def self_signed_certificate(work_dir: Path, name: str = "bench-tls") -> tuple[str, str]:
+    """A throwaway certificate for 127.0.0.1 (its own CA), and its key."""
+    cert, key = work_dir / f"{name}.pem", work_dir / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def start_broker(name: str, work_dir: Path, topics: dict[str, int],
+                 tls: tuple[str, str] | None = None) -> RunningBroker:
     if name == "gateway":
         data_dir = work_dir / "gateway-data"
         create_topics_offline(data_dir, topics)
-        return start_gateway(data_dir, work_dir)
+        tls_args = ("--kafka-tls-port", "0", "--tls-cert", tls[0], "--tls-key", tls[1]) if tls else ()
+        return start_gateway(data_dir, work_dir, tls_args)
     if name == "tansu":
         broker = start_tansu(work_dir)
         create_topics_admin(broker.bootstrap, topics)
@@ -350,26 +370,36 @@ def run_all(names: list[str], work_dir: Path, args: argparse.Namespace, payloads
     topics = {f"{topic_for(p, c)}-r{r}": p for p, c in cases for r in range(args.rounds)}
     if args.latency_seconds > 0:
         topics.update({latency_topic(p): p for p in args.partitions})
+    tls = self_signed_certificate(work_dir) if args.tls and "gateway" in names else None
+    if tls is not None:
+        topics.update({f"{topic}{TLS_SUFFIX}": p for topic, p in topics.items()})
+        names = [*names, "gateway-tls"]
+    security = {"gateway-tls": {"security.protocol": "SSL", "ssl.ca.location": tls[0]}} if tls else {}
+    suffix = {"gateway-tls": TLS_SUFFIX}
     results = {name: BrokerResult(name) for name in names}
     brokers: dict[str, RunningBroker] = {}
     profiler = None
     try:
         for name in names:
-            brokers[name] = start_broker(name, work_dir, topics)
+            if name == "gateway-tls":   # the gateway's own process, through its TLS port
+                gateway = brokers["gateway"]
+                brokers[name] = replace(gateway, name=name, bootstrap=gateway.kafka_tls)
+            else:
+                brokers[name] = start_broker(name, work_dir, topics, tls)
         processes = {name: psutil.Process(broker.pid) for name, broker in brokers.items()}
         if args.profile_dir is not None and "gateway" in brokers:
             args.profile_dir.mkdir(parents=True, exist_ok=True)
             profiler = Profiler(brokers["gateway"].pid, args.profile_dir / f"gateway-{int(time.time())}.txt")
         for round_ in range(args.rounds):
             for partitions, compression in cases:
-                key, topic = case_key(partitions, compression), f"{topic_for(partitions, compression)}-r{round_}"
+                key, case_topic = case_key(partitions, compression), f"{topic_for(partitions, compression)}-r{round_}"
                 for name, broker in brokers.items():
-                    result = results[name]
+                    result, topic = results[name], case_topic + suffix.get(name, "")
                     print(f"  round {round_ + 1} {key} {name}", file=sys.stderr, flush=True)
                     produced = produce(broker.bootstrap, topic, partitions, compression, args.messages, payloads,
-                                       processes[name], result.errors)
+                                       processes[name], result.errors, security.get(name))
                     consumed = consume(broker.bootstrap, topic, partitions, produced.messages, processes[name],
-                                       result.errors)
+                                       result.errors, security.get(name))
                     result.produce[key] = _better(result.produce.get(key), produced)
                     result.consume[key] = _better(result.consume.get(key), consumed)
         if args.latency_seconds > 0:
@@ -377,8 +407,9 @@ def run_all(names: list[str], work_dir: Path, args: argparse.Namespace, payloads
                 for name, broker in brokers.items():
                     print(f"  latency {partitions}p {name}", file=sys.stderr, flush=True)
                     results[name].latency[partitions] = measure_latency(
-                        broker.bootstrap, latency_topic(partitions), partitions, args.latency_rate,
-                        args.latency_seconds, args.latency_linger_ms, processes[name], results[name].errors)
+                        broker.bootstrap, latency_topic(partitions) + suffix.get(name, ""), partitions,
+                        args.latency_rate, args.latency_seconds, args.latency_linger_ms, processes[name],
+                        results[name].errors, security.get(name))
     finally:
         if profiler is not None:
             profiler.stop()
@@ -400,7 +431,7 @@ def report(results: dict[str, BrokerResult], args: argparse.Namespace) -> str:
              "| case | broker | produce msg/s | produce MB/s | consume msg/s | consume MB/s "
              "| broker CPU s/M msgs (produce) | (consume) |",
              "|---|---|---|---|---|---|---|---|"]
-    gateway, tansu = results.get("gateway"), results.get("tansu")
+    gateway, tansu, tls = results.get("gateway"), results.get("tansu"), results.get("gateway-tls")
     keys = [case_key(p, c) for p, c in CASES if p in args.partitions and c in args.compression]
     for key in keys:
         for result in results.values():
@@ -410,6 +441,12 @@ def report(results: dict[str, BrokerResult], args: argparse.Namespace) -> str:
             lines.append(f"| {key} | {result.broker} | {prod.msgs_per_s:,.0f} | {prod.mb_per_s:.1f} | "
                          f"{cons.msgs_per_s:,.0f} | {cons.mb_per_s:.1f} | {prod.cpu_s_per_million:.1f} | "
                          f"{cons.cpu_s_per_million:.1f} |")
+        if gateway and tls and key in gateway.produce and key in tls.produce:
+            gp, sp, gc, sc = gateway.produce[key], tls.produce[key], gateway.consume[key], tls.consume[key]
+            lines.append(f"| {key} | **gateway-tls / gateway** | **{_ratio(sp.msgs_per_s, gp.msgs_per_s)}** | | "
+                         f"**{_ratio(sc.msgs_per_s, gc.msgs_per_s)}** | | "
+                         f"**{_ratio(sp.cpu_s_per_million, gp.cpu_s_per_million)}** | "
+                         f"**{_ratio(sc.cpu_s_per_million, gc.cpu_s_per_million)}** |")
         if gateway and tansu and key in gateway.produce and key in tansu.produce:
             gp, tp, gc, tc = gateway.produce[key], tansu.produce[key], gateway.consume[key], tansu.consume[key]
             lines.append(f"| {key} | **gateway / tansu** | **{_ratio(gp.msgs_per_s, tp.msgs_per_s)}** | | "
@@ -427,6 +464,11 @@ def report(results: dict[str, BrokerResult], args: argparse.Namespace) -> str:
                 if lat is not None:
                     lines.append(f"| {partitions} | {result.broker} | {lat.p50_ms:.2f} | {lat.p99_ms:.2f} | "
                                  f"{lat.max_ms:.1f} | {lat.received:,}/{lat.sent:,} | {lat.cpu_us_per_message:.0f} |")
+            if gateway and tls and partitions in gateway.latency and partitions in tls.latency:
+                g, s = gateway.latency[partitions], tls.latency[partitions]
+                lines.append(f"| {partitions} | **gateway-tls / gateway** | **{_ratio(s.p50_ms, g.p50_ms)}** | "
+                             f"**{_ratio(s.p99_ms, g.p99_ms)}** | | | "
+                             f"**{_ratio(s.cpu_us_per_message, g.cpu_us_per_message)}** |")
             if gateway and tansu and partitions in gateway.latency and partitions in tansu.latency:
                 g, t = gateway.latency[partitions], tansu.latency[partitions]
                 lines.append(f"| {partitions} | **gateway / tansu** | **{_ratio(g.p50_ms, t.p50_ms)}** | "
@@ -463,6 +505,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-linger-ms", type=int, default=1, help="the latency run's producer linger.ms")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--profile-dir", type=Path, help="py-spy the gateway; folded stacks go here")
+    parser.add_argument("--tls", action="store_true",
+                        help="also run every phase through the gateway's TLS port (gateway-tls)")
     return parser.parse_args(argv)
 
 

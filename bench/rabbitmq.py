@@ -69,15 +69,17 @@ def pick_port(preferred: int = DEFAULT_PORT) -> int:
     raise RuntimeError(f"no free port for RabbitMQ from {preferred}")
 
 
-def start_rabbitmq(work_dir: Path, port: int) -> RunningRabbit:
+def start_rabbitmq(work_dir: Path, port: int, *, extra_config: str = "", plugins: tuple[str, ...] = ()) -> RunningRabbit:
+    """`extra_config`: more rabbitmq.conf lines (e.g. a TLS listener); `plugins`: plugins to enable."""
     if not (RABBIT_BIN / "rabbitmq-server").exists():
         raise SystemExit(f"no rabbitmq-server in {RABBIT_BIN}: run `make bench-amqp` (it installs Debian's "
                          "rabbitmq-server when missing) or set RABBIT_BIN")
     base = work_dir / f"rabbit-{port}"
     (base / "mnesia").mkdir(parents=True, exist_ok=True)
     (base / "log").mkdir(exist_ok=True)
-    (base / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n")
-    (base / "enabled_plugins").write_text("[].\n")
+    (base / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n"
+                                        + extra_config)
+    (base / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
     env = {**os.environ,
            "RABBITMQ_NODENAME": f"bench{port}@localhost",
            "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),

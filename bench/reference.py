@@ -30,6 +30,8 @@ class RunningBroker:
     log_path: Path
     amqp: str = ""          # the gateway's AMQP "host:port"
     admin: str = ""         # the gateway's admin "host:port"
+    kafka_tls: str = ""     # the gateway's Kafka TLS "host:port", when it has one
+    amqp_tls: str = ""      # and its AMQP one
 
     @property
     def pid(self) -> int:
@@ -114,4 +116,5 @@ def start_gateway(data_dir: Path, log_dir: Path, extra_args: tuple[str, ...] = (
         proc.kill()
         raise RuntimeError(f"gateway did not print its READY line; see {log_path}")
     return RunningBroker("gateway", proc, str(ready["kafka"]), log_path, amqp=str(ready["amqp"]),
-                         admin=str(ready["admin"]))
+                         admin=str(ready["admin"]), kafka_tls=str(ready.get("kafka_tls", "")),
+                         amqp_tls=str(ready.get("amqp_tls", "")))

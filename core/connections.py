@@ -40,6 +40,10 @@ class ClientConnection:
     tenant: str | None = None
     namespace: str | None = None
     client_id: str | None = None        # Kafka's client.id, AMQP's connection_name/product
+    # How the user was authenticated: a SASL or AMQP mechanism (PLAIN, SCRAM-SHA-256, EXTERNAL, ...)
+    # or "SSL" (Kafka's principal from the client certificate); None: not authenticated
+    mechanism: str | None = None
+    tls: dict | None = None             # protocol version, cipher, client certificate's DN; None: plaintext
     connected_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     # What the connection fetched (Kafka), topic -> {partition: when, in ms}: how the admin API shows
     # consumers that no group knows of (assign() mode).
@@ -61,7 +65,7 @@ class ClientConnection:
     def to_doc(self) -> dict:
         return {"id": self.id, "protocol": self.protocol, "address": self.address, "user": self.user,
                 "tenant": self.tenant, "namespace": self.namespace, "client_id": self.client_id,
-                "connected_ms": self.connected_ms,
+                "mechanism": self.mechanism, "tls": self.tls, "connected_ms": self.connected_ms,
                 "fetching": {topic: self.fetching_now(topic) for topic in self.fetching if self.fetching_now(topic)}}
 
 

@@ -33,7 +33,8 @@ from core.tokens import TokenSettings, TokenValidator
 from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_app
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.data_dir import SESSION_FILE, DataDirInUse, lock_data_dir
-from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
+from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address, share_close
+from gateway.tls import ServerTls, TlsConfigError
 from gateway.metrics import GatewayMetrics
 from gateway.runtime import event_loop_factory, tune_gc
 from protocols.amqp import server as amqp_server
@@ -41,6 +42,7 @@ from protocols.amqp.server import AmqpSettings
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
 from protocols.kafka.mirror.client import LinkSecurity, RemoteCluster
+from protocols.kafka.principal_rules import parse_rules
 from protocols.kafka.mirror.replicator import Replicator
 from protocols.kafka.machine.connection import Limits
 from storage.config import REPLICATED
@@ -59,6 +61,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+TLS_LISTENERS = ("kafka_tls", "amqp_tls")   # each beside the plaintext listener of its protocol
 
 
 class State(enum.Enum):
@@ -104,16 +107,30 @@ def run(config: GatewayConfig) -> int:
 
 def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
                       kafka_config: KafkaConfig | None = None, *, log_dir: str = "", node_id: int = 0,
-                      rack: str | None = None, amqp_consumer_timeout_ms: int = DEFAULT_TIMEOUT_MS
-                      ) -> dict[str, ConnectionHandler]:
-    """The connection handler of each protocol listener, each built on the core."""
+                      rack: str | None = None, amqp_consumer_timeout_ms: int = DEFAULT_TIMEOUT_MS,
+                      tls_client_auth: str = "none") -> dict[str, ConnectionHandler]:
+    """The connection handler of each protocol listener, each built on the core: "kafka" and
+    "amqp", and "kafka_tls" and "amqp_tls" where `sockets` has those (over the same brokers)."""
+    kafka_config = kafka_config or KafkaConfig()
     host, port = sockets["kafka"].getsockname()[:2]
-    tokens = token_validator(kafka_config or KafkaConfig())
-    kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir,
-                                                          node_id=node_id, rack=rack), tokens=tokens)
+    tls_port = sockets["kafka_tls"].getsockname()[1] if "kafka_tls" in sockets else None
+    tokens = token_validator(kafka_config)
+    kafka = kafka_server.make_broker(core, kafka_settings(kafka_config, host, port, log_dir=log_dir,
+                                                          node_id=node_id, rack=rack, tls_port=tls_port),
+                                     tokens=tokens)
     amqp = amqp_server.make_broker(core, AmqpSettings(consumer_timeout_ms=amqp_consumer_timeout_ms or None),
                                    tokens=tokens)
-    return {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
+    handlers = {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
+    if "kafka_tls" in sockets:
+        # SSL: the client certificate is the login; SASL_SSL: SASL is, as on the plaintext port
+        certificates = tls_client_auth != "none" and not kafka_config.mechanisms
+        rules = parse_rules(kafka_config.ssl_principal_mapping_rules) if certificates else None
+        handlers["kafka_tls"] = kafka_server.connection_handler(kafka, kafka_server.TlsListener(rules))
+        share_close(handlers["kafka"], handlers["kafka_tls"])
+    if "amqp_tls" in sockets:
+        handlers["amqp_tls"] = amqp_server.connection_handler(amqp)
+        share_close(handlers["amqp"], handlers["amqp_tls"])
+    return handlers
 
 
 def token_validator(config: KafkaConfig) -> TokenValidator | None:
@@ -131,7 +148,7 @@ _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: str = "", node_id: int = 0,
-                   rack: str | None = None) -> KafkaSettings:
+                   rack: str | None = None, tls_port: int | None = None) -> KafkaSettings:
     """The Kafka broker's settings: the [kafka] config, advertising the bind address unless told otherwise."""
     host = advertised_host(config, bind_host)
     if host in _WILDCARD_HOSTS:
@@ -141,7 +158,7 @@ def kafka_settings(config: KafkaConfig, bind_host: str, port: int, *, log_dir: s
                          auto_create_topics=config.auto_create_topics,
                          default_partitions=config.default_partitions,
                          limits=Limits(max_frame_bytes=config.max_frame_bytes), log_dir=log_dir,
-                         sasl_mechanisms=config.mechanisms, super_users=config.super_user_list,
+                         sasl_mechanisms=config.mechanisms, super_users=config.super_user_list, tls_port=tls_port,
                          group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                          group_min_session_timeout_ms=config.group_min_session_timeout_ms,
                          group_max_session_timeout_ms=config.group_max_session_timeout_ms,
@@ -195,11 +212,13 @@ class Gateway:
         self._servers: list[_Server] = []
         self._replicators: list[Replicator] = []
         self._data_dir_lock: int | None = None
+        self._tls: ServerTls | None = None   # the TLS listeners' certificates, re-read on SIGHUP
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in _STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_stop_signal, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_tls)
         log.info("starting gateway %s (pid %d), data dir %s", self.version, os.getpid(), self.config.data_dir)
         log.debug("configuration: %s", self.config)
         try:
@@ -227,6 +246,13 @@ class Gateway:
         config = self.config
         # Bind first: a port conflict is reported before the data directory is touched.
         ports = [("kafka", config.kafka_port), ("amqp", config.amqp_port), ("admin", config.admin_port)]
+        if config.tls is not None:
+            try:
+                self._tls = ServerTls(config.tls)
+            except TlsConfigError as exc:
+                raise StartupError(str(exc)) from None
+            ports += [(name, getattr(config, f"{name}_port")) for name in TLS_LISTENERS
+                      if getattr(config, f"{name}_port") is not None]
         if config.storage.mode == REPLICATED:
             ports.append(("peer", config.peer_port))
         for name, port in ports:
@@ -260,7 +286,9 @@ class Gateway:
                                           split_limits=SplitLimits(config.bundle_split_messages_per_s,
                                                                    config.bundle_split_mbytes_per_s * float(1 << 20),
                                                                    config.bundles_max_per_namespace))
-            self._peers = PeerService(config.storage.secret.encode())
+            node_tls = config.storage.node_tls
+            self._peers = PeerService(config.storage.secret.encode(),
+                                      tls=None if node_tls is None else (node_tls.server, node_tls.client))
         self._core = Core(self._storage.metadata, self._storage.logs, cluster=self._cluster,
                           retention_check_s=config.retention_check_interval_ms / 1000,
                           delayed_memory_keys=config.delayed_memory_keys, peers=self._peers)
@@ -284,8 +312,11 @@ class Gateway:
 
         handlers = protocol_handlers(self._core, self._unserved_sockets, config.kafka, log_dir=str(config.data_dir),
                                      node_id=self._broker_id, rack=config.rack,
-                                     amqp_consumer_timeout_ms=config.amqp_consumer_timeout_ms)
-        listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp")]
+                                     amqp_consumer_timeout_ms=config.amqp_consumer_timeout_ms,
+                                     tls_client_auth=config.tls_client_auth)
+        listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name],
+                              tls=self._tls if name in TLS_LISTENERS else None)
+                     for name in ("kafka", "amqp", *TLS_LISTENERS) if name in handlers]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)
         self.metrics.track_namespaces(self._core, per_topic=config.metrics.per_topic,
@@ -328,8 +359,17 @@ class Gateway:
         kafka_port = config.kafka.advertised_port or self._unserved_sockets["kafka"].getsockname()[1]
         amqp_port = self._unserved_sockets["amqp"].getsockname()[1]
         peer_port = self._unserved_sockets["peer"].getsockname()[1]
+        kafka_tls = self._unserved_sockets.get("kafka_tls")
         return BrokerInfo(self._broker_id, host, kafka_port, f"{host}:{amqp_port}", config.rack, config.role,
-                          instance=uuid.uuid4().hex, peer=f"{host}:{peer_port}")
+                          instance=uuid.uuid4().hex, peer=f"{host}:{peer_port}",
+                          kafka_tls_port=kafka_tls.getsockname()[1] if kafka_tls is not None else None)
+
+    def _reload_tls(self) -> None:
+        if self._tls is None:
+            log.info("received SIGHUP; no TLS listener to reload")
+            return
+        log.info("received SIGHUP; reloading the TLS certificates")
+        self._tls.reload()
 
     def _check_stop(self) -> None:
         if self._stop_requested.is_set():
@@ -341,6 +381,7 @@ class Gateway:
             "kafka": addresses["kafka"],
             "amqp": addresses["amqp"],
             "admin": addresses["admin"],
+            **{name: addresses[name] for name in TLS_LISTENERS if name in addresses},
             "data_dir": str(self.config.data_dir),
             "pid": os.getpid(),
         }

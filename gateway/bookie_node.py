@@ -91,7 +91,7 @@ async def _serve_locked(settings: BookieSettings, stop: asyncio.Event) -> int:
         bookie_id = _bookie_id(settings, directory)
         bookie = await Bookie.open(directory, settings.storage, metadata, bookie_id=bookie_id)
         instance_id = json.loads((directory / cookie.FILE_NAME).read_bytes())["instance_id"]
-        server = BookieServer(bookie, bookie_id, instance_id, settings.secret.encode())
+        server = BookieServer(bookie, bookie_id, instance_id, settings.secret.encode(), tls=settings.storage.node_tls)
         host, port = await server.start(settings.host, settings.port)
         listen = f"{host}:{port}"
         advertised_host, _, advertised_port = (settings.advertised or listen).rpartition(":")

@@ -82,6 +82,32 @@ def serve(
         str | None, typer.Option(help="PEM certificate (chain) for HTTPS on the admin port; with --admin-tls-key.")
     ] = None,
     admin_tls_key: Annotated[str | None, typer.Option(help="PEM private key of --admin-tls-cert.")] = None,
+    kafka_tls_port: Annotated[
+        int | None, typer.Option(help="Kafka TLS port (SSL; SASL_SSL with --kafka-sasl-mechanisms); 0 picks a "
+                                      "free one.", show_default="none")
+    ] = None,
+    amqp_tls_port: Annotated[
+        int | None, typer.Option(help="AMQP TLS port (amqps); 0 picks a free one.", show_default="none")
+    ] = None,
+    tls_cert: Annotated[
+        str | None, typer.Option(help="PEM certificate (chain) of the TLS ports; re-read on SIGHUP.")
+    ] = None,
+    tls_key: Annotated[str | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+    tls_ca: Annotated[
+        str | None, typer.Option(help="PEM CA bundle that client certificates must chain to.")
+    ] = None,
+    tls_client_auth: Annotated[
+        str | None, typer.Option(help="Client certificates on the TLS ports: none, requested or required.",
+                                 show_default="none")
+    ] = None,
+    tls_crl: Annotated[
+        str | None, typer.Option(help="PEM revocation list of the client CA: revoked certificates are refused; "
+                                      "re-read on SIGHUP.")
+    ] = None,
+    tls_handshake_timeout_ms: Annotated[
+        int | None, typer.Option(help="A client not through its TLS handshake by then is dropped.",
+                                 show_default="10000")
+    ] = None,
     kafka_auto_create_topics: Annotated[
         bool | None,
         typer.Option("--kafka-auto-create-topics/--no-kafka-auto-create-topics",
@@ -159,6 +185,10 @@ def serve(
         int | None, typer.Option(help="Heartbeat interval told to share group members "
                                       "(Kafka's group.share.heartbeat.interval.ms).", show_default="5000")
     ] = None,
+    kafka_ssl_principal_mapping_rules: Annotated[
+        str | None, typer.Option(help="How a client certificate's DN maps to its Kafka principal "
+                                      "(Kafka's ssl.principal.mapping.rules); DEFAULT: its CN.", show_default="DEFAULT")
+    ] = None,
     kafka_share_auto_offset_reset: Annotated[
         str | None, typer.Option(help="Where a share group starts on a partition it never read: latest or "
                                       "earliest (Kafka's share.auto.offset.reset).", show_default="latest")
@@ -208,6 +238,14 @@ def serve(
         "amqp_consumer_timeout_ms": amqp_consumer_timeout_ms,
         "admin_tls_cert": admin_tls_cert,
         "admin_tls_key": admin_tls_key,
+        "kafka_tls_port": kafka_tls_port,
+        "amqp_tls_port": amqp_tls_port,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "tls_ca": tls_ca,
+        "tls_client_auth": tls_client_auth,
+        "tls_handshake_timeout_ms": tls_handshake_timeout_ms,
+        "tls_crl": tls_crl,
         "load_shed_interval_ms": load_shed_interval_ms,
         "load_shed_threshold_percent": load_shed_threshold_percent,
         "bundle_split_messages_per_s": bundle_split_messages_per_s,
@@ -241,6 +279,7 @@ def serve(
         "kafka_oauth_principal_claim": kafka_oauth_principal_claim,
         "kafka_oauth_tenant_claim": kafka_oauth_tenant_claim,
         "kafka_oauth_clock_skew_s": kafka_oauth_clock_skew_s,
+        "kafka_ssl_principal_mapping_rules": kafka_ssl_principal_mapping_rules,
     }
     try:
         gateway_config = resolve_config(config_file=config, flags=flags)
@@ -313,6 +352,9 @@ def cluster_up(
     zookeepers: Annotated[int, typer.Option(help="Members of the ZooKeeper ensemble (3 survives the loss of "
                                                  "one).")] = 1,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
+    tls: Annotated[bool, typer.Option("--tls", help="TLS everywhere: a private CA under <data dir>/tls, mutual "
+                                                    "TLS between bookies and brokers, and TLS client ports "
+                                                    "(kafka_tls, amqp_tls) beside the plaintext ones.")] = False,
 ) -> None:
     """Start ZooKeeper, N bookies and M gateways on this machine (free ports), print one line
     `CLUSTER READY {json}`, and stop them all on SIGTERM or Ctrl-C."""
@@ -324,7 +366,7 @@ def cluster_up(
         spec = ClusterSpec(data_dir=Path(data_dir).absolute(), bookies=bookies, brokers=brokers,
                            read_only_brokers=read_only_brokers, ensemble=ensemble,
                            write_quorum=write_quorum, ack_quorum=ack_quorum, racks=racks, log_level=log_level,
-                           zookeepers=zookeepers)
+                           zookeepers=zookeepers, tls=tls)
     except ValueError as exc:
         typer.echo(f"gateway: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG_ERROR) from None

@@ -19,7 +19,9 @@ from typing import Any
 from core.cluster.members import ROLES, SERVING
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
+from gateway.tls import CLIENT_AUTH, TlsSettings
 from protocols.amqp.vhosts import vhost_namespace
+from protocols.kafka.principal_rules import parse_rules
 from storage.config import REPLICATED, StorageConfig
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -48,12 +50,22 @@ ENV_VARS: Mapping[str, str] = {
     "role": "GATEWAY_ROLE",
     "audit_log": "GATEWAY_AUDIT_LOG",
     "audit_refusal_interval_s": "GATEWAY_AUDIT_REFUSAL_INTERVAL_S",
+    # TLS listeners (gateway/tls.py): their ports, and the certificate settings they share
+    "kafka_tls_port": "GATEWAY_KAFKA_TLS_PORT",
+    "amqp_tls_port": "GATEWAY_AMQP_TLS_PORT",
+    "tls_cert": "GATEWAY_TLS_CERT",
+    "tls_key": "GATEWAY_TLS_KEY",
+    "tls_ca": "GATEWAY_TLS_CA",
+    "tls_client_auth": "GATEWAY_TLS_CLIENT_AUTH",
+    "tls_handshake_timeout_ms": "GATEWAY_TLS_HANDSHAKE_TIMEOUT_MS",
+    "tls_crl": "GATEWAY_TLS_CRL",
 }
 PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port", "peer_port")
+TLS_PORT_SETTINGS = ("kafka_tls_port", "amqp_tls_port")   # None: no such listener
 INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
                 "delayed_memory_keys", "load_shed_interval_ms", "load_shed_threshold_percent",
                 "bundle_split_messages_per_s", "bundle_split_mbytes_per_s", "bundles_max_per_namespace",
-                "audit_refusal_interval_s")
+                "audit_refusal_interval_s", *TLS_PORT_SETTINGS, "tls_handshake_timeout_ms")
 STORAGE_TABLE = "storage"
 KAFKA_TABLE = "kafka"
 METRICS_TABLE = "metrics"
@@ -95,6 +107,7 @@ KAFKA_SETTINGS: Mapping[str, type] = {
     "oauth_principal_claim": str,
     "oauth_tenant_claim": str,
     "oauth_clock_skew_s": int,
+    "ssl_principal_mapping_rules": str,
 }
 KAFKA_ENV_VARS: Mapping[str, str] = {name: f"GATEWAY_KAFKA_{name.upper()}" for name in KAFKA_SETTINGS}
 KAFKA_FLAG_PREFIX = "kafka_"
@@ -147,6 +160,9 @@ class KafkaConfig:
     oauth_principal_claim: str = "sub"
     oauth_tenant_claim: str = ""     # the claim naming an unknown user's tenant[/namespace]; "": the default
     oauth_clock_skew_s: int = 30     # Kafka's sasl.oauthbearer.clock.skew.seconds
+    # Kafka's ssl.principal.mapping.rules: the principal a client certificate's subject maps to
+    # (protocols/kafka/principal_rules.py); DEFAULT: its CN
+    ssl_principal_mapping_rules: str = "DEFAULT"
     # The keys some source set (DescribeConfigs tells them from defaults); not part of the value.
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
@@ -199,6 +215,10 @@ class KafkaConfig:
         if self.share_auto_offset_reset not in ("latest", "earliest"):
             raise ConfigError("kafka.share_auto_offset_reset must be latest or earliest, "
                               f"got {self.share_auto_offset_reset!r}")
+        try:
+            parse_rules(self.ssl_principal_mapping_rules)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"kafka.ssl_principal_mapping_rules: {exc}") from None
         self._check_oauth()
 
     def _check_oauth(self) -> None:
@@ -442,6 +462,25 @@ class GatewayConfig:
     # to data_dir unless absolute, "" for none; repeated refusals are one line per interval with a count.
     audit_log: str = "audit.log"
     audit_refusal_interval_s: int = 60
+    # TLS listeners: Kafka's (SSL, or SASL_SSL with kafka.sasl_mechanisms) and AMQP's (amqps), each
+    # beside its plaintext port (0 picks a free one; None: none), with one PEM certificate and key,
+    # the CA client certificates must chain to, and whether clients must show one.
+    kafka_tls_port: int | None = None
+    amqp_tls_port: int | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    tls_client_auth: str = "none"          # none | requested | required
+    tls_handshake_timeout_ms: int = 10_000   # a client not through its handshake by then is dropped
+    tls_crl: str | None = None             # the CA's revocation list (PEM): revoked client certificates are refused
+
+    @property
+    def tls(self) -> TlsSettings | None:
+        """The TLS listeners' settings, None without a TLS listener."""
+        if self.kafka_tls_port is None and self.amqp_tls_port is None:
+            return None
+        return TlsSettings(self.tls_cert, self.tls_key, self.tls_ca, self.tls_client_auth,
+                           self.tls_handshake_timeout_ms / 1000, self.tls_crl)
 
     def __post_init__(self) -> None:
         # Validated here so that no GatewayConfig, however built, can hold an unusable value.
@@ -491,6 +530,31 @@ class GatewayConfig:
         if (self.admin_tls_cert is None) != (self.admin_tls_key is None):
             raise ConfigError("admin_tls_cert and admin_tls_key go together: give both or neither")
         for name in ("admin_tls_cert", "admin_tls_key"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"{name}: no such file {path!r}")
+        self._check_tls()
+
+    def _check_tls(self) -> None:
+        for name in TLS_PORT_SETTINGS:
+            port = getattr(self, name)
+            if port is not None and (not _is_int(port) or not 0 <= port <= 65535):
+                raise ConfigError(f"{name} must be an integer in 0..65535 (0 picks a free port), got {port!r}")
+        if self.tls_client_auth not in CLIENT_AUTH:
+            raise ConfigError(f"tls_client_auth must be one of {', '.join(CLIENT_AUTH)}, got {self.tls_client_auth!r}")
+        if not _is_int(self.tls_handshake_timeout_ms) or not 100 <= self.tls_handshake_timeout_ms <= 600_000:
+            raise ConfigError("tls_handshake_timeout_ms must be an integer in 100..600000, "
+                              f"got {self.tls_handshake_timeout_ms!r}")
+        if self.tls is None:
+            return
+        if self.tls_cert is None or self.tls_key is None:
+            raise ConfigError("a TLS listener (kafka_tls_port, amqp_tls_port) needs tls_cert and tls_key")
+        if self.tls_client_auth != "none" and self.tls_ca is None:
+            raise ConfigError(f"tls_client_auth {self.tls_client_auth} needs tls_ca: the CA client certificates "
+                              "are checked against")
+        if self.tls_crl is not None and self.tls_client_auth == "none":
+            raise ConfigError("tls_crl is for client certificates: it needs tls_client_auth requested or required")
+        for name in ("tls_cert", "tls_key", "tls_ca", "tls_crl"):
             path = getattr(self, name)
             if path is not None and not os.path.isfile(path):
                 raise ConfigError(f"{name}: no such file {path!r}")

@@ -2,7 +2,9 @@
 
 A protocol front end plugs in by supplying the handler, an `async def handler(reader, writer)` that
 serves one client connection until the client goes away or the reader reaches EOF. The listener
-owns everything around it: accepting, counting, and closing connections at shutdown.
+owns everything around it: accepting, the TLS handshake on a TLS listener (the handler then reads
+and writes clear text, and finds the session under the writer's "ssl_object"), counting, and
+closing connections at shutdown.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+from gateway.tls import ServerTls
 
 ConnectionHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -54,9 +58,27 @@ async def close_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     await writer.wait_closed()
 
 
+def share_close(*handlers: ConnectionHandler) -> None:
+    """Handlers of several listeners over one protocol's state (its plaintext and TLS ports): the
+    state is closed once, by the last listener to finish its connections, not under the others'."""
+    close = getattr(handlers[0], "close")
+    left = len(handlers)
+
+    async def close_when_last() -> None:
+        nonlocal left
+        left -= 1
+        if left == 0:
+            await close()
+
+    for handler in handlers:
+        handler.close = close_when_last
+
+
 class Listener:
-    def __init__(self, name: str, sock: socket.socket, handler: ConnectionHandler) -> None:
+    def __init__(self, name: str, sock: socket.socket, handler: ConnectionHandler, *,
+                 tls: ServerTls | None = None) -> None:
         self.name = name
+        self.tls = tls
         self.sock = sock
         self.address = format_address(sock)
         self._handler = handler
@@ -78,11 +100,18 @@ class Listener:
     def failures(self) -> dict[str, int]:
         """Connections the protocol closed for a failure, by reason (what its handler counts)."""
         counts = getattr(self._handler, "failures", None)
-        return dataclasses.asdict(counts) if dataclasses.is_dataclass(counts) else {}
+        failures = dataclasses.asdict(counts) if dataclasses.is_dataclass(counts) else {}
+        if self.tls is not None:   # never handed to the protocol: refused in the TLS handshake
+            failures["tls_handshake_refused"] = self.tls.refused.get(self.name, 0)
+        return failures
 
     async def start(self) -> None:
         self.sock.listen(LISTEN_BACKLOG)
-        self._server = await asyncio.start_server(self._serve_connection, sock=self.sock, backlog=LISTEN_BACKLOG)
+        if self.tls is None:
+            self._server = await asyncio.start_server(self._serve_connection, sock=self.sock, backlog=LISTEN_BACKLOG)
+        else:   # the handler is called once the TLS handshake is through
+            self._server = await asyncio.get_running_loop().create_server(
+                self.tls.protocol_factory(self.name, self._serve_connection), sock=self.sock, backlog=LISTEN_BACKLOG)
         self._log.info("%s listener accepting on %s", self.name, self.address)
 
     def stop_accepting(self) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+
+from storage.node_tls import NodeTls
 
 EMBEDDED = "embedded"
 REPLICATED = "replicated"
@@ -34,6 +37,11 @@ class StorageConfig:
     lost_bookie_grace_ms: float = 30000.0       # a bookie unregistered this long is lost and re-replicated
     audit_interval_ms: float = 5000.0           # how often the active auditor checks the ledgers
     rereplication_bytes_per_s: int = 32 << 20   # copy throttle of the active auditor (0: unlimited)
+    # Mutual TLS between bookies, gateways and broker peers (storage/node_tls.py): a PEM certificate
+    # of the cluster's private CA, its key, and that CA; all three or none
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
 
     def __post_init__(self) -> None:
         if self.journal_max_wait_ms < 0 or self.journal_max_bytes <= 0:
@@ -50,11 +58,23 @@ class StorageConfig:
             raise ValueError("explicit_lac_ms must be >= 0 (0: never)")
         if self.lost_bookie_grace_ms < 0 or self.audit_interval_ms <= 0 or self.rereplication_bytes_per_s < 0:
             raise ValueError("auditor settings must be positive (rereplication_bytes_per_s 0: unlimited)")
+        if len({bool(self.tls_cert), bool(self.tls_key), bool(self.tls_ca)}) != 1:
+            raise ValueError("tls_cert, tls_key and tls_ca go together: give all three or none")
+        for name in ("tls_cert", "tls_key", "tls_ca"):
+            if getattr(self, name) and not os.path.isfile(getattr(self, name)):
+                raise ValueError(f"{name}: no such file {getattr(self, name)!r}")
         if self.mode == REPLICATED:
             if not self.metadata.startswith("zk://"):
                 raise ValueError("replicated storage needs metadata = \"zk://host:port/root\"")
             if not self.secret:
                 raise ValueError("replicated storage needs a shared secret (secret = \"...\" in the config file)")
+
+    @property
+    def node_tls(self) -> NodeTls | None:
+        """The nodes' TLS contexts, loaded from the files now; None without tls_cert."""
+        if not self.tls_cert:
+            return None
+        return NodeTls.load(self.tls_cert, self.tls_key, self.tls_ca)
 
     @property
     def quorum(self) -> tuple[int, int, int]:

@@ -37,7 +37,8 @@ class ReplicatedStorage:
     async def open(cls, config: StorageConfig, *, session_file: Path | None = None) -> "ReplicatedStorage":
         metadata = await open_metadata_store(config.metadata, session_file=session_file,
                                              session_timeout_s=config.zookeeper_session_timeout_ms / 1000)
-        bookies = RegisteredBookies(metadata, config.secret.encode(), request_timeout_s=config.bookie_timeout_ms / 1000)
+        bookies = RegisteredBookies(metadata, config.secret.encode(), request_timeout_s=config.bookie_timeout_ms / 1000,
+                                    tls=config.node_tls)
         try:
             await bookies.start()
         except BaseException:

@@ -20,6 +20,7 @@ class BrokerInfo:
     role: str = SERVING
     instance: str = ""        # unique per process and session: tells its nodes from older ones
     peer: str = ""            # "host:port" of its links with the other brokers (core/cluster/peers.py)
+    kafka_tls_port: int | None = None   # its Kafka TLS listener's port; None: it has none
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 from collections.abc import Awaitable, Callable
 
 from core.cluster import peer_frames as frames
@@ -59,10 +60,13 @@ async def _read_frame(reader: asyncio.StreamReader, limit: int = frames.MAX_FRAM
 class PeerService:
     """Answers the requests of the other brokers (`handle`) and asks them (`ask`)."""
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, *, tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None) -> None:
+        """`tls`: (server, client) contexts of mutual TLS between the brokers (storage/node_tls.py);
+        the secret's handshake runs inside it as a second factor."""
         if not secret:
             raise ValueError("peer links need the cluster's shared secret")
         self._secret = secret
+        self._tls = tls
         self._handlers: dict[str, Handler] = {}
         self._server: asyncio.AbstractServer | None = None
         self._links: dict[str, _Link] = {}           # peer address -> link
@@ -77,7 +81,8 @@ class PeerService:
     # --- listening --------------------------------------------------------------------------------
 
     async def start(self, sock) -> None:
-        self._server = await asyncio.start_server(self._serve, sock=sock)
+        tls = {} if self._tls is None else {"ssl": self._tls[0], "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S}
+        self._server = await asyncio.start_server(self._serve, sock=sock, **tls)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -154,7 +159,7 @@ class PeerService:
             raise NotSent(f"broker {broker.id} has no peer address (an older version?)")
         link = self._links.get(broker.peer)
         if link is None or link.broken:
-            link = self._links[broker.peer] = _Link(broker, self._secret)
+            link = self._links[broker.peer] = _Link(broker, self._secret, None if self._tls is None else self._tls[1])
         answer, answer_payload = await link.ask(head, payload, timeout_s)
         if "error" in answer:
             raise _error_of(answer, broker)
@@ -176,7 +181,8 @@ def _error_of(answer: dict, broker: BrokerInfo) -> CoreError:
 class _Link:
     """One connection to one broker: requests pipelined, answers matched by request id."""
 
-    def __init__(self, broker: BrokerInfo, secret: bytes) -> None:
+    def __init__(self, broker: BrokerInfo, secret: bytes, tls: ssl.SSLContext | None = None) -> None:
+        self._tls = tls
         self._broker = broker
         self._secret = secret
         self._writer: asyncio.StreamWriter | None = None
@@ -190,7 +196,8 @@ class _Link:
         host, _, port = self._broker.peer.rpartition(":")
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S):
-                reader, writer = await asyncio.open_connection(host, int(port))
+                reader, writer = await asyncio.open_connection(
+                    host, int(port), **({} if self._tls is None else {"ssl": self._tls, "server_hostname": host}))
                 _, hello, _ = await _read_frame(reader, frames.HANDSHAKE_FRAME_BYTES)
                 theirs, nonce = bytes.fromhex(hello["nonce"]), os.urandom(frames.NONCE_BYTES)
                 writer.writelines(frames.encode(0, {"nonce": nonce.hex(),

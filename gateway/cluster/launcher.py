@@ -8,12 +8,18 @@ core/cluster/), each on free ports, under one directory:
     <data dir>/zookeeper/          ZooKeeper's data and log (zookeeper-<n>/ per member of an ensemble)
     <data dir>/bookie-<i>/         a bookie's data; bookie-<i>.log its stderr
     <data dir>/broker-<j>/         a gateway's data directory (holds nothing durable); broker-<j>.log
+    <data dir>/tls/                with --tls: the private CA and the node certificate (gateway/cluster/certificates.py)
 
 Once every process serves, one line goes to stdout:
 
     CLUSTER READY {"zookeeper": "host:port[,host:port...]", "zookeepers": [{"address", "pid"}, ...],
                    "bookies": [{"id", "address", "pid"}, ...],
                    "brokers": [{"id", "kafka", "amqp", "admin", "pid"}, ...]}
+
+With --tls every link is TLS: bookies and brokers take only peers with a certificate of the
+cluster's CA ([storage] tls_cert, tls_key, tls_ca; the secret stays a second factor), and each
+broker has Kafka and AMQP TLS ports beside its plaintext ones ("kafka_tls", "amqp_tls", and
+"tls_ca" for clients to trust in the READY line). ZooKeeper's own connection stays plaintext.
 
 `LocalCluster` is the same thing as a library: tests use it to kill, pause and restart processes.
 Starting again on the same directory resumes the same cluster (same secret, ids and data).
@@ -34,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.cluster.certificates import ClusterCertificates, cluster_certificates
 from gateway.cluster.children import spawn
 from gateway.cluster.ports import free_port
 from gateway.cluster.zookeeper_ensemble import ZooKeeperEnsemble
@@ -63,6 +70,7 @@ class ClusterSpec:
     extra_storage: dict = field(default_factory=dict)   # more [storage] keys for cluster.toml
     broker_args: tuple[str, ...] = ()                    # more `gateway serve` flags for every broker
     extra_config: str = ""                               # more TOML after [storage], e.g. [[users]] tables
+    tls: bool = False    # TLS everywhere: a private CA, mutual TLS between nodes, TLS client ports beside plaintext
 
     def __post_init__(self) -> None:
         if not self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
@@ -159,6 +167,7 @@ class LocalCluster:
         self.bookies: list[Process] = []
         self.brokers: list[Process] = []
         self.config_path = self.dir / "cluster.toml"
+        self.certificates: ClusterCertificates | None = None   # with spec.tls: <data dir>/tls/
 
     @property
     def metadata_url(self) -> str:
@@ -168,6 +177,8 @@ class LocalCluster:
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             self.zookeeper.start()
+            if self.spec.tls:
+                self.certificates = cluster_certificates(self.dir / "tls", self.spec.host)
             self._write_config()
             for index in range(self.spec.bookies):
                 self.bookies.append(self._bookie(index))
@@ -181,13 +192,18 @@ class LocalCluster:
         return self.ready()
 
     def ready(self) -> dict:
-        return {
+        ready = {
             "zookeeper": self.zookeeper.address,
             "zookeepers": self.zookeeper.describe(),
             "bookies": [{"id": b.ready["id"], "address": b.ready["address"], "pid": b.pid} for b in self.bookies],
             "brokers": [{"id": index, "kafka": b.ready["kafka"], "amqp": b.ready["amqp"], "admin": b.ready["admin"],
-                         "pid": b.pid, "role": self._role(index)} for index, b in enumerate(self.brokers)],
+                         "pid": b.pid, "role": self._role(index),
+                         **{name: b.ready[name] for name in ("kafka_tls", "amqp_tls") if name in b.ready}}
+                        for index, b in enumerate(self.brokers)],
         }
+        if self.certificates is not None:
+            ready["tls_ca"] = str(self.certificates.ca)   # what clients of the TLS ports trust
+        return ready
 
     def _write_config(self) -> None:
         secret_path = self.dir / "secret"
@@ -197,12 +213,26 @@ class LocalCluster:
                 file.write(secrets.token_hex(32))
         storage = {"mode": "replicated", "metadata": self.metadata_url, "secret": secret_path.read_text().strip(),
                    "ensemble_size": self.spec.ensemble, "write_quorum": self.spec.write_quorum,
-                   "ack_quorum": self.spec.ack_quorum, **self.spec.extra_storage}
+                   "ack_quorum": self.spec.ack_quorum, **self._node_tls(), **self.spec.extra_storage}
         body = "[storage]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in storage.items())
         body += self.spec.extra_config
         fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as file:
             file.write(body)
+
+    def _node_tls(self) -> dict:
+        """[storage] keys of mutual TLS between the nodes (storage/node_tls.py), with spec.tls."""
+        files = self.certificates
+        return {} if files is None else {"tls_cert": str(files.cert), "tls_key": str(files.key),
+                                         "tls_ca": str(files.ca)}
+
+    def _client_tls_args(self) -> tuple[str, ...]:
+        """A broker's TLS client ports, with the node certificate; clients show none (client auth none)."""
+        files = self.certificates
+        if files is None:
+            return ()
+        return ("--kafka-tls-port", str(free_port(self.spec.host)), "--amqp-tls-port", str(free_port(self.spec.host)),
+                "--tls-cert", str(files.cert), "--tls-key", str(files.key), "--tls-ca", str(files.ca))
 
     def _bookie(self, index: int) -> Process:
         port = free_port(self.spec.host)
@@ -228,7 +258,7 @@ class LocalCluster:
                    "--kafka-port", kafka, "--amqp-port", amqp, "--admin-port", admin, "--peer-port", peer,
                    "--broker-id", str(index),
                    "--rack", rack, "--role", self._role(index), "--log-level", self.spec.log_level,
-                   *self.spec.broker_args]
+                   *self._client_tls_args(), *self.spec.broker_args]
         return Process(f"broker-{index}", command, self.dir / f"broker-{index}.log", "GATEWAY READY ")
 
     def add_bookie(self) -> Process:

@@ -37,18 +37,19 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.access import AccessControl, Action, UserGrants
 from core.auth import Permission, Principal, User, UserStore
+from core.certificates import common_name, describe_tls
 from core.connections import ClientConnection, peer_address
 from core.errors import CoreError, StorageUnavailable
 from core.queues.service import QueueService
 from core.meters import NamespaceMeter
-from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS, DeliveryClock
 from core.tokens import InvalidToken, TokenValidator, looks_like_jwt, token_user
 from core.trace import CURRENT_CLIENT
@@ -58,6 +59,7 @@ from protocols.amqp.codec.errors import DecodeError
 from protocols.amqp.errors import from_core
 from protocols.amqp.handlers import HANDLERS
 from protocols.amqp.machine.connection import AmqpServerConnection, ConnectionState
+from protocols.amqp.machine.handshake import EXTERNAL
 from protocols.amqp.machine.errors import AmqpConnectionError, AmqpError, ChannelError
 from protocols.amqp.machine.events import (
     AuthenticationRequested, ChannelErrorRaised, ConnectionCloseRequested, ConnectionClosed, ConnectionErrorRaised,
@@ -149,7 +151,15 @@ class _Stop(Exception):
 class AmqpConnection:
     def __init__(self, broker: AmqpBroker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.broker = broker
-        self.machine = AmqpServerConnection(broker.settings.server)
+        ssl_object = writer.get_extra_info("ssl_object")
+        # A verified client certificate may log in by itself (RabbitMQ's rabbitmq_auth_mechanism_ssl):
+        # EXTERNAL is offered where client certificates are asked for, and refused to a client without one
+        self._certificate = (ssl_object.getpeercert() or None) if ssl_object is not None else None
+        server = broker.settings.server
+        if ssl_object is not None and ssl_object.context.verify_mode != ssl.CERT_NONE \
+                and EXTERNAL not in server.mechanisms:
+            server = replace(server, mechanisms=(EXTERNAL, *server.mechanisms))
+        self.machine = AmqpServerConnection(server)
         self.clock = broker.core.clock
         self.channels: dict[int, Channel] = {}
         self.principal: Principal | None = None
@@ -172,7 +182,8 @@ class AmqpConnection:
         self._flush_scheduled = False
         self._handling = asyncio.Lock()      # held while a read's events are handled (the timer waits)
         self.client = broker.core.connections.add(ClientConnection("amqp", peer_address(self._peer),
-                                                                    self._close_for_operator))
+                                                                    self._close_for_operator,
+                                                                    tls=describe_tls(ssl_object)))
         self.session.client = self.client
 
     @property
@@ -256,30 +267,36 @@ class AmqpConnection:
     # --- handshake ------------------------------------------------------------------------------
 
     async def _authenticate(self, event: AuthenticationRequested) -> None:
-        host = self._peer[0] if isinstance(self._peer, tuple) else None
+        username = event.username
         try:
-            if self.broker.tokens is not None and looks_like_jwt(event.password):
+            if event.mechanism == EXTERNAL:
+                # The user the certificate's CN names, who must exist (RabbitMQ's default: no password needed)
+                username = (common_name(self._certificate) if self._certificate else None) or ""
+                user = await self.broker.users.get(username)
+            elif self.broker.tokens is not None and looks_like_jwt(event.password):
                 user = await self._token_login(event.password)
             else:
+                host = self._peer[0] if isinstance(self._peer, tuple) else None
                 user = await authenticate(self.broker.users, event.username, event.password, host,
                                           default_guest=self.broker.settings.default_guest)
         except StorageUnavailable as exc:
-            log.warning("AMQP login of user %r from %s cannot be checked now: %s", event.username, self._peer, exc)
+            log.warning("AMQP login of user %r from %s cannot be checked now: %s", username, self._peer, exc)
             self.write(self.machine.defer_authentication("the broker cannot check logins now; retry later"))
             raise _Stop from None
         if user is None:
-            log.info("AMQP login of user %r from %s refused", event.username, self._peer)
-            self.broker.core.audit.refused("login", "amqp", event.username, "login", "bad credentials",
+            log.info("AMQP login of user %r from %s (%s) refused", username, self._peer, event.mechanism)
+            self.broker.core.audit.refused("login", "amqp", username, "login", "bad credentials",
                                            self.client.address)
             self.write(self.machine.refuse_authentication())
             raise _Stop
+        self.client.mechanism = event.mechanism
         self.user, self.principal = user, user.principal
         self.broker.core.connections.logged_in(self.client, user.principal.user, user.principal.tenant,
                                                user.principal.namespace, stored=bool(user.scram))
         properties = self.machine.client_properties
         name = properties.get("connection_name") or properties.get("product")
         self.client.client_id = name if isinstance(name, str) else None
-        self.write(self.machine.accept_authentication())
+        self.write(self.machine.accept_authentication(username if event.mechanism == EXTERNAL else None))
 
     async def _grants(self) -> UserGrants:
         """The logged-in user's live grants; one the store does not hold (the built-in guest, a

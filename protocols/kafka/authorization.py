@@ -2,7 +2,8 @@
 
 Enforcement follows authentication. With SASL off (the listener has no `sasl_mechanisms`) every
 connection is anonymous and everything is allowed: ACLs can still be created, described and
-deleted, and are kept, but nothing consults them. With SASL on, every check asks the one
+deleted, and are kept, but nothing consults them. With SASL on, or on a TLS listener whose client
+certificates are the logins (protocols/kafka/certificate_login.py), every check asks the one
 authorization model (core/access.py) for the connection's principal: its ACL bindings (core/acl.py)
 first, then its grant in its own namespace, through GRANTED_BY below. A connection without a
 principal is refused (the connection machine lets no such connection past SaslHandshake/
@@ -73,7 +74,7 @@ GRANTED_BY: dict[tuple[ResourceType, Operation], frozenset[Action]] = {
 
 def enforced(ctx: RequestContext) -> bool:
     """Whether this connection's requests are subject to ACLs at all."""
-    return bool(ctx.broker.settings.sasl_mechanisms)
+    return bool(ctx.broker.settings.sasl_mechanisms) or ctx.session.certificate_login
 
 
 async def check(ctx: RequestContext, operation: Operation, resource_type: ResourceType, name: str, *,

@@ -35,6 +35,7 @@ class KafkaSettings:
     limits: Limits = field(default_factory=Limits)
     log_dir: str = ""                   # Kafka's log.dirs: what DescribeLogDirs reports (the data directory)
     sasl_mechanisms: tuple[str, ...] = ()   # empty: no authentication (PLAINTEXT listener)
+    tls_port: int | None = None             # the advertised port of the TLS listener (SSL/SASL_SSL); None: none
     super_users: tuple[str, ...] = ()       # Kafka's super.users, e.g. ("User:admin",): never refused by ACLs
     group_initial_rebalance_delay_ms: int = 3000   # Kafka's group.initial.rebalance.delay.ms
     group_min_session_timeout_ms: int = 6_000      # Kafka's group.min.session.timeout.ms
@@ -121,6 +122,10 @@ class ConnectionSession:
     close_after_response: bool = False   # a failed login: answer, wait a little, close
     client_host: str | None = None       # the peer's IP address, for ACL host matching; None: unknown
     client: ClientConnection | None = None   # the connection as the admin API lists it
+    tls: bool = False                    # came in on the TLS listener: told that listener's address
+    # The listener takes client certificates as logins (TLS, client auth, no SASL): ACLs apply, to
+    # the certificate's principal or, without a certificate, to no principal
+    certificate_login: bool = False
 
     @property
     def authenticated(self) -> bool:

@@ -28,9 +28,19 @@ class Node:
 def brokers(ctx: RequestContext) -> list[Node]:
     cluster = ctx.core.cluster
     if cluster is None:
-        settings = ctx.broker.settings
-        return [Node(settings.node_id, settings.host, settings.port, settings.rack)]
-    return [Node(b.id, b.kafka_host, b.kafka_port, b.rack) for b in cluster.brokers()]
+        return [_this_broker(ctx)]
+    return [Node(b.id, b.kafka_host, _port(ctx, b), b.rack) for b in cluster.brokers()]
+
+
+def _this_broker(ctx: RequestContext) -> Node:
+    settings = ctx.broker.settings
+    port = settings.tls_port if ctx.session.tls and settings.tls_port else settings.port
+    return Node(settings.node_id, settings.host, port, settings.rack)
+
+
+def _port(ctx: RequestContext, broker) -> int:
+    """The port of the listener the client came in on: a TLS client is sent to TLS ports."""
+    return broker.kafka_tls_port if ctx.session.tls and broker.kafka_tls_port else broker.kafka_port
 
 
 def controller_id(ctx: RequestContext) -> int:
@@ -53,10 +63,9 @@ def coordinator(ctx: RequestContext, bundle: Bundle) -> Node | None:
     """The broker that coordinates keys of `bundle`, or None while it has no live owner."""
     cluster = ctx.core.cluster
     if cluster is None:
-        settings = ctx.broker.settings
-        return Node(settings.node_id, settings.host, settings.port, settings.rack)
+        return _this_broker(ctx)
     owner = cluster.owner(bundle)
-    return None if owner is None else Node(owner.id, owner.kafka_host, owner.kafka_port, owner.rack)
+    return None if owner is None else Node(owner.id, owner.kafka_host, _port(ctx, owner), owner.rack)
 
 
 def serves(ctx: RequestContext, topic: TopicName, index: int) -> bool:

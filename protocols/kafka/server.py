@@ -28,15 +28,18 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.certificates import describe_tls
 from core.connections import ClientConnection, peer_address
 from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
 from core.trace import CURRENT_CLIENT
 from protocols.kafka import registry
 from protocols.kafka.broker import ConnectionSession, KafkaBroker, KafkaSettings, RequestContext
+from protocols.kafka.certificate_login import MECHANISM as CERTIFICATE_MECHANISM, certificate_login
 from protocols.kafka.codec.errors import ErrorCode
 from protocols.kafka.codec.frames import RequestHeader
 from protocols.kafka.machine.connection import (KafkaServerConnection, RemoteProtocolError, RequestReceived,
                                                 UnsupportedApiVersions)
+from protocols.kafka.principal_rules import Rule
 from protocols.kafka.schema.api_versions import API_VERSIONS
 from protocols.kafka.schema.sasl_authenticate import SASL_AUTHENTICATE
 from protocols.kafka.schema.sasl_handshake import SASL_HANDSHAKE
@@ -67,24 +70,35 @@ class ConnectionFailures:
     internal_errors: int = 0   # a handler, an encoder or the machine failed: a gateway bug
 
 
+@dataclass(frozen=True, slots=True)
+class TlsListener:
+    """What a connection on the TLS listener is told and how it logs in: `principal_rules` when
+    client certificates are the logins (no SASL), else None."""
+
+    principal_rules: tuple[Rule, ...] | None = None
+
+
 class KafkaConnectionHandler:
     """The listener's connection handler: serves each accepted connection with a KafkaConnection."""
 
-    def __init__(self, broker: KafkaBroker, handlers: Mapping[int, registry.Handler] | None = None) -> None:
+    def __init__(self, broker: KafkaBroker, handlers: Mapping[int, registry.Handler] | None = None, *,
+                 tls: TlsListener | None = None) -> None:
         self.broker = broker
         self.handlers = registry.HANDLERS if handlers is None else handlers
         self.failures = ConnectionFailures()
+        self.tls = tls
 
     async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await KafkaConnection(self.broker, reader, writer, handlers=self.handlers, failures=self.failures).run()
+        await KafkaConnection(self.broker, reader, writer, handlers=self.handlers, failures=self.failures,
+                              tls=self.tls).run()
 
     async def close(self) -> None:
         """Once no connection is left: stop the broker's background work (group timers)."""
         self.broker.close()
 
 
-def connection_handler(broker: KafkaBroker) -> KafkaConnectionHandler:
-    return KafkaConnectionHandler(broker)
+def connection_handler(broker: KafkaBroker, tls: TlsListener | None = None) -> KafkaConnectionHandler:
+    return KafkaConnectionHandler(broker, tls=tls)
 
 
 class HandlerFailed(Exception):
@@ -103,7 +117,7 @@ class _SendingStopped(Exception):
 class KafkaConnection:
     def __init__(self, broker: KafkaBroker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                  handlers: Mapping[int, registry.Handler] | None = None,
-                 failures: ConnectionFailures | None = None) -> None:
+                 failures: ConnectionFailures | None = None, tls: TlsListener | None = None) -> None:
         self._broker = broker
         self._reader = reader
         self._writer = writer
@@ -114,11 +128,16 @@ class KafkaConnection:
         self._pending: asyncio.Queue[object] = asyncio.Queue(MAX_PENDING)
         self._peer = writer.get_extra_info("peername")
         self._session = ConnectionSession(client_host=self._peer[0] if isinstance(self._peer, tuple) else None)
+        self._tls = tls
+        if tls is not None:
+            self._session.tls = True
+            self._session.certificate_login = tls.principal_rules is not None
         self._sender: asyncio.Task[None] | None = None
         self._sender_holds = False   # the sender took a response from the queue and has not written it yet
         self._failed = False   # a failure was logged and counted: the connection's one log line
         self._throttled_until = 0.0   # loop time before which nothing more is read (quota exceeded)
-        self._session.client = ClientConnection("kafka", peer_address(self._peer), self._close_for_operator)
+        self._session.client = ClientConnection("kafka", peer_address(self._peer), self._close_for_operator,
+                                                tls=describe_tls(writer.get_extra_info("ssl_object")))
         self._registry = getattr(broker.core, "connections", None)   # None: a broker without a core (tests)
         self._meter = None   # the namespace's meter, looked up on the first Produce/Fetch
         if self._registry is not None:
@@ -134,7 +153,8 @@ class KafkaConnection:
         self._sender = asyncio.create_task(self._send_responses(), name=f"kafka-send {self._peer}")
         try:
             try:
-                await self._read_requests()
+                if not self._session.certificate_login or await self._log_in_by_certificate():
+                    await self._read_requests()
             except RemoteProtocolError as exc:
                 self._failed = True
                 self._failures.protocol_errors += 1
@@ -176,17 +196,9 @@ class KafkaConnection:
                 if not self._wrote_at_once(response):
                     await self._enqueue((event, response))
                 if self._session.authenticated and not self._conn.authenticated:
-                    self._conn.authenticated = True
-                    self._meter = None   # the principal's namespace from now on
-                    principal = self._session.principal
-                    if self._registry is not None:
-                        self._registry.logged_in(self._session.client, principal.user, principal.tenant,
-                                                 principal.namespace, stored=self._session.stored_user)
-                        if not await self._registry.enter(self._session.client, principal.tenant,
-                                                          principal.namespace):
-                            log.info("closing Kafka connection from %s: namespace %s/%s is at its "
-                                     "max_connections", self._peer, principal.tenant, principal.namespace)
-                            return
+                    self._session.client.mechanism = self._session.mechanism
+                    if not await self._logged_in(stored=self._session.stored_user):
+                        return
                 if self._session.close_after_response:
                     # A failed login: as Kafka (connection.failed.authentication.delay.ms), answer
                     # after a short delay, then close.
@@ -205,6 +217,32 @@ class KafkaConnection:
             return False
         log.info("closing Kafka connection from %s (user %s): its login expired without re-authentication",
                  self._peer, self._session.principal.user if self._session.principal else None)
+        return True
+
+    async def _log_in_by_certificate(self) -> bool:
+        """Take the client certificate's principal, if any; False if the connection is to close."""
+        ssl_object = self._writer.get_extra_info("ssl_object")
+        login = await certificate_login(self._broker.users, ssl_object.getpeercert() if ssl_object else None,
+                                        self._tls.principal_rules, self._peer)
+        if login is None:
+            return True   # anonymous: the ACLs decide (and refuse a principal-less client)
+        self._session.principal = login.principal
+        self._session.client.mechanism = CERTIFICATE_MECHANISM
+        return await self._logged_in(stored=login.stored)
+
+    async def _logged_in(self, *, stored: bool = True) -> bool:
+        """The session has its principal: work in its namespace; False if that is full."""
+        self._conn.authenticated = True
+        self._meter = None   # the principal's namespace from now on
+        principal = self._session.principal
+        if self._registry is None:
+            return True
+        self._registry.logged_in(self._session.client, principal.user, principal.tenant, principal.namespace,
+                                 stored=stored)
+        if not await self._registry.enter(self._session.client, principal.tenant, principal.namespace):
+            log.info("closing Kafka connection from %s: namespace %s/%s is at its max_connections",
+                     self._peer, principal.tenant, principal.namespace)
+            return False
         return True
 
     async def _respond(self, event: RequestReceived | UnsupportedApiVersions) -> Response:

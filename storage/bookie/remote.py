@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from storage.api import BookieUnavailable, CookieMismatch, StorageError
 from storage.bookie import protocol as wire
 from storage.bookie.protocol import AddFlag, Op, ReadFlag, Status
+from storage.node_tls import NodeTls
 
 log = logging.getLogger("gateway.storage.bookie.remote")
 
@@ -35,8 +36,9 @@ class RemoteBookie:
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  reconnect_backoff_s: float = DEFAULT_RECONNECT_BACKOFF_S,
-                 max_frame_bytes: int = wire.DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = wire.DEFAULT_MAX_FRAME_BYTES, tls: NodeTls | None = None) -> None:
         self.bookie_id = bookie_id
+        self._tls = tls   # connect with the node's certificate, to a bookie showing one of the CA
         self.address = (host, port)
         self._secret = secret
         self._request_timeout_s = request_timeout_s
@@ -145,7 +147,10 @@ class RemoteBookie:
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: _ClientConnection(self), *self.address), self._connect_timeout_s)
+                loop.create_connection(lambda: _ClientConnection(self), *self.address,
+                                       **({} if self._tls is None else
+                                          {"ssl": self._tls.client, "server_hostname": self.address[0]})),
+                self._connect_timeout_s)
             await asyncio.wait_for(connection.handshake, self._connect_timeout_s)
         except (OSError, asyncio.TimeoutError, StorageError) as exc:
             self._failed_at = time.monotonic()

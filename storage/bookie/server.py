@@ -19,6 +19,7 @@ from storage.api import StorageError
 from storage.bookie import protocol as wire
 from storage.bookie.bookie import Bookie
 from storage.bookie.protocol import AddFlag, Op, ReadFlag, Status
+from storage.node_tls import HANDSHAKE_TIMEOUT_S, NodeTls
 
 log = logging.getLogger("gateway.storage.bookie.server")
 
@@ -29,7 +30,8 @@ MAX_LONG_POLL_S = 60.0
 class BookieServer:
     def __init__(self, bookie: Bookie, bookie_id: str, instance_id: str, secret: bytes, *,
                  max_frame_bytes: int = wire.DEFAULT_MAX_FRAME_BYTES,
-                 max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES) -> None:
+                 max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES, tls: NodeTls | None = None) -> None:
+        """`tls`: accept only clients with a certificate of the cluster's CA (then the secret too)."""
         if not secret:
             raise ValueError("a bookie needs a shared secret")
         self.bookie = bookie
@@ -40,9 +42,11 @@ class BookieServer:
         self._max_in_flight_bytes = max_in_flight_bytes
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self._tls = tls
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
-        self._server = await asyncio.get_running_loop().create_server(lambda: _Connection(self), host, port)
+        tls = {} if self._tls is None else {"ssl": self._tls.server, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S}
+        self._server = await asyncio.get_running_loop().create_server(lambda: _Connection(self), host, port, **tls)
         return self._server.sockets[0].getsockname()[:2]
 
     async def close(self) -> None:

@@ -15,6 +15,7 @@ from storage.api import MetadataStore, NotEnoughBookies, StorageError
 from storage.bookie.registration import BookieRegistration, registered_bookies
 from storage.bookie.remote import RemoteBookie
 from storage.ledger.placement import DEFAULT_RACK, BookieInfo
+from storage.node_tls import NodeTls
 
 log = logging.getLogger("gateway.storage.ledger.registered")
 
@@ -23,8 +24,9 @@ DEFAULT_REFRESH_INTERVAL_S = 1.0
 
 class RegisteredBookies:
     def __init__(self, metadata: MetadataStore, secret: bytes, *, request_timeout_s: float,
-                 refresh_interval_s: float = DEFAULT_REFRESH_INTERVAL_S) -> None:
+                 refresh_interval_s: float = DEFAULT_REFRESH_INTERVAL_S, tls: NodeTls | None = None) -> None:
         self._metadata = metadata
+        self._tls = tls
         self._secret = secret
         self._request_timeout_s = request_timeout_s
         self._refresh_interval_s = refresh_interval_s
@@ -65,7 +67,7 @@ class RegisteredBookies:
             if registration is None:
                 raise NotEnoughBookies(f"bookie {bookie_id} is not registered")
             store = RemoteBookie(bookie_id, registration.host, registration.port, self._secret,
-                                 request_timeout_s=self._request_timeout_s)
+                                 request_timeout_s=self._request_timeout_s, tls=self._tls)
             self._stores[bookie_id] = store
         return store
 

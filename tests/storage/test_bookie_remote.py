@@ -291,3 +291,31 @@ def test_frames_split_anywhere_reassemble():
             frames += reader.feed(stream[start:start + cut])
         assert [f.request_id for f in frames] == list(range(20))
 
+
+
+async def test_a_bookie_with_node_tls_serves_clients_with_a_certificate_of_its_ca_only(tmp_path):
+    from gateway.cluster.certificates import cluster_certificates
+    from storage.node_tls import NodeTls
+    files = cluster_certificates(tmp_path / "tls")
+    tls = NodeTls.load(str(files.cert), str(files.key), str(files.ca))
+    strangers = cluster_certificates(tmp_path / "other-cluster")
+    stranger = NodeTls.load(str(strangers.cert), str(strangers.key), str(strangers.ca))
+    metadata = await SqliteMetadataStore.open(tmp_path / "metadata.db")
+    bookie = await Bookie.open(tmp_path / "bookie", StorageConfig(), metadata, bookie_id="b1")
+    server = BookieServer(bookie, "b1", "instance-1", SECRET, tls=tls)
+    host, port = await server.start("127.0.0.1", 0)
+    member = RemoteBookie("b1", host, port, SECRET, tls=tls)
+    outsider = RemoteBookie("b1", host, port, SECRET, tls=stranger, connect_timeout_s=5)
+    plaintext = RemoteBookie("b1", host, port, SECRET, connect_timeout_s=2)
+    try:
+        await member.add(3, 0, (b"head-", b"over tls"), -1)
+        assert await member.read(3, 0) == b"head-over tls"
+        for refused in (outsider, plaintext):
+            with pytest.raises(BookieUnavailable):
+                await refused.read(3, 0)
+    finally:
+        for remote in (member, outsider, plaintext):
+            await remote.close()
+        await server.close()
+        await bookie.close()
+        await metadata.close()

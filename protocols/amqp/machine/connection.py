@@ -398,10 +398,11 @@ class AmqpServerConnection:
 
     # --- handshake decisions --------------------------------------------------------------------
 
-    def accept_authentication(self) -> bytes:
-        """The credentials of AuthenticationRequested are good: connection.tune."""
+    def accept_authentication(self, username: str | None = None) -> bytes:
+        """The credentials of AuthenticationRequested are good: connection.tune. `username`: the
+        user an EXTERNAL login turned out to be."""
         self._require_handshake("accept_authentication")
-        data = self._handshake.accept_authentication()
+        data = self._handshake.accept_authentication(username)
         self._awaiting_decision = False
         return data
 

@@ -7,7 +7,9 @@
     server: connection.open-ok
 
 Rules, as RabbitMQ applies them: a wrong protocol header gets our header back and the socket
-closed; a mechanism we did not offer is COMMAND_INVALID; a malformed PLAIN ("\\0user\\0pass") or
+closed; a mechanism we did not offer is COMMAND_INVALID; EXTERNAL (offered on TLS connections with
+a client certificate) carries no credentials: the caller names the user from the certificate, and
+its response (an optional authorization identity) is ignored, as RabbitMQ does; a malformed PLAIN ("\\0user\\0pass") or
 AMQPLAIN (a field table without its length prefix, with LOGIN and PASSWORD) response is
 SYNTAX_ERROR; tune-ok may lower channel_max and frame_max but not raise them or ask for 0 (no
 limit), and frame_max may not go under 4096 (NOT_ALLOWED); a method out of order is CHANNEL_ERROR
@@ -31,6 +33,7 @@ from protocols.amqp.machine.settings import ServerSettings
 from protocols.amqp.spec import FRAME_METHOD, FRAME_MIN_SIZE, PROTOCOL_HEADER, Method, ReplyCode
 
 CHANNEL_MIN = 1
+EXTERNAL = "EXTERNAL"
 
 
 class HandshakeState(enum.Enum):
@@ -106,6 +109,8 @@ class ServerHandshake:
             username, password = parse_plain_response(response)
         elif mechanism == "AMQPLAIN":
             username, password = parse_amqplain_response(response)
+        elif mechanism == EXTERNAL:
+            username, password = "", ""
         else:   # a mechanism configured in settings but not implemented here
             raise AmqpConnectionError(ReplyCode.COMMAND_INVALID,
                                       f"invalid authentication mechanism '{mechanism}'", *method.key)
@@ -113,8 +118,11 @@ class ServerHandshake:
         self.state = HandshakeState.SECURING
         return AuthenticationRequested(mechanism, username, password, self.client_properties)
 
-    def accept_authentication(self) -> bytes:
+    def accept_authentication(self, username: str | None = None) -> bytes:
+        """`username`: who logged in, where the credentials did not say (EXTERNAL)."""
         self._require(HandshakeState.SECURING, "accept_authentication")
+        if username is not None:
+            self.username = username
         self.state = HandshakeState.TUNING
         settings = self.settings
         return method_frame(0, "connection.tune", channel_max=settings.channel_max,

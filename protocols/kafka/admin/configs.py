@@ -183,8 +183,11 @@ class _BrokerConfig:
 
 
 def _listener(settings: KafkaSettings) -> str:
-    protocol = "SASL_PLAINTEXT" if settings.sasl_mechanisms else "PLAINTEXT"
-    return f"{protocol}://{settings.host}:{settings.port}"
+    sasl = "SASL_" if settings.sasl_mechanisms else ""
+    listeners = f"{sasl}PLAINTEXT://{settings.host}:{settings.port}"
+    if settings.tls_port is not None:
+        listeners += f",{sasl}SSL://{settings.host}:{settings.tls_port}"
+    return listeners
 
 
 def _setting(name: str) -> Callable[[KafkaSettings], str]:

@@ -87,7 +87,10 @@ class KafkaServerConnection:
             size = _SIZE.unpack_from(self._buffer)[0]
             limit = self._limits.max_frame_bytes if self.authenticated else self._limits.max_frame_bytes_before_auth
             if size < 0 or size > limit:
-                raise RemoteProtocolError(f"frame size {size} outside 0..{limit}")
+                # A TLS record header read as a size (KIP-498): say so, it is a client misconfigured
+                tls = self._buffer[:2] == b"\x16\x03"
+                hint = " (a TLS handshake: a TLS client on the plaintext port?)" if tls else ""
+                raise RemoteProtocolError(f"frame size {size} outside 0..{limit}{hint}")
             if len(self._buffer) < 4 + size:
                 break
             with memoryview(self._buffer) as view:   # one copy of the frame, not a slice then a copy

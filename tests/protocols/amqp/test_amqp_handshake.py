@@ -230,3 +230,22 @@ def test_a_refused_vhost_is_not_allowed_and_the_close_handshake_finishes_it():
     assert conn.state is ConnectionState.CLOSING
     only(conn.receive_data(method(0, "connection.close-ok")), ConnectionClosed)
     assert conn.terminated
+
+
+def test_external_carries_no_credentials_and_the_caller_names_the_user():
+    conn = new_connection(mechanisms=("EXTERNAL", "PLAIN", "AMQPLAIN"))
+    start = only(conn.receive_data(PROTOCOL_HEADER), ProtocolHeaderAccepted)
+    assert server_method(start.data)[2]["mechanisms"] == b"EXTERNAL PLAIN AMQPLAIN"
+    # The response (an optional authorization identity) is ignored, as RabbitMQ ignores it
+    auth = only(conn.receive_data(start_ok("EXTERNAL", b"someone-else")), AuthenticationRequested)
+    assert (auth.mechanism, auth.username, auth.password) == ("EXTERNAL", "", "")
+    conn.accept_authentication("alice")
+    conn.receive_data(tune_ok() + open_vhost("/"))
+    conn.accept_vhost()
+    assert conn.username == "alice"
+
+
+def test_external_is_refused_where_it_was_not_offered():
+    conn = new_connection()
+    error = connection_error(conn.receive_data(PROTOCOL_HEADER + start_ok("EXTERNAL", b"")))
+    assert error.reply_code == ReplyCode.COMMAND_INVALID

@@ -240,3 +240,9 @@ def test_any_bytes_give_events_or_a_protocol_error_and_nothing_else(chunks):
         conn.receive_data(b"")
     except RemoteProtocolError:
         assert conn.closed
+
+
+def test_a_tls_client_on_the_plaintext_port_is_named_as_such():
+    client_hello_start = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
+    with pytest.raises(RemoteProtocolError, match="a TLS client on the plaintext port"):
+        machine().receive_data(client_hello_start)
