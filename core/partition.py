@@ -259,6 +259,12 @@ class Partition:
             await self.log.wait_for_append(offset, 0.5)
         return offset
 
+    def refused_at(self, when_ms: int | None) -> None:
+        """Opening this partition was refused at `when_ms` (None: not lately): as good as a refused
+        append here for check_sequence."""
+        if when_ms is not None:
+            self._last_refusal_ms = max(self._last_refusal_ms, when_ms)
+
     def check_sequence(self, producer_id: int, epoch: int, first_seq: int, record_count: int) -> int | None:
         """The producer state's verdict on a batch. A gap is a retriable SequenceGap only while a batch
         refused or failed here moments ago may be what is missing (the client sends it again first);

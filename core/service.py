@@ -24,11 +24,11 @@ from core.cluster.peers import PeerService
 from core.connections import ClientConnections
 from core.cursor import Cursor
 from core.delayed.service import DelayedService
-from core.errors import NotOwner, UnknownTopic
+from core.errors import CoreError, NotOwner, UnknownTopic
 from core.meters import NamespaceMeter, NamespaceMeters
 from core.names import TopicName
 from core.open_once import OpenOnce
-from core.partition import Partition, retention_policy, storage_errors
+from core.partition import GAP_AFTER_REFUSAL_MS, Partition, retention_policy, storage_errors
 from core.replicas import ReadReplicas
 from core.policies import NamespacePolicies
 from core.registry import Registry, TopicInfo
@@ -47,6 +47,7 @@ from storage.api import ManagedLogFactory, MetadataStore
 log = logging.getLogger("gateway.core")
 
 MAX_OPEN_PARTITIONS = 20_000
+MAX_REMEMBERED_REFUSALS = 10_000   # partitions whose opening was refused lately (Core._refused_opening)
 IDLE_CLOSE_S = 600.0
 RETENTION_CHECK_S = 60.0
 
@@ -79,6 +80,7 @@ class Core:
         # Leader epochs of the partitions opened since their bundle was taken, kept when they close
         # idle (reopening keeps the epoch: the same writer), dropped when the bundle goes.
         self._epochs: dict[tuple[TopicName, int], int] = {}
+        self._refusals: dict[tuple[TopicName, int], int] = {}   # when opening each was last refused (ms)
         self._sweeper: asyncio.Task | None = None
         self._retention_check_s = retention_check_s
         self._takeovers: set[asyncio.Task] = set()
@@ -188,9 +190,14 @@ class Core:
         partition = self.open_partition(name, index)
         if partition is not None:
             return partition
-        if key in self._partitions:     # open, but this broker's cluster session is suspended
-            raise self.not_owner(name, index)
-        partition = await self._opening(key, lambda: self._open_owned(name, index))
+        try:
+            if key in self._partitions:     # open, but this broker's cluster session is suspended
+                raise self.not_owner(name, index)
+            partition = await self._opening(key, lambda: self._open_owned(name, index))
+        except CoreError:
+            self._refused_opening(key)
+            raise
+        partition.refused_at(self._refusals.pop(key, None))
         self._partitions[key] = partition
         self._epochs[key] = partition.leader_epoch
         self._last_used[key] = time.monotonic()
@@ -228,6 +235,15 @@ class Core:
         partition.meter = meter
         await partition.load_producer_states()
         return partition
+
+    def _refused_opening(self, key: tuple[TopicName, int]) -> None:
+        """Remember when a partition could not be had here (not owned yet, storage away): a client's
+        batch refused then may be missing from the next one's sequence (Partition.check_sequence)."""
+        now_ms = self.clock.now_ms()
+        self._refusals[key] = now_ms
+        if len(self._refusals) > MAX_REMEMBERED_REFUSALS:
+            for stale in [k for k, at in self._refusals.items() if now_ms - at > GAP_AFTER_REFUSAL_MS]:
+                del self._refusals[stale]
 
     def leader_epoch(self, name: TopicName, index: int) -> int:
         """The partition's leader epoch as far as this broker knows it without opening it: -1 unless

@@ -353,3 +353,22 @@ async def test_a_gap_right_after_a_refused_append_is_retriable_and_later_out_of_
         await partition.append(ahead)
     assert not isinstance(skipped.value, SequenceGap)
     assert partition.high_watermark == 2
+
+
+async def test_a_gap_right_after_the_partition_could_not_be_opened_is_retriable(core, monkeypatch) -> None:
+    """A batch refused because the partition could not be had yet (a restart still taking its
+    ownership, storage away) leaves the same gap as a refused append: the next batch of that
+    producer to arrive once it opens is told to retry."""
+    await core.create_topic(TOPIC, 1)
+    opening = core._open
+
+    async def refused(name, index):
+        monkeypatch.setattr(core, "_open", opening)
+        raise StorageUnavailable("the partition's ledger cannot be recovered yet")
+    monkeypatch.setattr(core, "_open", refused)
+    with pytest.raises(StorageUnavailable):
+        await core.partition(TOPIC, 0)
+    partition = await core.partition(TOPIC, 0)
+    with pytest.raises(SequenceGap):
+        await partition.append(batch_of([b"second"], producer_id=14, producer_epoch=0, base_sequence=1))
+    assert await partition.append(batch_of([b"first"], producer_id=14, producer_epoch=0, base_sequence=0)) == 0
