@@ -42,6 +42,7 @@ from protocols.kafka.broker import KafkaSettings
 from protocols.kafka.mirror.client import LinkSecurity, RemoteCluster
 from protocols.kafka.mirror.replicator import Replicator
 from protocols.kafka.machine.connection import Limits
+from protocols.mqtt import server as mqtt_server
 from storage.config import REPLICATED
 from storage.embedded import EmbeddedStorage
 from storage.api import MetadataStore
@@ -110,7 +111,10 @@ def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
     kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir,
                                                           node_id=node_id, rack=rack))
     amqp = amqp_server.make_broker(core, AmqpSettings(consumer_timeout_ms=amqp_consumer_timeout_ms or None))
-    return {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
+    # MQTT shares AMQP's exchanges and queues: its topics route through the namespace's amq.topic.
+    mqtt = mqtt_server.make_broker(core, amqp.queues)
+    return {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp),
+            "mqtt": mqtt_server.connection_handler(mqtt)}
 
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -212,7 +216,8 @@ class Gateway:
     async def _start(self) -> None:
         config = self.config
         # Bind first: a port conflict is reported before the data directory is touched.
-        ports = [("kafka", config.kafka_port), ("amqp", config.amqp_port), ("admin", config.admin_port)]
+        ports = [("kafka", config.kafka_port), ("amqp", config.amqp_port), ("mqtt", config.mqtt_port),
+                 ("admin", config.admin_port)]
         if config.storage.mode == REPLICATED:
             ports.append(("peer", config.peer_port))
         for name, port in ports:
@@ -268,7 +273,7 @@ class Gateway:
         handlers = protocol_handlers(self._core, self._unserved_sockets, config.kafka, log_dir=str(config.data_dir),
                                      node_id=self._broker_id, rack=config.rack,
                                      amqp_consumer_timeout_ms=config.amqp_consumer_timeout_ms)
-        listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp")]
+        listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp", "mqtt")]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)
         self.metrics.track_namespaces(self._core, per_topic=config.metrics.per_topic,
@@ -323,6 +328,7 @@ class Gateway:
         payload = {
             "kafka": addresses["kafka"],
             "amqp": addresses["amqp"],
+            "mqtt": addresses["mqtt"],
             "admin": addresses["admin"],
             "data_dir": str(self.config.data_dir),
             "pid": os.getpid(),
