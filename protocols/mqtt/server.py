@@ -114,7 +114,7 @@ class MqttConnection:
         self._output: list[bytes] = []
         self._flush_scheduled = False
         self._pending_acks: dict[Queue, list[int]] = {}
-        self._ended = asyncio.Event()
+        self._released = asyncio.Event()       # the session is offline: another connection may take it
         self._taken_over = False
         self._send_will = True               # False after a normal DISCONNECT
         self._closed = False
@@ -149,7 +149,7 @@ class MqttConnection:
             finally:
                 self.flush()
                 self._writer.close()
-                self._ended.set()
+                self._released.set()
 
     async def _serve(self) -> None:
         while not self._closed:
@@ -179,7 +179,7 @@ class MqttConnection:
         if self.machine.version == pk.V5:
             self._send(pk.Disconnect(rc.SESSION_TAKEN_OVER))
         self._close()
-        await self._ended.wait()
+        await self._released.wait()
 
     async def _keep_time(self) -> None:
         opened = self._loop.time()
@@ -300,6 +300,9 @@ class MqttConnection:
             if session is not None and session.connection is not None:
                 await session.connection.take_over()
                 session = self.broker.session_for_now(key)
+                if session is not None and not session.durable:   # it ended with its connection
+                    await self._discard(session)
+                    session = None
             if session is not None:
                 for handle in (session.expiry_handle, session.will_handle):
                     if handle is not None:
@@ -379,33 +382,41 @@ class MqttConnection:
     async def _end(self) -> None:
         self.port.connection_closed(self.client)
         self._flush_all()       # QoS 0 deliveries already written are acknowledged, not handed out again
+        session = self.session
+        mine = session is not None and session.connection is self
+        if mine:
+            session.connection = None        # offline from here on: a new connection may take it
+            if self.will is not None and self._send_will:
+                self._publish_will(session)
+        self._released.set()
         for consumer in list(self.consumers.values()):
             try:
                 await self.port.stop_consuming(self.space, consumer.queue, consumer)
-            except CoreError as exc:
+            except Exception as exc:          # closing down: the queues may be closed already
                 log.warning("MQTT client %r: leaving queue %s failed: %s", self.client_id, consumer.queue.name, exc)
         self.consumers.clear()
-        session = self.session
-        if session is None or session.connection is not self:
+        if not mine or self._taken_over:
             return
-        session.connection = None
-        if self.will is not None and self._send_will:
-            self._publish_will(session)
-        if self._taken_over:
-            return
-        try:
-            if not session.durable:
-                await self._discard(session)
-            else:
-                await self.broker.stored_sessions.save(session)
-                if session.expiry_s != NEVER_EXPIRES:
-                    session.expiry_handle = self._loop.call_later(session.expiry_s, self._expire, session)
-        except (CoreError, Exception) as exc:   # closing down: the store may be gone already
-            log.warning("MQTT client %r: ending its session failed: %s", self.client_id, exc)
+        async with self.broker.session_lock(session.key):
+            if session.connection is not None or self.broker.sessions.get(session.key) is not session:
+                return                        # a new connection has it now
+            try:
+                if not session.durable:
+                    await self._discard(session)
+                else:
+                    await self.broker.stored_sessions.save(session)
+                    if session.expiry_s != NEVER_EXPIRES:
+                        session.expiry_handle = self._loop.call_later(session.expiry_s, self._expire, session)
+            except Exception as exc:          # closing down: the store may be gone already
+                log.warning("MQTT client %r: ending its session failed: %s", self.client_id, exc)
 
     def _expire(self, session: Session) -> None:
-        if session.connection is None and self.broker.sessions.get(session.key) is session:
-            asyncio.ensure_future(self._discard(session))
+        asyncio.ensure_future(self._expire_now(session))
+
+    async def _expire_now(self, session: Session) -> None:
+        async with self.broker.session_lock(session.key):
+            if session.connection is None and self.broker.sessions.get(session.key) is session:
+                await self._discard(session)
 
     def _publish_will(self, session: Session) -> None:
         will = self.will

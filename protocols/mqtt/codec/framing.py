@@ -18,11 +18,19 @@ class Framer:
         self.max_packet_bytes = max_packet_bytes
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        """The complete packets `data` finishes, as (first byte, body); DecodeError on a bad frame."""
+    def feed(self, data: bytes) -> tuple[list[tuple[int, bytes]], DecodeError | None]:
+        """The complete packets `data` finishes, as (first byte, body), and the error of a bad frame
+        after them (None: none). The packets before a bad frame are still served; nothing after it."""
+        packets: list[tuple[int, bytes]] = []
+        try:
+            self._cut(data, packets)
+        except DecodeError as exc:
+            return packets, exc
+        return packets, None
+
+    def _cut(self, data: bytes, packets: list[tuple[int, bytes]]) -> None:
         buffer = self._buffer
         buffer += data
-        packets = []
         position = 0
         end = len(buffer)
         while end - position >= 2:
@@ -50,7 +58,6 @@ class Framer:
             position = cursor + length
         if position:
             del buffer[:position]
-        return packets
 
     @property
     def buffered(self) -> int:

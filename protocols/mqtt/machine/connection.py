@@ -9,6 +9,8 @@ client's maximum packet size for what is sent to it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from protocols.mqtt.codec import packets as pk
 from protocols.mqtt.codec.errors import DecodeError
 from protocols.mqtt.codec.framing import Framer
@@ -34,15 +36,13 @@ class MqttMachine:
 
     # --- input ------------------------------------------------------------------------------------
 
-    def receive(self, data: bytes, now: float) -> list[pk.Packet]:
-        """The packets `data` completes; ConnectionEnded when the bytes break the protocol."""
-        try:
-            frames = self._framer.feed(data)
-        except DecodeError as exc:
-            raise ConnectionEnded(exc.reason_code, str(exc)) from None
+    def receive(self, data: bytes, now: float) -> Iterator[pk.Packet]:
+        """The packets `data` completes, one at a time: each is decoded once the one before it was
+        handled (a CONNECT sets the version the next is read with). ConnectionEnded where the
+        bytes break the protocol, after the good packets before that point."""
+        frames, error = self._framer.feed(data)
         if frames:
             self.last_received = now
-        out = []
         for first_byte, body in frames:
             packet_type = first_byte >> 4
             if self.version is None and packet_type != pk.CONNECT:
@@ -61,8 +61,9 @@ class MqttMachine:
                 self.client_max_packet_bytes = packet.properties.get("maximum_packet_size")
             elif isinstance(packet, pk.Publish) and self.version == pk.V5:
                 self._resolve_alias(packet)
-            out.append(packet)
-        return out
+            yield packet
+        if error is not None:
+            raise ConnectionEnded(error.reason_code, str(error))
 
     def _resolve_alias(self, publish: pk.Publish) -> None:
         alias = publish.properties.pop("topic_alias", None)
