@@ -431,7 +431,7 @@ class MqttConnection:
         properties = {name: will.properties[name] for name in _WILL_PROPERTIES if name in will.properties}
         message = self._message(will.topic, will.payload, will.qos, will.retain, properties)
         try:
-            waiting = self._route(message)
+            waiting, _ = self._route(message)
             if waiting:
                 await asyncio.gather(*waiting)
         except Exception as exc:
@@ -445,13 +445,15 @@ class MqttConnection:
         return Message(topic, payload, qos, retain, properties, self.client_id,
                        None if expiry is None else now + expiry * 1000)
 
-    def _route(self, message: Message) -> list[Awaitable]:
-        """Append to every queue the topic reaches (and keep it as retained); what to wait for."""
+    def _route(self, message: Message) -> tuple[list[Awaitable], bool]:
+        """Append to every queue the topic reaches (and keep it as retained): what to wait for, and
+        whether any queue was reached."""
         waiting = self.port.publish(self.space, routing_key(message.topic), to_record(message, self.port.now_ms()))
+        routed = bool(waiting)
         if message.retain:
             waiting.append(asyncio.ensure_future(self.broker.retained.put(self.space.tenant, self.space.namespace,
                                                                           message)))
-        return waiting
+        return waiting, routed
 
     def _on_publish(self, publish: pk.Publish) -> None:
         try:
@@ -462,59 +464,58 @@ class MqttConnection:
             if len(self._inbound_qos) >= self.settings.receive_maximum and self.version == pk.V5:
                 raise ConnectionEnded(rc.RECEIVE_MAXIMUM_EXCEEDED, "more QoS 1/2 publishes in flight than allowed")
         session = self.session
+        kind = pk.PUBACK if publish.qos == 1 else pk.PUBREC
         if publish.qos == 2 and publish.packet_id in session.received_qos2:
-            self._reply(self._done(pk.PublishAck(pk.PUBREC, publish.packet_id)))   # stored already: not again
+            self._reply(None, pk.PublishAck(pk.PUBREC, publish.packet_id))   # stored already: not again
             return
         properties = {name: publish.properties[name] for name in (*CARRIED, "message_expiry_interval", "user_property")
                       if name in publish.properties}
-        waiting = self._route(self._message(publish.topic, publish.payload, publish.qos, publish.retain, properties))
+        message = self._message(publish.topic, publish.payload, publish.qos, publish.retain, properties)
+        waiting, routed = self._route(message)
         if publish.qos == 0:
             for future in waiting:
                 asyncio.ensure_future(future).add_done_callback(_quiet)
             return
+        code = rc.SUCCESS if routed or self.version != pk.V5 else rc.NO_MATCHING_SUBSCRIBERS
         self._inbound_qos.add(publish.packet_id)
-        self._reply(asyncio.ensure_future(self._publish_stored(publish, waiting)))
+        stored = _all_of(waiting)
+        if publish.qos == 2:
+            if session.durable:     # the identifier is stored too before PUBREC: a resend after a restart is known
+                stored = asyncio.ensure_future(self._qos2_stored(stored, publish.packet_id))
+            else:
+                session.received_qos2.add(publish.packet_id)
+        self._reply(stored, pk.PublishAck(kind, publish.packet_id, code), publish.packet_id)
 
-    async def _publish_stored(self, publish: pk.Publish, waiting: list[Awaitable]) -> pk.PublishAck:
-        packet_id = publish.packet_id
-        try:
-            if waiting:
-                await asyncio.gather(*waiting)
-            code = rc.SUCCESS if waiting else rc.NO_MATCHING_SUBSCRIBERS
-            if publish.qos == 2:
-                self.session.received_qos2.add(packet_id)
-                await self.broker.stored_sessions.save(self.session)
-        except Exception as exc:
-            log.warning("MQTT client %r: storing a publish to %s failed: %s", self.client_id, publish.topic, exc)
-            if self.version != pk.V5:
-                raise      # 3.1.1 has no way to say so: the connection closes, the client sends again
-            code = rc.UNSPECIFIED_ERROR
-        finally:
-            self._inbound_qos.discard(packet_id)
-        return pk.PublishAck(pk.PUBACK if publish.qos == 1 else pk.PUBREC, packet_id,
-                             code if self.version == pk.V5 else 0)
+    async def _qos2_stored(self, stored: asyncio.Future | None, packet_id: int) -> None:
+        if stored is not None:
+            await stored
+        self.session.received_qos2.add(packet_id)
+        await self.broker.stored_sessions.save(self.session)
 
-    def _done(self, packet) -> asyncio.Future:
-        future = self._loop.create_future()
-        future.set_result(packet)
-        return future
-
-    def _reply(self, future: asyncio.Future) -> None:
-        self._replies.append(future)
-        future.add_done_callback(self._send_replies)
+    def _reply(self, waiting: asyncio.Future | None, packet: pk.PublishAck, packet_id: int = 0) -> None:
+        """Send `packet` once `waiting` is done and every reply before it was sent."""
+        self._replies.append((waiting, packet, packet_id))
+        if waiting is None:
+            self._send_replies()
+        else:
+            waiting.add_done_callback(self._send_replies)
 
     def _send_replies(self, _future: asyncio.Future | None = None) -> None:
         replies = self._replies
-        while replies and replies[0].done():
-            future = replies.popleft()
-            if future.cancelled():
-                continue
-            if future.exception() is not None:
-                self._close()
+        while replies:
+            waiting, packet, packet_id = replies[0]
+            if waiting is not None and not waiting.done():
                 return
-            packet = future.result()
-            if packet is not None:
-                self._send(packet)
+            replies.popleft()
+            self._inbound_qos.discard(packet_id)
+            if waiting is not None and (waiting.cancelled() or waiting.exception() is not None):
+                error = "cancelled" if waiting.cancelled() else waiting.exception()
+                log.warning("MQTT client %r: storing a publish failed: %s", self.client_id, error)
+                if self.version != pk.V5:
+                    self._close()      # 3.1.1 has no way to say so: the client sends it again
+                    return
+                packet.reason_code = rc.UNSPECIFIED_ERROR
+            self._send(packet)
 
     def _on_publish_ack(self, ack: pk.PublishAck) -> None:
         session = self.session
@@ -524,9 +525,8 @@ class MqttConnection:
             known = ack.packet_id in session.received_qos2
             session.received_qos2.discard(ack.packet_id)
             code = rc.SUCCESS if known or self.version != pk.V5 else rc.PACKET_IDENTIFIER_NOT_FOUND
-            reply = pk.PublishAck(pk.PUBCOMP, ack.packet_id, code)
-            self._reply(asyncio.ensure_future(self._saved_then(reply)) if known and session.durable
-                        else self._done(reply))
+            saved = asyncio.ensure_future(self.broker.stored_sessions.save(session)) if known and session.durable else None
+            self._reply(saved, pk.PublishAck(pk.PUBCOMP, ack.packet_id, code))
             return
         if ack.kind == pk.PUBCOMP:
             session.awaiting_pubcomp.discard(ack.packet_id)
@@ -540,10 +540,6 @@ class MqttConnection:
         if ack.kind == pk.PUBREC and entry is not None and ack.reason_code < 0x80:
             session.awaiting_pubcomp.add(ack.packet_id)
             self._send(pk.PublishAck(pk.PUBREL, ack.packet_id))
-
-    async def _saved_then(self, reply: pk.PublishAck) -> pk.PublishAck:
-        await self.broker.stored_sessions.save(self.session)
-        return reply
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -665,6 +661,15 @@ class MqttConnection:
 
 def _host(peer) -> str | None:
     return peer[0] if isinstance(peer, tuple) and peer else None
+
+
+def _all_of(waiting: list[Awaitable]) -> asyncio.Future | None:
+    """One future for all of `waiting` (None for nothing to wait for)."""
+    if not waiting:
+        return None
+    if len(waiting) == 1:
+        return asyncio.ensure_future(waiting[0])
+    return asyncio.gather(*waiting)
 
 
 def _quiet(future: asyncio.Future) -> None:
