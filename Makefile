@@ -23,7 +23,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java
+.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-mqtt bench-fifo-groups bench-replicated upstream-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,10 @@ bench-kafka: $(BENCH_STAMP)
 # AMQP publish/consume through a real `gateway serve` beside a private RabbitMQ node (bench/rabbitmq.py).
 bench-amqp: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.amqp $(ARGS)
+
+# MQTT publish/subscribe at QoS 0/1/2 and idle connections' memory, beside a private mosquitto.
+bench-mqtt: $(TEST_STAMP) system-packages
+	$(BIN)/python -m bench.mqtt $(ARGS)
 
 # FIFO message groups: a key-shared queue's dispatch throughput against a plain queue, with pika.
 bench-fifo-groups: $(BENCH_STAMP)

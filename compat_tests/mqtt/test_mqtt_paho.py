@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from paho.mqtt.packettypes import PacketTypes
+
 from compat_tests.mqtt.clients import V5, V311, TestClient, v5_properties
 
 
@@ -265,3 +267,33 @@ def test_hostile_length_is_refused_before_the_body_arrives(mqtt_gateway):
 def test_unknown_protocol_level_is_refused_with_connack(mqtt_gateway):
     connect = bytes.fromhex("100f00044d5154540902003c0003726177")        # level 9
     assert _raw(mqtt_gateway.mqtt, connect) == bytes.fromhex("20020001")
+
+
+def test_will_delay_holds_the_will_back(mqtt_broker):
+    watcher = TestClient(mqtt_broker)
+    watcher.subscribe("delayed-will/#", qos=1)
+    will_properties = v5_properties(PacketTypes.WILLMESSAGE, WillDelayInterval=2)
+    device = TestClient(mqtt_broker, protocol=V5, session_expiry=60,
+                        will=("delayed-will/x", b"late", 1, False, will_properties))
+    device.drop()
+    watcher.nothing_more(within=0.5)          # not at once
+    [message] = watcher.receive()
+    assert message.payload == b"late"
+    watcher.disconnect()
+
+
+def test_expired_message_is_not_delivered_to_a_returning_session(mqtt_broker):
+    client_id = f"expiry-{time.monotonic_ns()}"
+    device = TestClient(mqtt_broker, client_id, protocol=V5, clean=False, session_expiry=60)
+    device.subscribe("expiring/#", qos=1)
+    device.disconnect()
+    publisher = TestClient(mqtt_broker, protocol=V5)
+    publisher.publish("expiring/short", b"gone", qos=1, properties=v5_properties(MessageExpiryInterval=1))
+    publisher.publish("expiring/long", b"kept", qos=1, properties=v5_properties(MessageExpiryInterval=600))
+    time.sleep(2.2)
+    device = TestClient(mqtt_broker, client_id, protocol=V5, clean=False, session_expiry=60)
+    [message] = device.receive()
+    assert message.payload == b"kept"
+    device.nothing_more()
+    device.disconnect()
+    publisher.disconnect()

@@ -111,9 +111,14 @@ class CorePort:
     async def unbind(self, space: QueueNamespace, queue: str, binding_key: str) -> None:
         await space.unbind(Binding(TOPIC_EXCHANGE, queue, DestinationKind.QUEUE, binding_key))
 
-    def publish(self, space: QueueNamespace, routing_key: str, record: Record) -> list[Awaitable]:
-        """Route through amq.topic and append; one future per queue reached, done once durable."""
+    def publish(self, space: QueueNamespace, routing_key: str, record: Record, *,
+                expires: bool = False) -> list[Awaitable]:
+        """Route through amq.topic and append; one future per queue reached, done once durable.
+        `expires`: the record has its own expiry, which the queues enforce while nobody consumes."""
         queues = space.route(TOPIC_EXCHANGE, routing_key, _no_headers)
+        if expires:
+            for queue in queues:
+                queue.expect_expiring()
         return [queue.publish(record) for queue in queues]
 
     # --- consuming --------------------------------------------------------------------------------

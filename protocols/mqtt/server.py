@@ -448,7 +448,8 @@ class MqttConnection:
     def _route(self, message: Message) -> tuple[list[Awaitable], bool]:
         """Append to every queue the topic reaches (and keep it as retained): what to wait for, and
         whether any queue was reached."""
-        waiting = self.port.publish(self.space, routing_key(message.topic), to_record(message, self.port.now_ms()))
+        waiting = self.port.publish(self.space, routing_key(message.topic), to_record(message, self.port.now_ms()),
+                                    expires=message.expires_at_ms is not None)
         routed = bool(waiting)
         if message.retain:
             waiting.append(asyncio.ensure_future(self.broker.retained.put(self.space.tenant, self.space.namespace,
