@@ -102,7 +102,7 @@ class TestClient:
     def receive(self, count: int = 1, timeout: float = WAIT_S) -> list:
         return [self.messages.get(timeout=timeout) for _ in range(count)]
 
-    def nothing_more(self, within: float = 0.5) -> bool:
+    def nothing_more(self, within: float = 0.3) -> bool:
         try:
             message = self.messages.get(timeout=within)
         except queue.Empty:

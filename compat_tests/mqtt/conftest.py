@@ -1,4 +1,4 @@
-"""MQTT fixtures: `mqtt_gateway` (one gateway per module), `mosquitto` (a private mosquitto per
+"""MQTT fixtures: `mqtt_gateway` (one gateway for the MQTT tests), `mosquitto` (a private mosquitto per
 module, Debian's package; skipped, saying why, where it is not installed), and `mqtt_broker`, which
 runs a test once against each (the MQTT address of the broker under test, and its name)."""
 
@@ -29,8 +29,9 @@ class Broker:
         return self.host, self.port
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mqtt_gateway(tmp_path_factory):
+    """One gateway for every MQTT test module (starting one is most of a short test's time)."""
     process = start_gateway(tmp_path_factory.mktemp("mqtt-gateway"))
     yield process
     process.stop()

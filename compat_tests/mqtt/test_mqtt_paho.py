@@ -97,12 +97,12 @@ def test_persistent_session_keeps_subscriptions_and_messages_while_offline(mqtt_
     publisher.disconnect()
 
 
-def test_will_is_published_when_the_connection_drops_not_after_disconnect(mqtt_broker, protocol):
+def test_will_is_published_when_the_connection_drops_not_after_disconnect(mqtt_broker):
     watcher = TestClient(mqtt_broker)
     watcher.subscribe("will/#", qos=1)
-    polite = TestClient(mqtt_broker, protocol=protocol, will=("will/polite", b"gone", 1, False))
+    polite = TestClient(mqtt_broker, will=("will/polite", b"gone", 1, False))
     polite.disconnect()
-    rude = TestClient(mqtt_broker, protocol=protocol, will=("will/rude", b"lost", 1, False))
+    rude = TestClient(mqtt_broker, will=("will/rude", b"lost", 1, False))
     rude.drop()
     [message] = watcher.receive()
     assert (message.topic, message.payload) == ("will/rude", b"lost")

@@ -90,7 +90,7 @@ def _decode_one(data: bytes, version: int):
     return pk.decode(frames[0][0], frames[0][1], version)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(packets())
 def test_every_packet_round_trips(case):
     version, packet = case
@@ -169,7 +169,7 @@ def test_malformed_packets(first_byte, body):
         pk.decode(first_byte, body, pk.V311)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=200), st.sampled_from([pk.V31, pk.V311, pk.V5]))
 def test_garbage_raises_only_decode_errors(data, version):
     frames, error = Framer(4096).feed(data)
