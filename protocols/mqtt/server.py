@@ -303,6 +303,9 @@ class MqttConnection:
                 if session is not None and not session.durable:   # it ended with its connection
                     await self._discard(session)
                     session = None
+            if session is not None and session.expired(self.port.now_ms()):    # ran out while the gateway was down
+                await self._discard(session)
+                session = None
             if session is not None:
                 for handle in (session.expiry_handle, session.will_handle):
                     if handle is not None:
@@ -317,6 +320,7 @@ class MqttConnection:
             was_durable = session.durable
             session.expiry_s = expiry
             session.connection = self
+            session.offline_since_ms = None
             self.session = session
             self.broker.sessions[key] = session
             queue = await self.port.open_queue(self.space, queue_name(client_id), durable=session.durable)
@@ -404,6 +408,7 @@ class MqttConnection:
                 if not session.durable:
                     await self._discard(session)
                 else:
+                    session.offline_since_ms = self.port.now_ms()
                     await self.broker.stored_sessions.save(session)
                     if session.expiry_s != NEVER_EXPIRES:
                         session.expiry_handle = self._loop.call_later(session.expiry_s, self._expire, session)

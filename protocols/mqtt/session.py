@@ -56,6 +56,7 @@ class Session:
     connection: Any = None                 # the live connection, None while offline
     expiry_handle: Any = None              # the timer ending an offline session
     will_handle: Any = None                # the timer publishing a delayed will
+    offline_since_ms: int | None = None    # when its last connection ended (kept sessions)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -65,10 +66,16 @@ class Session:
     def durable(self) -> bool:
         return self.expiry_s > 0
 
+    def expired(self, now_ms: int) -> bool:
+        """Offline longer than its session expiry (checked when a stored session is found again)."""
+        return (self.connection is None and self.offline_since_ms is not None and self.expiry_s != NEVER_EXPIRES
+                and now_ms >= self.offline_since_ms + self.expiry_s * 1000)
+
     def to_doc(self) -> dict[str, Any]:
         subs = [[name, s.request.qos, s.request.no_local, s.request.retain_as_published, s.request.retain_handling,
                  s.identifier] for name, s in self.subscriptions.items()]
-        return {"expiry_s": self.expiry_s, "subscriptions": subs, "received_qos2": sorted(self.received_qos2)}
+        return {"expiry_s": self.expiry_s, "subscriptions": subs, "received_qos2": sorted(self.received_qos2),
+                "offline_since_ms": self.offline_since_ms}
 
     @classmethod
     def from_doc(cls, tenant: str, namespace: str, client_id: str, doc: dict[str, Any]) -> "Session":
@@ -78,6 +85,7 @@ class Session:
             session.subscriptions[name] = Subscription(SubscriptionRequest(name, qos, no_local, rap, handling),
                                                        identifier, group, topic_filter)
         session.received_qos2 = set(doc.get("received_qos2", ()))
+        session.offline_since_ms = doc.get("offline_since_ms")
         return session
 
 
