@@ -1,6 +1,6 @@
 """MQTT publish/subscribe through a real `gateway serve` beside a private mosquitto, in one run.
 
-For each QoS level: one paho-mqtt publisher sends --messages messages of --payload bytes (up to 100
+For each QoS level: one paho-mqtt publisher sends --messages messages of --payload bytes (up to 1,000
 unacknowledged at a time) to one topic, one subscriber of that QoS receives them; reported are the
 messages per second from the first publish to the last delivery and the end-to-end latency (p50,
 p99) under that load. Then --idle connections each CONNECT and SUBSCRIBE and stay idle: reported is
@@ -32,13 +32,14 @@ from bench.reference import free_port, start_gateway
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 _STAMP = struct.Struct(">d")
+INFLIGHT = 1000           # QoS 1/2 messages each client keeps unacknowledged at most (both directions)
 
 
 def start_mosquitto(directory: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
     config = directory / "mosquitto.conf"
     config.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\nmax_connections -1\n"
-                      "max_inflight_messages 100\nmax_queued_messages 100000\n")
+                      "max_inflight_messages 1000\nmax_queued_messages 100000\n")
     proc = subprocess.Popen([MOSQUITTO, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -52,7 +53,7 @@ def start_mosquitto(directory: Path) -> tuple[subprocess.Popen, int]:
 
 def _client(client_id: str) -> mqtt.Client:
     client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311)
-    client.max_inflight_messages_set(100)
+    client.max_inflight_messages_set(INFLIGHT)
     client.max_queued_messages_set(0)
     return client
 
