@@ -16,6 +16,14 @@ from compat_tests.conftest import start_gateway
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 START_DEADLINE_S = 10.0
+DEVICE_USER, DEVICE_PASSWORD, DEVICE_VHOST = "device", "device-secret", "iot/plant"
+USERS = f"""
+[[users]]
+name = "{DEVICE_USER}"
+password = "{DEVICE_PASSWORD}"
+tenant = "iot"
+namespace = "plant"
+"""
 
 
 @dataclass(frozen=True)
@@ -31,8 +39,12 @@ class Broker:
 
 @pytest.fixture(scope="session")
 def mqtt_gateway(tmp_path_factory):
-    """One gateway for every MQTT test module (starting one is most of a short test's time)."""
-    process = start_gateway(tmp_path_factory.mktemp("mqtt-gateway"))
+    """One gateway for every MQTT test module (starting one is most of a short test's time), with
+    one user of its own tenant/namespace besides the loopback guest."""
+    directory = tmp_path_factory.mktemp("mqtt-gateway")
+    config = directory / "gateway.toml"
+    config.write_text(USERS)
+    process = start_gateway(directory, "--config", str(config))
     yield process
     process.stop()
 

@@ -297,3 +297,44 @@ def test_expired_message_is_not_delivered_to_a_returning_session(mqtt_broker):
     device.nothing_more()
     device.disconnect()
     publisher.disconnect()
+
+
+def test_unsubscribed_filter_gets_nothing_more(mqtt_broker, protocol):
+    client = TestClient(mqtt_broker, protocol=protocol)
+    client.subscribe("unsub/+", qos=1)
+    client.publish("unsub/a", b"1", qos=1)
+    assert client.receive()[0].payload == b"1"
+    client.unsubscribe("unsub/+")
+    client.publish("unsub/a", b"2", qos=1)
+    client.nothing_more()
+    client.disconnect()
+
+
+def test_silent_client_is_dropped_after_one_and_a_half_keep_alives(mqtt_broker):
+    connect = bytes.fromhex("100f00044d5154540402" "0001" "0003726177")     # keep-alive 1 s
+    started = time.monotonic()
+    assert _raw(mqtt_broker.address, connect) == CONNACK_311                # then closed by the broker
+    assert 1.4 <= time.monotonic() - started < 4.5
+
+
+def test_retain_handling_2_sends_no_retained_messages(mqtt_broker):
+    publisher = TestClient(mqtt_broker, protocol=V5)
+    topic = f"rh/{time.monotonic_ns()}"
+    publisher.publish(topic, b"kept", qos=1, retain=True)
+    never, always = TestClient(mqtt_broker, protocol=V5), TestClient(mqtt_broker, protocol=V5)
+    never.subscribe(topic, qos=1, retainHandling=2)
+    always.subscribe(topic, qos=1, retainHandling=0)
+    assert always.receive()[0].payload == b"kept"
+    never.nothing_more()
+    publisher.publish(topic, b"", qos=1, retain=True)
+    for client in (publisher, never, always):
+        client.disconnect()
+
+
+def test_connack_announces_the_gateways_limits(mqtt_gateway):
+    from compat_tests.mqtt.conftest import Broker
+    client = TestClient(Broker("gateway", *mqtt_gateway.mqtt), protocol=V5)
+    properties = client.connack[2]
+    assert (properties.ReceiveMaximum, properties.TopicAliasMaximum, properties.MaximumPacketSize) == (1024, 64, 16 << 20)
+    assert (properties.SharedSubscriptionAvailable, properties.WildcardSubscriptionAvailable) == (1, 1)
+    client.disconnect()
