@@ -89,13 +89,12 @@ class CorePort:
 
     async def open_queue(self, space: QueueNamespace, name: str, *, durable: bool,
                          auto_delete: bool = False) -> Queue:
-        """The queue holding a session's (or a share group's) messages, declared if missing. A
-        session that does not outlive its connection has a non-durable queue, deleted with it."""
+        """The queue holding a session's (or a share group's) messages, declared if missing (one
+        that exists is kept as it is, with what waits in it). A session that does not outlive its
+        connection has a non-durable queue, deleted with it."""
         existing = space.queues.get(name)
-        if existing is not None and existing.info.durable == durable:
-            return existing
         if existing is not None:
-            await space.delete_queue(name)
+            return existing
         return await space.declare_queue(name, durable=durable, auto_delete=auto_delete)
 
     def existing_queue(self, space: QueueNamespace, name: str) -> Queue | None:

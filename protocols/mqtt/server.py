@@ -323,7 +323,11 @@ class MqttConnection:
             session.offline_since_ms = None
             self.session = session
             self.broker.sessions[key] = session
-            queue = await self.port.open_queue(self.space, queue_name(client_id), durable=session.durable)
+            # A clean session gets its queue with its first subscription: a device that only
+            # publishes costs no queue.
+            queue = None
+            if session.durable or any(s.share_group is None for s in session.subscriptions.values()):
+                queue = await self.port.open_queue(self.space, queue_name(client_id), durable=session.durable)
             for subscription in session.subscriptions.values():
                 if subscription.share_group is None:
                     await self.port.bind(self.space, queue.name, routing_key(subscription.topic_filter))
@@ -348,7 +352,8 @@ class MqttConnection:
         self._send(pk.ConnAck(rc.SUCCESS, present, properties))
         for packet_id in sorted(session.awaiting_pubcomp):
             self._send(pk.PublishAck(pk.PUBREL, packet_id))
-        await self._consume(queue, None)
+        if queue is not None:
+            await self._consume(queue, None)
         for subscription in session.subscriptions.values():
             if subscription.share_group is not None:
                 await self._consume_share(subscription)
@@ -357,6 +362,16 @@ class MqttConnection:
         consumer = SessionConsumer(self, queue, self.client_receive_maximum, share)
         self.consumers[queue.name] = consumer
         await self.port.consume(queue, consumer)
+
+    async def _session_queue(self) -> Queue:
+        """The session's queue, declared and consumed from on first use."""
+        name = queue_name(self.client_id)
+        consumer = self.consumers.get(name)
+        if consumer is not None:
+            return consumer.queue
+        queue = await self.port.open_queue(self.space, name, durable=self.session.durable)
+        await self._consume(queue, None)
+        return queue
 
     async def _consume_share(self, subscription: Subscription) -> None:
         name = share_queue_name(subscription.share_group, subscription.topic_filter)
@@ -579,7 +594,8 @@ class MqttConnection:
             session.subscriptions[request.topic_filter] = subscription
             try:
                 if group is None:
-                    await self.port.bind(self.space, queue_name(session.client_id), routing_key(topic_filter))
+                    queue = await self._session_queue()
+                    await self.port.bind(self.space, queue.name, routing_key(topic_filter))
                 else:
                     await self._consume_share(subscription)
             except CoreError as exc:
