@@ -68,6 +68,7 @@ class MqttConnection:
         self.peer = writer.get_extra_info("peername")
         self.client = self.port.connection_opened(self.peer, self._close_for_operator)
         self.session: Session | None = None
+        self.user = None                       # the core's User, once CONNECT was accepted
         self.space = None
         self.will: pk.Will | None = None
         self.client_id = ""

@@ -59,6 +59,7 @@ async def on_connect(connection, connect: pk.Connect) -> None:
     else:
         expiry = 0 if connect.clean_start else NEVER_EXPIRES
     connection.client_id = client_id
+    connection.user = user
     connection.client.user, (connection.client.tenant, connection.client.namespace) = user.principal.user, namespace
     connection.client.client_id = client_id
     connection.space = await connection.port.namespace(*namespace)

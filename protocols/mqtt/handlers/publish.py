@@ -73,6 +73,13 @@ def on_publish(connection, publish: pk.Publish) -> None:
             raise ConnectionEnded(rc.RECEIVE_MAXIMUM_EXCEEDED, "more QoS 1/2 publishes in flight than allowed")
     session = connection.session
     kind = pk.PUBACK if publish.qos == 1 else pk.PUBREC
+    if not connection.port.may_publish(connection.user, session.tenant, session.namespace, publish.topic):
+        log.info("MQTT client %r may not publish to %s", connection.client_id, publish.topic)
+        if connection.version == pk.V5 and publish.qos:
+            reply(connection, None, pk.PublishAck(kind, publish.packet_id, rc.NOT_AUTHORIZED))
+        elif publish.qos:
+            raise ConnectionEnded(rc.NOT_AUTHORIZED, f"not authorized to publish to {publish.topic}")
+        return
     if publish.qos == 2 and publish.packet_id in session.received_qos2:
         reply(connection, None, pk.PublishAck(pk.PUBREC, publish.packet_id))   # stored already: not again
         return

@@ -35,6 +35,10 @@ async def on_subscribe(connection, subscribe: pk.Subscribe) -> None:
             continue
         if group is not None and request.no_local:
             raise ConnectionEnded(rc.PROTOCOL_ERROR, "no local on a shared subscription")
+        if not connection.port.may_subscribe(connection.user, session.tenant, session.namespace, request.topic_filter):
+            log.info("MQTT client %r may not subscribe to %s", connection.client_id, request.topic_filter)
+            codes.append(rc.NOT_AUTHORIZED if connection.version == pk.V5 else rc.V3_SUBACK_FAILURE)
+            continue
         request.qos = min(request.qos, 2)
         subscription = Subscription(request, identifier, group, topic_filter)
         existed = request.topic_filter in session.subscriptions
