@@ -12,7 +12,8 @@ from compat_tests.mqtt.conftest import Broker
 
 def _amqp(gateway) -> pika.BlockingConnection:
     host, port = gateway.amqp
-    return pika.BlockingConnection(pika.ConnectionParameters(host, port, credentials=pika.PlainCredentials("guest", "guest")))
+    credentials = pika.PlainCredentials("guest", "guest")
+    return pika.BlockingConnection(pika.ConnectionParameters(host, port, credentials=credentials))
 
 
 def test_mqtt_publish_reaches_an_amqp_queue_bound_to_amq_topic(mqtt_gateway):

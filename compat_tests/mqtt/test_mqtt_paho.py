@@ -335,6 +335,7 @@ def test_connack_announces_the_gateways_limits(mqtt_gateway):
     from compat_tests.mqtt.conftest import Broker
     client = TestClient(Broker("gateway", *mqtt_gateway.mqtt), protocol=V5)
     properties = client.connack[2]
-    assert (properties.ReceiveMaximum, properties.TopicAliasMaximum, properties.MaximumPacketSize) == (1024, 64, 16 << 20)
+    limits = (properties.ReceiveMaximum, properties.TopicAliasMaximum, properties.MaximumPacketSize)
+    assert limits == (1024, 64, 16 << 20)
     assert (properties.SharedSubscriptionAvailable, properties.WildcardSubscriptionAvailable) == (1, 1)
     client.disconnect()

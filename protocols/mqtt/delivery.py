@@ -62,11 +62,11 @@ def deliver(connection, consumer: SessionConsumer, queued: QueuedMessage) -> Non
     qos = min(message.qos, max(s.request.qos for s in subscriptions))
     retain = message.retain and any(s.request.retain_as_published for s in subscriptions)
     publish_to_client(connection, message, qos, retain, subscriptions, consumer.queue, queued.offset,
-                            queued.redelivered, now)
+                      queued.redelivered, now)
 
 
 def publish_to_client(connection, message: Message, qos: int, retain: bool, subscriptions: list[Subscription],
-                       queue: Queue | None, offset: int, dup: bool, now: int) -> None:
+                      queue: Queue | None, offset: int, dup: bool, now: int) -> None:
     properties = {}
     if connection.version == pk.V5:
         properties = dict(message.properties)
@@ -79,7 +79,7 @@ def publish_to_client(connection, message: Message, qos: int, retain: bool, subs
     if qos:
         packet_id = connection.machine.take_packet_id(connection.inflight.keys() | connection.session.awaiting_pubcomp)
     sent = connection.send(pk.Publish(message.topic, message.payload, qos, retain, dup and qos > 0, packet_id,
-                                 properties))
+                                      properties))
     if qos and sent:
         connection.inflight[packet_id] = (queue, offset)
     elif queue is not None:

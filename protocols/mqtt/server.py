@@ -102,7 +102,9 @@ class MqttConnection:
                 self.send(pk.Disconnect(exc.reason_code, {"reason_string": str(exc)[:200]}))
         except pk.UnsupportedProtocol as exc:
             log.info("MQTT connection from %s refused: %s", self.peer, exc)
-            code = rc.UNSUPPORTED_PROTOCOL_VERSION if exc.level == pk.V5 else rc.V3_CONNACK[rc.UNSUPPORTED_PROTOCOL_VERSION]
+            code = rc.UNSUPPORTED_PROTOCOL_VERSION
+            if exc.level != pk.V5:
+                code = rc.V3_CONNACK[code]
             self._output.append(pk.ConnAck(code).encode(pk.V311))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass

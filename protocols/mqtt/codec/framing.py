@@ -51,7 +51,8 @@ class Framer:
                 break
             total = cursor - position + length
             if total > self.max_packet_bytes:
-                raise DecodeError(PACKET_TOO_LARGE, f"packet of {total} bytes over the limit of {self.max_packet_bytes}")
+                raise DecodeError(PACKET_TOO_LARGE,
+                                  f"packet of {total} bytes over the limit of {self.max_packet_bytes}")
             if end - cursor < length:
                 break
             packets.append((buffer[position], bytes(buffer[cursor:cursor + length])))

@@ -91,7 +91,8 @@ class Connect:
         payload = p.text(self.client_id)
         if self.will is not None:
             flags |= 0x04 | (self.will.qos << 3) | (0x20 if self.will.retain else 0)
-            payload += _properties(version, self.will.properties) + p.text(self.will.topic) + p.binary(self.will.payload)
+            payload += (_properties(version, self.will.properties) + p.text(self.will.topic)
+                        + p.binary(self.will.payload))
         if self.username is not None:
             flags |= 0x80
             payload += p.text(self.username)
@@ -230,7 +231,8 @@ class Subscribe:
     def encode(self, version: int) -> bytes:
         body = p.u16(self.packet_id) + _properties(version, self.properties)
         for r in self.requests:
-            options = r.qos | (0x04 if r.no_local else 0) | (0x08 if r.retain_as_published else 0) | (r.retain_handling << 4)
+            options = (r.qos | (0x04 if r.no_local else 0) | (0x08 if r.retain_as_published else 0)
+                       | (r.retain_handling << 4))
             body += p.text(r.topic_filter) + bytes((options,))
         return _header(SUBSCRIBE, REQUIRED_FLAGS[SUBSCRIBE], body)
 

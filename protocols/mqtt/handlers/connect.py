@@ -31,8 +31,9 @@ async def on_connect(connection, connect: pk.Connect) -> None:
     password = (connect.password or b"").decode("utf-8", "replace")
     if connect.properties.get("authentication_method") is not None:
         return await refuse(connection, rc.BAD_AUTHENTICATION_METHOD if version == pk.V5 else rc.NOT_AUTHORIZED,
-                                  "enhanced authentication is not offered")
-    user = await connection.port.log_in(name, password, _host(connection.peer), default_guest=connection.settings.default_guest)
+                            "enhanced authentication is not offered")
+    user = await connection.port.log_in(name, password, _host(connection.peer),
+                                        default_guest=connection.settings.default_guest)
     if user is None:
         return await refuse(connection, rc.BAD_USER_NAME_OR_PASSWORD, f"bad credentials for user {name!r}")
     namespace = connection.port.namespace_of(vhost)

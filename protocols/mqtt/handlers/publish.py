@@ -28,7 +28,8 @@ def publish_will(connection, session: Session) -> None:
     delay = will.properties.get("will_delay_interval", 0) if connection.version == pk.V5 else 0
     delay = min(delay, session.expiry_s)
     if delay > 0:
-        session.will_handle = connection.loop.call_later(delay, lambda: asyncio.ensure_future(will_now(connection, will)))
+        session.will_handle = connection.loop.call_later(
+            delay, lambda: asyncio.ensure_future(will_now(connection, will)))
     else:
         asyncio.ensure_future(will_now(connection, will))
 
@@ -54,12 +55,12 @@ def message_of(connection, topic: str, payload: bytes, qos: int, retain: bool, p
 def route(connection, message: Message) -> tuple[list[Awaitable], bool]:
     """Append to every queue the topic reaches (and keep it as retained): what to wait for, and
     whether any queue was reached."""
-    waiting = connection.port.publish(connection.space, routing_key(message.topic), to_record(message, connection.port.now_ms()),
-                                expires=message.expires_at_ms is not None)
+    space = connection.space
+    waiting = connection.port.publish(space, routing_key(message.topic), to_record(message, connection.port.now_ms()),
+                                      expires=message.expires_at_ms is not None)
     routed = bool(waiting)
     if message.retain:
-        waiting.append(asyncio.ensure_future(connection.broker.retained.put(connection.space.tenant, connection.space.namespace,
-                                                                      message)))
+        waiting.append(asyncio.ensure_future(connection.broker.retained.put(space.tenant, space.namespace, message)))
     return waiting, routed
 
 
@@ -144,7 +145,9 @@ def on_publish_ack(connection, ack: pk.PublishAck) -> None:
         known = ack.packet_id in session.received_qos2
         session.received_qos2.discard(ack.packet_id)
         code = rc.SUCCESS if known or connection.version != pk.V5 else rc.PACKET_IDENTIFIER_NOT_FOUND
-        saved = asyncio.ensure_future(connection.broker.stored_sessions.save(session)) if known and session.durable else None
+        saved = None
+        if known and session.durable:
+            saved = asyncio.ensure_future(connection.broker.stored_sessions.save(session))
         reply(connection, saved, pk.PublishAck(pk.PUBCOMP, ack.packet_id, code))
         return
     if ack.kind == pk.PUBCOMP:

@@ -66,7 +66,7 @@ async def on_subscribe(connection, subscribe: pk.Subscribe) -> None:
 async def send_retained(connection, subscription: Subscription) -> None:
     now = connection.port.now_ms()
     for message in await connection.broker.retained.matching(connection.space.tenant, connection.space.namespace,
-                                                       subscription.topic_filter, now):
+                                                             subscription.topic_filter, now):
         qos = min(message.qos, subscription.request.qos)
         delivery.publish_to_client(connection, message, qos, True, [subscription], None, 0, False, now)
 
@@ -80,7 +80,8 @@ async def on_unsubscribe(connection, unsubscribe: pk.Unsubscribe) -> None:
             codes.append(rc.NO_SUBSCRIPTION_EXISTED)
             continue
         if subscription.share_group is None:
-            await connection.port.unbind(connection.space, queue_name(session.client_id), routing_key(subscription.topic_filter))
+            await connection.port.unbind(connection.space, queue_name(session.client_id),
+                                         routing_key(subscription.topic_filter))
         else:
             name = share_queue_name(subscription.share_group, subscription.topic_filter)
             consumer = connection.consumers.pop(name, None)
