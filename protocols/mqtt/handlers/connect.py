@@ -106,7 +106,6 @@ async def on_connect(connection, connect: pk.Connect) -> None:
         elif was_durable:
             await connection.broker.stored_sessions.drop(session)
     connection.will = connect.will
-    connection.machine._framer.max_packet_bytes = connection.settings.max_packet_bytes
     properties = {}
     if version == pk.V5:
         properties = {"receive_maximum": connection.settings.receive_maximum,
@@ -118,7 +117,7 @@ async def on_connect(connection, connect: pk.Connect) -> None:
             properties["assigned_client_identifier"] = assigned
         if connect.properties.get("session_expiry_interval", 0) != expiry:
             properties["session_expiry_interval"] = expiry
-    connection.machine.connected = True
+    connection.machine.accepted(connection.settings.max_packet_bytes)
     connection.send(pk.ConnAck(rc.SUCCESS, present, properties))
     for packet_id in sorted(session.awaiting_pubcomp):
         connection.send(pk.PublishAck(pk.PUBREL, packet_id))

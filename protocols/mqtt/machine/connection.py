@@ -78,6 +78,11 @@ class MqttMachine:
         else:
             raise ConnectionEnded(rc.PROTOCOL_ERROR, f"topic alias {alias} used before it was set")
 
+    def accepted(self, max_packet_bytes: int) -> None:
+        """CONNACK with success is on its way: packets up to the full maximum size may come now."""
+        self.connected = True
+        self._framer.max_packet_bytes = max_packet_bytes
+
     def keep_alive_expired(self, now: float) -> bool:
         return self.keep_alive_s > 0 and now - self.last_received > 1.5 * self.keep_alive_s
 
