@@ -99,7 +99,7 @@ def idle_memory(port: int, pid: int, connections: int) -> float:
     process = psutil.Process(pid)
     before = process.memory_info().rss
     sockets = []
-    connect_template = b"\x10%c\x00\x04MQTT\x04\x02\x00\x3c\x00\x08%s"
+    connect_template = b"\x10%c\x00\x04MQTT\x04\x02\x00\x00\x00\x08%s"   # keep-alive 0: idle for good
     for index in range(connections):
         client_id = f"{index:08d}".encode()
         sock = socket.create_connection(("127.0.0.1", port))
