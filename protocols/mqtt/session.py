@@ -52,6 +52,7 @@ class Session:
     expiry_s: int = 0                      # 0: ends with the connection
     subscriptions: dict[str, Subscription] = field(default_factory=dict)   # by the filter as subscribed
     received_qos2: set[int] = field(default_factory=set)
+    storing_qos2: dict[int, Any] = field(default_factory=dict)      # packet id -> its storing, not done yet
     awaiting_pubcomp: set[int] = field(default_factory=set)
     connection: Any = None                 # the live connection, None while offline
     expiry_handle: Any = None              # the timer ending an offline session

@@ -84,6 +84,9 @@ def on_publish(connection, publish: pk.Publish) -> None:
     if publish.qos == 2 and publish.packet_id in session.received_qos2:
         reply(connection, None, pk.PublishAck(pk.PUBREC, publish.packet_id))   # stored already: not again
         return
+    if publish.qos == 2 and publish.packet_id in session.storing_qos2:   # a resend while the first is stored
+        reply(connection, session.storing_qos2[publish.packet_id], pk.PublishAck(pk.PUBREC, publish.packet_id))
+        return
     properties = {name: publish.properties[name] for name in (*CARRIED, "message_expiry_interval", "user_property")
                   if name in publish.properties}
     message = message_of(connection, publish.topic, publish.payload, publish.qos, publish.retain, properties)
@@ -98,16 +101,21 @@ def on_publish(connection, publish: pk.Publish) -> None:
     if publish.qos == 2:
         if session.durable:     # the identifier is stored too before PUBREC: a resend after a restart is known
             stored = asyncio.ensure_future(qos2_stored(connection, stored, publish.packet_id))
+            session.storing_qos2[publish.packet_id] = stored
         else:
             session.received_qos2.add(publish.packet_id)
     reply(connection, stored, pk.PublishAck(kind, publish.packet_id, code), publish.packet_id)
 
 
 async def qos2_stored(connection, stored: asyncio.Future | None, packet_id: int) -> None:
-    if stored is not None:
-        await stored
-    connection.session.received_qos2.add(packet_id)
-    await connection.broker.stored_sessions.save(connection.session)
+    session = connection.session
+    try:
+        if stored is not None:
+            await stored
+        session.received_qos2.add(packet_id)
+        await connection.broker.stored_sessions.save(session)
+    finally:
+        session.storing_qos2.pop(packet_id, None)
 
 
 def reply(connection, waiting: asyncio.Future | None, packet: pk.PublishAck, packet_id: int = 0) -> None:
