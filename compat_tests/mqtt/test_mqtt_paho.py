@@ -310,10 +310,11 @@ def test_unsubscribed_filter_gets_nothing_more(mqtt_broker, protocol):
     client.disconnect()
 
 
-def test_silent_client_is_dropped_after_one_and_a_half_keep_alives(mqtt_broker):
+def test_silent_client_is_dropped_after_one_and_a_half_keep_alives(mqtt_gateway):
+    # (mosquitto does the same, on a coarser clock: several seconds late under load, so not run here)
     connect = bytes.fromhex("100f00044d5154540402" "0001" "0003726177")     # keep-alive 1 s
     started = time.monotonic()
-    assert _raw(mqtt_broker.address, connect, timeout=20) == CONNACK_311    # then closed by the broker
+    assert _raw(mqtt_gateway.mqtt, connect, timeout=20) == CONNACK_311      # then closed by the gateway
     assert time.monotonic() - started >= 1.4                                # not before 1.5 keep-alives
 
 
