@@ -22,7 +22,7 @@ WORKDIR /data
 USER 10001:10001
 VOLUME /data
 # Kafka, AMQP, admin HTTP API
-EXPOSE 9092 5672 8080
+EXPOSE 9092 5672 1883 8080
 
 ENTRYPOINT ["gateway", "serve"]
 CMD ["--data-dir", "/data", "--host", "0.0.0.0"]

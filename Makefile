@@ -15,7 +15,7 @@ SOAK_MINUTES ?= 10
 # iptables: the power-loss, failed-fsync and partition faults of compat_tests/faults; chromium +
 # chromium-driver: the headless browser the web console's tests drive through selenium). Installed
 # only when missing.
-SYSTEM_PACKAGES := openssl kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver
+SYSTEM_PACKAGES := openssl kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver mosquitto
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.
@@ -23,7 +23,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java
+.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-mqtt bench-fifo-groups bench-replicated upstream-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,10 @@ bench-kafka: $(BENCH_STAMP)
 bench-amqp: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.amqp $(ARGS)
 
+# MQTT publish/subscribe at QoS 0/1/2 and idle connections' memory, beside a private mosquitto.
+bench-mqtt: $(TEST_STAMP) system-packages
+	$(BIN)/python -m bench.mqtt $(ARGS)
+
 # FIFO message groups: a key-shared queue's dispatch throughput against a plain queue, with pika.
 bench-fifo-groups: $(BENCH_STAMP)
 	$(BIN)/python -m bench.fifo_groups $(ARGS)
@@ -129,6 +133,7 @@ java:
 # apt-get only when a listed package is missing; sudo only when not already root.
 # A freshly installed rabbitmq-server's own service is stopped: it would hold port 5672, the
 # gateway's default AMQP port (tests and benchmarks start private nodes on ports of their own).
+# So is mosquitto's (port 1883, the gateway's default MQTT port; the MQTT tests start private ones).
 # Debian's zookeeper package starts no service (it ships no init script or unit), so nothing to stop.
 system-packages:
 	@missing=""; \
@@ -142,5 +147,8 @@ system-packages:
 		$$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; \
 		case "$$missing" in *rabbitmq-server*) \
 			$$sudo service rabbitmq-server stop >/dev/null 2>&1 || true;; \
+		esac; \
+		case "$$missing" in *mosquitto*) \
+			$$sudo service mosquitto stop >/dev/null 2>&1 || true;; \
 		esac; \
 	fi

@@ -79,6 +79,10 @@ class GatewayProcess:
         return _host_port(self.ready["amqp"])
 
     @property
+    def mqtt(self) -> tuple[str, int]:
+        return _host_port(self.ready["mqtt"])
+
+    @property
     def admin(self) -> tuple[str, int]:
         return _host_port(self.ready["admin"])
 
@@ -129,7 +133,7 @@ def serve_command(data_dir: Path | None, *extra_args: str) -> list[str]:
     command = [sys.executable, "-m", "gateway", "serve"]
     if data_dir is not None:
         command += ["--data-dir", str(data_dir)]
-    return command + ["--kafka-port", "0", "--amqp-port", "0", "--admin-port", "0", *extra_args]
+    return command + ["--kafka-port", "0", "--amqp-port", "0", "--mqtt-port", "0", "--admin-port", "0", *extra_args]
 
 
 def start_gateway(
@@ -153,6 +157,8 @@ def start_gateway(
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     # Groups form after 0.5 s instead of Kafka's 3 s, as test setups of Kafka itself shorten it.
     child_env["GATEWAY_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS"] = "500"
+    # MQTT's default port 1883 would make gateways of parallel tests (or a local broker) collide.
+    child_env["GATEWAY_MQTT_PORT"] = "0"
     child_env.update(env or {})
     stderr_path = _fresh_path(tmp_path, "gateway-stderr", ".log")
     with stderr_path.open("w") as stderr_file:

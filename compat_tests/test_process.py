@@ -33,14 +33,14 @@ def module_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "gateway", "serve", *args]
 
 
-def test_ready_line_lists_three_listeners_that_accept_connections(gateway_process, tmp_path):
-    ports = {gateway_process.kafka[1], gateway_process.amqp[1], gateway_process.admin[1]}
-    assert len(ports) == 3 and 0 not in ports
+def test_ready_line_lists_four_listeners_that_accept_connections(gateway_process, tmp_path):
+    ports = {gateway_process.kafka[1], gateway_process.amqp[1], gateway_process.mqtt[1], gateway_process.admin[1]}
+    assert len(ports) == 4 and 0 not in ports
     assert gateway_process.data_dir == (tmp_path / "data").resolve()
     assert gateway_process.ready["pid"] == gateway_process.proc.pid
     assert gateway_process.stdout_lines == [gateway_process.stdout_lines[0]]
     assert gateway_process.stdout_lines[0].startswith(READY_PREFIX)
-    for address in (gateway_process.kafka, gateway_process.amqp, gateway_process.admin):
+    for address in (gateway_process.kafka, gateway_process.amqp, gateway_process.mqtt, gateway_process.admin):
         with socket.create_connection(address, timeout=5):
             pass
 
@@ -59,7 +59,7 @@ def test_admin_api_answers_health_metrics_and_info(gateway_process):
     assert set(journal_flushes(metrics.text)) == {"max_wait", "max_bytes", "idle", "inline"}
     assert info.status_code == 200
     body = info.json()
-    assert body["listeners"] == {name: gateway_process.ready[name] for name in ("kafka", "amqp", "admin")}
+    assert body["listeners"] == {name: gateway_process.ready[name] for name in ("kafka", "amqp", "mqtt", "admin")}
     assert body["data_dir"] == str(gateway_process.data_dir)
     assert body["version"]
 
@@ -173,7 +173,7 @@ def test_invalid_port_from_environment_is_rejected(gateway_launcher):
     assert "GATEWAY_KAFKA_PORT" in failure.stderr
 
 
-@pytest.mark.parametrize("listener", ["kafka", "amqp", "admin"])
+@pytest.mark.parametrize("listener", ["kafka", "amqp", "mqtt", "admin"])
 def test_port_in_use_fails_start_up_without_ready(gateway_launcher, listener):
     with busy_port() as taken:
         failure = gateway_launcher.expect_start_failure(f"--{listener}-port", str(taken))

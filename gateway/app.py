@@ -45,6 +45,7 @@ from protocols.kafka.mirror.client import LinkSecurity, RemoteCluster
 from protocols.kafka.principal_rules import parse_rules
 from protocols.kafka.mirror.replicator import Replicator
 from protocols.kafka.machine.connection import Limits
+from protocols.mqtt import server as mqtt_server
 from storage.config import REPLICATED
 from storage.embedded import EmbeddedStorage
 from storage.api import MetadataStore
@@ -120,7 +121,10 @@ def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
                                      tokens=tokens)
     amqp = amqp_server.make_broker(core, AmqpSettings(consumer_timeout_ms=amqp_consumer_timeout_ms or None),
                                    tokens=tokens)
-    handlers = {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
+    # MQTT shares AMQP's exchanges and queues: its topics route through the namespace's amq.topic.
+    mqtt = mqtt_server.make_broker(core, amqp.queues)
+    handlers = {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp),
+                "mqtt": mqtt_server.connection_handler(mqtt)}
     if "kafka_tls" in sockets:
         # SSL: the client certificate is the login; SASL_SSL: SASL is, as on the plaintext port
         certificates = tls_client_auth != "none" and not kafka_config.mechanisms
@@ -245,7 +249,8 @@ class Gateway:
     async def _start(self) -> None:
         config = self.config
         # Bind first: a port conflict is reported before the data directory is touched.
-        ports = [("kafka", config.kafka_port), ("amqp", config.amqp_port), ("admin", config.admin_port)]
+        ports = [("kafka", config.kafka_port), ("amqp", config.amqp_port), ("mqtt", config.mqtt_port),
+                 ("admin", config.admin_port)]
         if config.tls is not None:
             try:
                 self._tls = ServerTls(config.tls)
@@ -316,7 +321,7 @@ class Gateway:
                                      tls_client_auth=config.tls_client_auth)
         listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name],
                               tls=self._tls if name in TLS_LISTENERS else None)
-                     for name in ("kafka", "amqp", *TLS_LISTENERS) if name in handlers]
+                     for name in ("kafka", "amqp", "mqtt", *TLS_LISTENERS) if name in handlers]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)
         self.metrics.track_namespaces(self._core, per_topic=config.metrics.per_topic,
@@ -380,6 +385,7 @@ class Gateway:
         payload = {
             "kafka": addresses["kafka"],
             "amqp": addresses["amqp"],
+            "mqtt": addresses["mqtt"],
             "admin": addresses["admin"],
             **{name: addresses[name] for name in TLS_LISTENERS if name in addresses},
             "data_dir": str(self.config.data_dir),
