@@ -98,7 +98,7 @@ def start_gateway(data_dir: Path, log_dir: Path, extra_args: tuple[str, ...] = (
     log_path = log_dir / "gateway.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen([str(gateway), "serve", "--data-dir", str(data_dir), "--kafka-port", "0",
-                                 "--amqp-port", "0", "--admin-port", "0", *extra_args],
+                                 "--amqp-port", "0", "--pulsar-port", "0", "--admin-port", "0", *extra_args],
                                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
     ready: dict = {}
     got_line = threading.Event()

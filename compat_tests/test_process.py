@@ -120,6 +120,7 @@ def test_toml_config_env_and_flags_take_precedence_in_that_order(gateway_launche
             f"admin_port = {taken_admin}\n"     # overridden by the environment below
             f"kafka_port = {taken_kafka}\n"     # overridden by the environment, then by the flag
             "amqp_port = 0\n"
+            "pulsar_port = 0\n"
             'log_level = "warning"\n'
             "\n[storage]\njournal_max_wait_ms = 1.0\n"
         )
@@ -146,6 +147,7 @@ def test_environment_alone_configures_the_process(gateway_launcher, tmp_path):
             "GATEWAY_HOST": "127.0.0.1",
             "GATEWAY_KAFKA_PORT": "0",
             "GATEWAY_AMQP_PORT": "0",
+            "GATEWAY_PULSAR_PORT": "0",
             "GATEWAY_ADMIN_PORT": "0",
             "GATEWAY_LOG_LEVEL": "debug",
         },

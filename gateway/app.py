@@ -37,6 +37,8 @@ from gateway.metrics import GatewayMetrics
 from gateway.runtime import event_loop_factory, tune_gc
 from protocols.amqp import server as amqp_server
 from protocols.amqp.server import AmqpSettings
+from protocols.pulsar import server as pulsar_server
+from protocols.pulsar.server import PulsarSettings
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
 from protocols.kafka.mirror.client import LinkSecurity, RemoteCluster
@@ -110,7 +112,14 @@ def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
     kafka = kafka_server.make_broker(core, kafka_settings(kafka_config or KafkaConfig(), host, port, log_dir=log_dir,
                                                           node_id=node_id, rack=rack))
     amqp = amqp_server.make_broker(core, AmqpSettings(consumer_timeout_ms=amqp_consumer_timeout_ms or None))
-    return {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
+    handlers = {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp)}
+    if "pulsar" in sockets:
+        pulsar_host, pulsar_port = sockets["pulsar"].getsockname()[:2]
+        # lookups name this broker as the Kafka listener does: its advertised host, else the bind address
+        pulsar = pulsar_server.make_broker(core, PulsarSettings(
+            host=advertised_host(kafka_config or KafkaConfig(), pulsar_host), port=pulsar_port))
+        handlers["pulsar"] = pulsar_server.connection_handler(pulsar)
+    return handlers
 
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -212,7 +221,8 @@ class Gateway:
     async def _start(self) -> None:
         config = self.config
         # Bind first: a port conflict is reported before the data directory is touched.
-        ports = [("kafka", config.kafka_port), ("amqp", config.amqp_port), ("admin", config.admin_port)]
+        ports = [("kafka", config.kafka_port), ("amqp", config.amqp_port), ("pulsar", config.pulsar_port),
+                 ("admin", config.admin_port)]
         if config.storage.mode == REPLICATED:
             ports.append(("peer", config.peer_port))
         for name, port in ports:
@@ -268,7 +278,8 @@ class Gateway:
         handlers = protocol_handlers(self._core, self._unserved_sockets, config.kafka, log_dir=str(config.data_dir),
                                      node_id=self._broker_id, rack=config.rack,
                                      amqp_consumer_timeout_ms=config.amqp_consumer_timeout_ms)
-        listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name]) for name in ("kafka", "amqp")]
+        listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name])
+                     for name in ("kafka", "amqp", "pulsar")]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)
         self.metrics.track_namespaces(self._core, per_topic=config.metrics.per_topic,
@@ -323,6 +334,7 @@ class Gateway:
         payload = {
             "kafka": addresses["kafka"],
             "amqp": addresses["amqp"],
+            "pulsar": addresses["pulsar"],
             "admin": addresses["admin"],
             "data_dir": str(self.config.data_dir),
             "pid": os.getpid(),

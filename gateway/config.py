@@ -30,6 +30,7 @@ ENV_VARS: Mapping[str, str] = {
     "host": "GATEWAY_HOST",
     "kafka_port": "GATEWAY_KAFKA_PORT",
     "amqp_port": "GATEWAY_AMQP_PORT",
+    "pulsar_port": "GATEWAY_PULSAR_PORT",
     "admin_port": "GATEWAY_ADMIN_PORT",
     "peer_port": "GATEWAY_PEER_PORT",
     "log_level": "GATEWAY_LOG_LEVEL",
@@ -47,7 +48,7 @@ ENV_VARS: Mapping[str, str] = {
     "bundles_max_per_namespace": "GATEWAY_BUNDLES_MAX_PER_NAMESPACE",
     "role": "GATEWAY_ROLE",
 }
-PORT_SETTINGS = ("kafka_port", "amqp_port", "admin_port", "peer_port")
+PORT_SETTINGS = ("kafka_port", "amqp_port", "pulsar_port", "admin_port", "peer_port")
 INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
                 "delayed_memory_keys", "load_shed_interval_ms", "load_shed_threshold_percent",
                 "bundle_split_messages_per_s", "bundle_split_mbytes_per_s", "bundles_max_per_namespace")
@@ -355,6 +356,7 @@ class GatewayConfig:
     host: str = "127.0.0.1"
     kafka_port: int = 9092
     amqp_port: int = 5672
+    pulsar_port: int = 6650           # Pulsar's binary protocol (pulsar://host:port)
     admin_port: int = 8080
     # In a cluster: the port of this broker's links with the other brokers (publishes into queues
     # they serve); 0 picks a free one, registered with the broker.

@@ -221,6 +221,7 @@ class LocalCluster:
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
                    "--data-dir", str(self.dir / f"broker-{index}"), "--host", self.spec.host,
                    "--kafka-port", kafka, "--amqp-port", amqp, "--admin-port", admin, "--peer-port", peer,
+                   "--pulsar-port", "0",
                    "--broker-id", str(index),
                    "--rack", rack, "--role", self._role(index), "--log-level", self.spec.log_level,
                    *self.spec.broker_args]

@@ -1,0 +1,175 @@
+"""Everything the Pulsar front end asks of the core, in one place.
+
+The handlers never touch the core directly; they go through `CorePort`, so the core's interface can
+be reshaped by changing this module alone. What it offers (docs/PULSAR.md, "The core port"):
+
+    partitions(topic)                 a topic's partition count, None if it does not exist
+    ensure_topic(topic)               create it with one partition if missing (Pulsar's auto-creation)
+    topics(tenant, namespace)         the namespace's topic names
+    publish(topic, index, records)    append records as one batch; resolves to the first offset
+    hold(topic, index, record, due)   keep a record in the delayed store until due, then append it
+    ends(topic, index)                (log start offset, high watermark)
+    last_sequence(topic, index, p)    the highest sequence id producer `p` stored (dedup after a restart)
+    subscribe(...)                    the shared subscription (core/queues) of a subscription name
+    unsubscribe(...)                  delete a subscription's cursor
+    release(...)                      close a subscription once its last consumer left
+
+A subscription here is a core `SharedSubscription` on one partition with a cursor named
+"pulsar.<escaped subscription name>", so it is the same kind of thing as an AMQP queue's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+from core.cluster.bundles import partition_bundle
+from core.delayed.held import Target
+from core.delayed.service import PARTITION
+from core.errors import CoreError, ExclusiveUse, TopicExists, UnknownTopic
+from core.names import TopicName, escaped_name
+from core.queues.log_records import data_records
+from core.queues.policy import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED
+from core.queues.subscription import SharedSubscription
+from core.records.builder import Record, build_batch
+
+CURSOR_PREFIX = "pulsar."
+# A restarted gateway learns a producer's last sequence id from this many records at the end of
+# the partition (its dedup state is not stored elsewhere).
+DEDUP_SCAN_RECORDS = 10_000
+_SCAN_BYTES = 1 << 20
+
+__all__ = ["CorePort", "CoreError", "ExclusiveUse", "EXCLUSIVE", "FAILOVER", "KEY_SHARED", "SHARED"]
+
+
+class CorePort:
+    def __init__(self, core) -> None:
+        self._core = core
+        self._subscriptions: dict[tuple[TopicName, int, str], SharedSubscription] = {}
+        self._locks: dict[tuple[TopicName, int, str], asyncio.Lock] = {}
+
+    @property
+    def clock(self):
+        return self._core.clock
+
+    # --- topics -----------------------------------------------------------------------------------
+
+    async def partitions(self, topic: TopicName) -> int | None:
+        try:
+            return (await self._core.registry.get_topic(topic)).partitions
+        except UnknownTopic:
+            return None
+
+    async def ensure_topic(self, topic: TopicName) -> int:
+        count = await self.partitions(topic)
+        if count is not None:
+            return count
+        await self._core.registry.ensure_namespace(topic.tenant, topic.namespace)
+        try:
+            return (await self._core.create_topic(topic, 1)).partitions
+        except TopicExists:      # created meanwhile by another client
+            return (await self._core.registry.get_topic(topic)).partitions
+
+    async def topics(self, tenant: str, namespace: str) -> list[str]:
+        return await self._core.registry.list_topics(tenant, namespace)
+
+    # --- producing --------------------------------------------------------------------------------
+
+    async def publish(self, topic: TopicName, index: int, records: list[Record]) -> int:
+        partition = await self._core.partition(topic, index)
+        return await partition.start_append(build_batch(records))
+
+    def hold(self, topic: TopicName, index: int, record: Record, due_ms: int) -> Awaitable[int]:
+        return self._core.delayed.hold(topic.tenant, topic.namespace, record, due_ms,
+                                       Target(PARTITION, f"{topic.topic}/{index}"))
+
+    async def ends(self, topic: TopicName, index: int) -> tuple[int, int]:
+        partition = await self._core.partition(topic, index)
+        return partition.log_start_offset, partition.high_watermark
+
+    async def last_sequence(self, topic: TopicName, index: int, producer: str, header: str,
+                            sequence_header: str) -> int:
+        """The highest sequence id among the partition's last DEDUP_SCAN_RECORDS records whose
+        `header` is `producer`; -1 if none."""
+        partition = await self._core.partition(topic, index)
+        offset = max(partition.log_start_offset, partition.high_watermark - DEDUP_SCAN_RECORDS)
+        wanted, highest = producer.encode("utf-8"), -1
+        while offset < partition.high_watermark:
+            result = await partition.read(offset, _SCAN_BYTES)
+            records, next_offset = data_records(result.records)
+            for record in records:
+                headers = dict(record.headers)
+                if headers.get(header) == wanted:
+                    raw = headers.get(sequence_header) or b""
+                    if raw.isdigit():
+                        highest = max(highest, int(raw))
+            if next_offset <= offset:
+                break
+            offset = next_offset
+        return highest
+
+    # --- subscriptions ----------------------------------------------------------------------------
+
+    async def subscribe(self, topic: TopicName, index: int, name: str, subscription_type: str, *,
+                        from_earliest: bool, start_offset: int | None = None) -> SharedSubscription:
+        """The subscription `name` of the partition, of `subscription_type` (core/queues/policy.py);
+        a new one starts at the log start (earliest), the end (latest) or `start_offset`.
+        ExclusiveUse when it is open with another type and has consumers."""
+        key = (topic, index, name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            current = self._subscriptions.get(key)
+            if current is not None:
+                if current.subscription_type == subscription_type:
+                    return current
+                if current.consumers:
+                    raise ExclusiveUse(f"subscription {name} is {current.subscription_type}, "
+                                       f"not {subscription_type}, and has consumers")
+                del self._subscriptions[key]
+                await current.close()
+            partition = await self._core.partition(topic, index)
+            cursor = await self._core.cursor(topic, index, escaped_name(CURSOR_PREFIX, name),
+                                             initial_offset=partition.log_start_offset)
+            if not cursor.exists:
+                if start_offset is not None:
+                    first = start_offset
+                else:
+                    first = partition.log_start_offset if from_earliest else partition.high_watermark
+                cursor.commit(min(max(partition.log_start_offset, first), partition.high_watermark))
+                await cursor.flush()     # the position is the subscription's from its creation on
+            core = self._core
+            bundle = partition_bundle(topic.tenant, topic.namespace, topic.topic, index)
+            subscription = SharedSubscription(
+                lambda: core.partition(topic, index), cursor, core.clock, name=name,
+                subscription_type=subscription_type,
+                redelivered_below=cursor.maybe_delivered_below(partition.high_watermark),
+                delete_consumed=lambda: core.delete_consumed(topic, index),
+                lease=None if core.cluster is None else core.cluster.lease(bundle))
+            subscription.note_high_watermark(partition.high_watermark)
+            self._subscriptions[key] = subscription
+            return subscription
+
+    async def release(self, topic: TopicName, index: int, name: str) -> None:
+        """Close the subscription if no consumer is left on it (its cursor is saved)."""
+        key = (topic, index, name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            subscription = self._subscriptions.get(key)
+            if subscription is None or subscription.consumers:
+                return
+            del self._subscriptions[key]
+            await subscription.close()
+
+    async def unsubscribe(self, topic: TopicName, index: int, name: str) -> None:
+        key = (topic, index, name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            subscription = self._subscriptions.pop(key, None)
+            if subscription is not None:
+                subscription.discard()
+                await subscription.cursor.delete()
+                return
+            cursor = await self._core.cursor(topic, index, escaped_name(CURSOR_PREFIX, name))
+            await cursor.delete()
+
+    async def close(self) -> None:
+        subscriptions, self._subscriptions = list(self._subscriptions.values()), {}
+        for subscription in subscriptions:
+            await subscription.close()
