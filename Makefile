@@ -23,7 +23,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java
+.PHONY: pulsar-proto run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -e '.[test]'
 	touch $@ $(RUN_STAMP)
+
+# Regenerate the Pulsar front end's protobuf module after editing its .proto (protoc from grpcio-tools;
+# tests/protocols/pulsar/test_proto_module.py checks the committed module matches).
+pulsar-proto: $(TEST_STAMP)
+	$(BIN)/python -m protocols.pulsar.generate_proto
 
 run: $(RUN_STAMP)
 	$(BIN)/gateway serve $(ARGS)

@@ -39,6 +39,7 @@ FRAME_PADDING = 10 * 1024                     # room for the command and metadat
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _TWO_U32 = struct.Struct(">II")
+_BODY_FIELDS = {number: field.name for number, field in BaseCommand.DESCRIPTOR.fields_by_number.items() if number != 1}
 
 
 @dataclass(slots=True)
@@ -85,6 +86,9 @@ def decode_frame(frame: bytes | memoryview) -> Frame:
         raise DecodeError(f"command does not parse: {exc}") from None
     if not command.IsInitialized():   # an unknown type, or a command without its required fields
         raise DecodeError(f"command lacks {', '.join(command.FindInitializationErrors())}")
+    body = _BODY_FIELDS.get(command.type)    # each command's body is the field numbered as its type
+    if body is not None and not command.HasField(body):
+        raise DecodeError(f"{BaseCommand.Type.Name(command.type)} without its body")
     rest = view[4 + command_size:]
     if not rest:
         return Frame(command)
