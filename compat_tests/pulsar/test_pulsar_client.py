@@ -15,12 +15,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat_tests.pulsar.clients import TIMEOUT_MS, client, nothing_more, receive_all, unique
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    from compat_tests.conftest import start_gateway
-    process = start_gateway(tmp_path_factory.mktemp("pulsar"))
-    yield process
-    process.stop()
 
 
 @pytest.fixture
