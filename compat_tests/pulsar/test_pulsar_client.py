@@ -6,7 +6,9 @@ last message id, unsubscribing, and a Kafka topic of three partitions as a parti
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
+from datetime import timedelta
 
 import pulsar
 import pytest
@@ -147,6 +149,18 @@ def test_a_negative_ack_redelivers_with_a_count(pc):
     assert (second.data(), second.redelivery_count()) == (b"again", 1)
     consumer.acknowledge(second)
     assert nothing_more(consumer)
+
+
+def test_a_message_sent_with_a_delay_arrives_after_it(pc):
+    topic = unique("delayed")
+    consumer = pc.subscribe(topic, "d", consumer_type=pulsar.ConsumerType.Shared)
+    producer = pc.create_producer(topic)
+    sent_at = time.monotonic()
+    producer.send(b"later", deliver_after=timedelta(milliseconds=1500))
+    producer.send(b"now")
+    assert consumer.receive(TIMEOUT_MS).data() == b"now"
+    assert consumer.receive(TIMEOUT_MS).data() == b"later"
+    assert time.monotonic() - sent_at >= 1.4
 
 
 def test_what_was_acknowledged_is_not_delivered_again_and_the_rest_is(pc):

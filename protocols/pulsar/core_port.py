@@ -7,7 +7,7 @@ be reshaped by changing this module alone. What it offers (docs/PULSAR.md, "The 
     ensure_topic(topic)               create it with one partition if missing (Pulsar's auto-creation)
     topics(tenant, namespace)         the namespace's topic names
     publish(topic, index, records)    append records as one batch; resolves to the first offset
-    hold(topic, index, record, due)   keep a record in the delayed store until due, then append it
+    hold(topic, index, records, due)  keep records in the delayed store until due, then append it
     ends(topic, index)                (log start offset, high watermark)
     last_sequence(topic, index, p)    the highest sequence id producer `p` stored (dedup after a restart)
     subscribe(...)                    the shared subscription (core/queues) of a subscription name
@@ -79,9 +79,11 @@ class CorePort:
         partition = await self._core.partition(topic, index)
         return await partition.start_append(build_batch(records))
 
-    def hold(self, topic: TopicName, index: int, record: Record, due_ms: int) -> Awaitable[int]:
-        return self._core.delayed.hold(topic.tenant, topic.namespace, record, due_ms,
-                                       Target(PARTITION, f"{topic.topic}/{index}"))
+    async def hold(self, topic: TopicName, index: int, records: list[Record], due_ms: int) -> int:
+        """Keep the records in the namespace's delayed store until `due_ms`; the first one's held id."""
+        target = Target(PARTITION, f"{topic.topic}/{index}")
+        held = [self._core.delayed.hold(topic.tenant, topic.namespace, record, due_ms, target) for record in records]
+        return (await asyncio.gather(*held))[0]
 
     async def ends(self, topic: TopicName, index: int) -> tuple[int, int]:
         partition = await self._core.partition(topic, index)

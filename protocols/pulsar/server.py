@@ -5,7 +5,8 @@ answer back out.
 Frames are handled one after another in arrival order. Output written in one event-loop turn goes
 to the transport as one write. Back-pressure: consumers of a connection whose output holds more
 than OUTPUT_HIGH_WATER bytes get nothing more until it drains; reading stops while the output is
-beyond OUTPUT_PAUSE_READING. Keep-alive as Pulsar's brokers do: a PING after KEEPALIVE_S of
+beyond OUTPUT_PAUSE_READING, and while more than UNSTORED_PAUSE_READING bytes of its sends wait to be
+stored (TCP then pushes back on the client). Keep-alive as Pulsar's brokers do: a PING after KEEPALIVE_S of
 silence, and the connection is dropped if the next round finds it still unanswered.
 
 Bad input (a frame over the size limit, one that does not parse, a command before CONNECT) is
@@ -33,6 +34,7 @@ log = logging.getLogger("gateway.pulsar")
 READ_BYTES = 256 * 1024
 OUTPUT_HIGH_WATER = 4 << 20
 OUTPUT_PAUSE_READING = 16 << 20
+UNSTORED_PAUSE_READING = 64 << 20   # a connection's sends not yet durable: reading waits beyond this
 KEEPALIVE_S = 30.0
 HANDSHAKE_TIMEOUT_S = 10.0
 
@@ -216,6 +218,8 @@ class PulsarConnection:
                 self.flush()
                 return
             self.flush()
+            if self.session.unstored_bytes >= UNSTORED_PAUSE_READING:
+                await self.session.wait_stored(UNSTORED_PAUSE_READING)
             if self._writer.transport.get_write_buffer_size() > OUTPUT_PAUSE_READING:
                 try:
                     await self._writer.drain()

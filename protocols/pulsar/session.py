@@ -75,6 +75,8 @@ class Session:
         self._flush = flush
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, PulsarConsumer] = {}
+        self.unstored_bytes = 0        # sent payloads not yet durable (the adapter stops reading past a limit)
+        self._stored_waiter: asyncio.Future | None = None
 
     # --- dispatch ----------------------------------------------------------------------------------
 
@@ -254,11 +256,27 @@ class Session:
                              m.sequence_id if m.sequence_id is not None else send.sequence_id + i)
                    for i, m in enumerate(messages)]
         if metadata.HasField("deliver_at_time") and metadata.deliver_at_time > self.port.clock.now_ms():
-            held = self.port.hold(producer.topic, producer.index, records[0], metadata.deliver_at_time)
-            producer.sent(send.sequence_id, highest, _future(held), ledger=DELAYED_LEDGER)
-            return
-        producer.sent(send.sequence_id, highest,
-                      _future(self.port.publish(producer.topic, producer.index, records)))
+            stored = _future(self.port.hold(producer.topic, producer.index, records, metadata.deliver_at_time))
+            ledger = DELAYED_LEDGER
+        else:
+            stored = _future(self.port.publish(producer.topic, producer.index, records))
+            ledger = 0
+        size = len(frame.payload)
+        self.unstored_bytes += size
+        stored.add_done_callback(lambda _: self._stored(size))
+        producer.sent(send.sequence_id, highest, stored, ledger=ledger)
+
+    def _stored(self, size: int) -> None:
+        self.unstored_bytes -= size
+        waiter = self._stored_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait_stored(self, limit: int) -> None:
+        """Until fewer than `limit` bytes of this connection's sends wait to be stored."""
+        while self.unstored_bytes >= limit:
+            self._stored_waiter = asyncio.get_running_loop().create_future()
+            await self._stored_waiter
 
     def _receipt(self, producer_id: int, sequence_id: int, highest: int, ledger: int, entry: int,
                  partition: int) -> None:
