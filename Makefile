@@ -23,7 +23,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: pulsar-proto run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java
+.PHONY: pulsar-proto bench-pulsar run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,10 @@ bench-kafka: $(BENCH_STAMP)
 # AMQP publish/consume through a real `gateway serve` beside a private RabbitMQ node (bench/rabbitmq.py).
 bench-amqp: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.amqp $(ARGS)
+
+# Pulsar's official client against the gateway, beside the Kafka path of the same gateway (bench/pulsar.py).
+bench-pulsar: $(BENCH_STAMP) $(TEST_STAMP)
+	$(BIN)/python -m bench.pulsar $(ARGS)
 
 # FIFO message groups: a key-shared queue's dispatch throughput against a plain queue, with pika.
 bench-fifo-groups: $(BENCH_STAMP)

@@ -30,6 +30,7 @@ class RunningBroker:
     log_path: Path
     amqp: str = ""          # the gateway's AMQP "host:port"
     admin: str = ""         # the gateway's admin "host:port"
+    pulsar: str = ""        # the gateway's Pulsar "host:port"
 
     @property
     def pid(self) -> int:
@@ -114,4 +115,4 @@ def start_gateway(data_dir: Path, log_dir: Path, extra_args: tuple[str, ...] = (
         proc.kill()
         raise RuntimeError(f"gateway did not print its READY line; see {log_path}")
     return RunningBroker("gateway", proc, str(ready["kafka"]), log_path, amqp=str(ready["amqp"]),
-                         admin=str(ready["admin"]))
+                         admin=str(ready["admin"]), pulsar=str(ready.get("pulsar", "")))
