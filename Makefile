@@ -23,7 +23,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: pulsar-proto bench-pulsar run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java
+.PHONY: pulsar-proto bench-pulsar test-pulsar-cluster run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,10 @@ bench-kafka: $(BENCH_STAMP)
 # AMQP publish/consume through a real `gateway serve` beside a private RabbitMQ node (bench/rabbitmq.py).
 bench-amqp: $(BENCH_STAMP) system-packages
 	$(BIN)/python -m bench.amqp $(ARGS)
+
+# The Pulsar tests that need a cluster of brokers (compat_tests/pulsar/test_pulsar_cluster.py, ~1 minute).
+test-pulsar-cluster: $(TEST_STAMP) system-packages java
+	GATEWAY_PULSAR_CLUSTER_TESTS=1 $(BIN)/pytest -q compat_tests/pulsar/test_pulsar_cluster.py
 
 # Pulsar's official client against the gateway, beside the Kafka path of the same gateway (bench/pulsar.py).
 bench-pulsar: $(BENCH_STAMP) $(TEST_STAMP)

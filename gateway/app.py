@@ -322,8 +322,9 @@ class Gateway:
         kafka_port = config.kafka.advertised_port or self._unserved_sockets["kafka"].getsockname()[1]
         amqp_port = self._unserved_sockets["amqp"].getsockname()[1]
         peer_port = self._unserved_sockets["peer"].getsockname()[1]
+        pulsar_port = self._unserved_sockets["pulsar"].getsockname()[1]
         return BrokerInfo(self._broker_id, host, kafka_port, f"{host}:{amqp_port}", config.rack, config.role,
-                          instance=uuid.uuid4().hex, peer=f"{host}:{peer_port}")
+                          instance=uuid.uuid4().hex, peer=f"{host}:{peer_port}", pulsar=f"{host}:{pulsar_port}")
 
     def _check_stop(self) -> None:
         if self._stop_requested.is_set():

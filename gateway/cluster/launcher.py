@@ -181,7 +181,7 @@ class LocalCluster:
             "zookeeper": self.zookeeper.address,
             "bookies": [{"id": b.ready["id"], "address": b.ready["address"], "pid": b.pid} for b in self.bookies],
             "brokers": [{"id": index, "kafka": b.ready["kafka"], "amqp": b.ready["amqp"], "admin": b.ready["admin"],
-                         "pid": b.pid, "role": self._role(index)} for index, b in enumerate(self.brokers)],
+                         "pulsar": b.ready["pulsar"], "pid": b.pid, "role": self._role(index)} for index, b in enumerate(self.brokers)],
         }
 
     def _write_config(self) -> None:

@@ -5,6 +5,7 @@ be reshaped by changing this module alone. What it offers (docs/PULSAR.md, "The 
 
     partitions(topic)                 a topic's partition count, None if it does not exist
     ensure_topic(topic)               create it with one partition if missing (Pulsar's auto-creation)
+    owner(topic, index)               in a cluster, the Pulsar address of the partition's owner if not this broker
     topics(tenant, namespace)         the namespace's topic names
     publish(topic, index, records)    append records as one batch; resolves to the first offset
     hold(topic, index, records, due)  keep records in the delayed store until due, then append it
@@ -69,6 +70,18 @@ class CorePort:
             return (await self._core.create_topic(topic, 1)).partitions
         except TopicExists:      # created meanwhile by another client
             return (await self._core.registry.get_topic(topic)).partitions
+
+    def owner(self, topic: TopicName, index: int) -> str | None:
+        """In a cluster, the Pulsar "host:port" of the broker the partition's bundle is assigned to,
+        when that is another broker; None when it is this one, or unknown, or not a cluster."""
+        cluster = self._core.cluster
+        if cluster is None:
+            return None
+        bundle = partition_bundle(topic.tenant, topic.namespace, topic.topic, index)
+        if cluster.owns(bundle):
+            return None
+        owner = cluster.owner(bundle)
+        return owner.pulsar if owner is not None and owner.pulsar and owner.id != cluster.local.id else None
 
     async def topics(self, tenant: str, namespace: str) -> list[str]:
         return await self._core.registry.list_topics(tenant, namespace)

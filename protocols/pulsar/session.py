@@ -150,14 +150,17 @@ class Session:
         response = answer.lookupTopicResponse
         response.request_id = ask.request_id
         try:
-            parse_topic(ask.topic)
+            topic = parse_topic(ask.topic)
         except CoreError as exc:
             response.response = response.Failed
             response.error = server_error(exc)
             response.message = str(exc)
         else:
+            # the broker the topic's bundle is assigned to, as Kafka's Metadata names leaders; this
+            # one when it is the owner or none is known yet (the client then retries on ServiceNotReady)
+            owner = self.port.owner(topic.name, topic.index)
             response.response = response.Connect
-            response.brokerServiceUrl = self.broker.service_url
+            response.brokerServiceUrl = self.broker.service_url if owner is None else _url(owner)
             response.authoritative = True
         self._write(encode_command(answer))
 
@@ -444,6 +447,10 @@ def _start_offset(message_id: MessageIdData) -> int:
     if message_id.ledgerId >= 1 << 63 or message_id.entryId >= 1 << 62:     # latest
         return 1 << 62
     return offset_of(message_id)
+
+
+def _url(address: str) -> str:
+    return f"pulsar://{address}"
 
 
 def _future(awaitable) -> asyncio.Future:

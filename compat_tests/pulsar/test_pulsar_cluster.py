@@ -1,0 +1,88 @@
+"""Pulsar lookups in a cluster of two brokers (`LocalCluster`: ZooKeeper, one bookie, two
+`gateway serve`): whichever broker a client asks, LOOKUP names the broker that owns the topic's
+bundle, the one Kafka's Metadata names as leader; and the official client, given either broker's
+address, produces and consumes every topic through its owner.
+
+A cluster takes most of a minute to start on a loaded machine, so this runs on its own:
+`make test-pulsar-cluster` (GATEWAY_PULSAR_CLUSTER_TESTS=1)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pulsar
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.pulsar.clients import receive_all, unique
+from gateway.cluster.launcher import ClusterSpec, LocalCluster
+from protocols.pulsar.codec.frames import FrameReader, decode_frame, encode_command
+from protocols.pulsar.codec.pulsar_wire_pb2 import BaseCommand
+
+pytestmark = pytest.mark.skipif(os.environ.get("GATEWAY_PULSAR_CLUSTER_TESTS") != "1",
+                                reason="a cluster test: make test-pulsar-cluster")
+TOPICS = 6
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = LocalCluster(ClusterSpec(tmp_path_factory.mktemp("pulsar-cluster") / "c", bookies=1, brokers=2,
+                                       ensemble=1, write_quorum=1, ack_quorum=1, log_level="warning"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _lookup(address: str, topic: str) -> str:
+    host, port = address.rsplit(":", 1)
+    connect = BaseCommand(type=BaseCommand.CONNECT)
+    connect.connect.client_version = "lookup-probe"
+    connect.connect.protocol_version = 19
+    lookup = BaseCommand(type=BaseCommand.LOOKUP)
+    lookup.lookupTopic.topic = topic
+    lookup.lookupTopic.request_id = 1
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(encode_command(connect) + encode_command(lookup))
+        reader, commands = FrameReader(), []
+        while len(commands) < 2:
+            data = sock.recv(65536)
+            assert data, "connection closed"
+            commands += [decode_frame(frame).command for frame in reader.feed(data)]
+    answer = commands[1].lookupTopicResponse
+    assert answer.response == answer.Connect
+    return answer.brokerServiceUrl
+
+
+def test_lookups_name_the_owner_and_clients_reach_it_through_either_broker(cluster):
+    brokers = cluster.ready()["brokers"]
+    pulsar_of = {b["id"]: b["pulsar"] for b in brokers}
+    admin = AdminClient({"bootstrap.servers": brokers[0]["kafka"]})
+    topics = [unique("owned") for _ in range(TOPICS)]
+    for future in admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in topics]).values():
+        future.result(30)
+    leaders = {}
+    for _ in range(100):
+        metadata = admin.list_topics(timeout=20).topics
+        leaders = {t: metadata[t].partitions[0].leader for t in topics if t in metadata}
+        if len(leaders) == TOPICS and all(leader >= 0 for leader in leaders.values()):
+            break
+    assert set(leaders.values()) <= set(pulsar_of)
+    for topic, leader in leaders.items():
+        for broker in brokers:
+            assert _lookup(broker["pulsar"], f"persistent://public/default/{topic}") == f"pulsar://{pulsar_of[leader]}"
+    # every topic is owned by one broker, so asking both means at least one answer points elsewhere
+    for broker in brokers:
+        client = pulsar.Client(f"pulsar://{broker['pulsar']}", operation_timeout_seconds=30,
+                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+        try:
+            for topic in topics:
+                consumer = client.subscribe(topic, f"via-{broker['id']}", initial_position=pulsar.InitialPosition.Earliest)
+                client.create_producer(topic).send(f"via {broker['id']}".encode())
+                got = [m.data() for m in receive_all(consumer, 1 + broker["id"])]
+                assert got[-1] == f"via {broker['id']}".encode()
+        finally:
+            client.close()
