@@ -217,6 +217,22 @@ def test_last_message_id_and_unsubscribe(pc):
     assert [m.data() for m in receive_all(fresh, 1)] == [b"new"]
 
 
+def test_seeking_by_message_id_and_by_time_reads_again_from_there(pc):
+    topic = unique("seek")
+    consumer = pc.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Exclusive)
+    producer = pc.create_producer(topic)
+    ids = [producer.send(str(i).encode()) for i in range(5)]
+    time.sleep(0.05)
+    producer.send(b"5")
+    got = receive_all(consumer, 6)
+    # the subscription restarts at the id; the client itself skips that message (not inclusive)
+    consumer.seek(ids[2])
+    assert [m.data() for m in receive_all(consumer, 3)] == [b"3", b"4", b"5"]
+    consumer.seek(got[5].publish_timestamp())
+    assert [m.data() for m in receive_all(consumer, 1)] == [b"5"]
+    assert nothing_more(consumer)
+
+
 def test_a_reader_reads_from_the_start(pc):
     topic = unique("reader")
     producer = pc.create_producer(topic)

@@ -40,6 +40,7 @@ class PulsarConsumer:
         self._writable = writable
         self.flush = flush
         self.closed = False
+        self.on_closed: Callable[[PulsarConsumer], None] = lambda consumer: None   # set by its session
         self.durable = True          # False: a reader's, deleted when it goes
 
     # --- the core's Consumer protocol -----------------------------------------------------------
@@ -61,10 +62,13 @@ class PulsarConsumer:
         self._write(encode_payload_command(command, metadata, message.value or b""))
 
     def queue_deleted(self) -> None:
-        """The subscription went away under the consumer (another consumer unsubscribed with force)."""
+        """The subscription went away under the consumer (another consumer unsubscribed with force,
+        or a seek moved it): the client is told to close it, and subscribes again if it wants."""
         if self.closed:
             return
         self.closed = True
+        self.outstanding.clear()
+        self.on_closed(self)
         command = BaseCommand(type=BaseCommand.CLOSE_CONSUMER)
         command.close_consumer.consumer_id = self.consumer_id
         command.close_consumer.request_id = 0

@@ -13,6 +13,8 @@ be reshaped by changing this module alone. What it offers (docs/PULSAR.md, "The 
     last_sequence(topic, index, p)    the highest sequence id producer `p` stored (dedup after a restart)
     subscribe(...)                    the shared subscription (core/queues) of a subscription name
     unsubscribe(...)                  delete a subscription's cursor
+    seek(...)                         move a subscription to an offset (its consumers taken off it)
+    offset_for_time(topic, index, t)  the first offset at or after a time
     release(...)                      close a subscription once its last consumer left
 
 A subscription here is a core `SharedSubscription` on one partition with a cursor named
@@ -102,6 +104,12 @@ class CorePort:
         partition = await self._core.partition(topic, index)
         return partition.log_start_offset, partition.high_watermark
 
+    async def offset_for_time(self, topic: TopicName, index: int, timestamp_ms: int) -> int:
+        """The first offset whose record is not older than `timestamp_ms` (the end if none)."""
+        partition = await self._core.partition(topic, index)
+        found = await partition.offset_for_timestamp(timestamp_ms)
+        return partition.high_watermark if found is None else found[0]
+
     async def last_sequence(self, topic: TopicName, index: int, producer: str, header: str,
                             sequence_header: str) -> int:
         """The highest sequence id among the partition's last DEDUP_SCAN_RECORDS records whose
@@ -162,6 +170,25 @@ class CorePort:
             subscription.note_high_watermark(partition.high_watermark)
             self._subscriptions[key] = subscription
             return subscription
+
+    async def seek(self, topic: TopicName, index: int, name: str, offset: int) -> list:
+        """Move the subscription to `offset`, forgetting its acknowledgements: its consumers are
+        taken off it (returned; the caller tells their clients, which subscribe again) and the next
+        subscribe starts there."""
+        key = (topic, index, name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            subscription = self._subscriptions.pop(key, None)
+            consumers = []
+            if subscription is not None:
+                consumers = list(subscription.consumers)
+                subscription.discard()
+            cursor_name = escaped_name(CURSOR_PREFIX, name)
+            await (await self._core.cursor(topic, index, cursor_name)).delete()
+            partition = await self._core.partition(topic, index)
+            cursor = await self._core.cursor(topic, index, cursor_name)
+            cursor.commit(min(max(partition.log_start_offset, offset), partition.high_watermark))
+            await cursor.flush()
+            return consumers
 
     async def release(self, topic: TopicName, index: int, name: str) -> None:
         """Close the subscription if no consumer is left on it (its cursor is saved)."""

@@ -324,6 +324,7 @@ class Session:
             await self.port.release(topic.name, topic.index, name)
             raise RequestFailed(ConsumerBusy, str(exc)) from None
         consumer.durable = ask.durable
+        consumer.on_closed = self._closed_consumer
         self.consumers[ask.consumer_id] = consumer
         self._success(ask.request_id)
 
@@ -333,6 +334,10 @@ class Session:
         if topic.index >= count:
             raise RequestFailed(TopicNotFound, f"{topic.name} has {count} partition(s), no partition {topic.index}")
         return topic
+
+    def _closed_consumer(self, consumer: PulsarConsumer) -> None:
+        if self.consumers.get(consumer.consumer_id) is consumer:
+            del self.consumers[consumer.consumer_id]
 
     def _consumer(self, consumer_id: int) -> PulsarConsumer | None:
         return self.consumers.get(consumer_id)
@@ -394,6 +399,22 @@ class Session:
         for other in others:
             other.queue_deleted()
         await self.port.unsubscribe(consumer.topic, consumer.index, consumer.subscription_name)
+        self._success(ask.request_id)
+
+    async def _seek(self, command: BaseCommand) -> None:
+        ask = command.seek
+        consumer = self._consumer(ask.consumer_id)
+        if consumer is None:
+            raise RequestFailed(ConsumerNotFound, f"no consumer {ask.consumer_id}")
+        if ask.HasField("message_id"):
+            offset = _start_offset(ask.message_id)
+        elif ask.HasField("message_publish_time"):
+            offset = await self.port.offset_for_time(consumer.topic, consumer.index, ask.message_publish_time)
+        else:
+            raise RequestFailed(NotAllowedError, "SEEK names neither a message id nor a time")
+        # As a Pulsar broker: the subscription's consumers are closed, and their clients subscribe again.
+        for taken_off in await self.port.seek(consumer.topic, consumer.index, consumer.subscription_name, offset):
+            taken_off.queue_deleted()
         self._success(ask.request_id)
 
     async def _last_message_id(self, command: BaseCommand) -> None:
@@ -482,5 +503,6 @@ _HANDLERS = {
     BaseCommand.CLOSE_CONSUMER: Session._close_consumer,
     BaseCommand.UNSUBSCRIBE: Session._unsubscribe,
     BaseCommand.GET_LAST_MESSAGE_ID: Session._last_message_id,
+    BaseCommand.SEEK: Session._seek,
     BaseCommand.CONSUMER_STATS: Session._consumer_stats,
 }
