@@ -57,6 +57,12 @@ def test_sync_sends_return_ids_that_name_what_the_consumer_gets(pc):
     assert [str(m.message_id()) for m in got] == [str(mid) for mid in sent]
 
 
+def test_a_topic_is_created_on_first_use_only_in_a_namespace_that_exists(pc):
+    pc.create_producer(unique("auto")).send(b"x")
+    with pytest.raises(pulsar.TopicNotFound):
+        pc.create_producer(f"persistent://no-such-tenant/ns/{unique('t')}")
+
+
 def test_an_exclusive_subscription_refuses_a_second_consumer(pc):
     topic = unique("exclusive")
     pc.subscribe(topic, "only", consumer_type=pulsar.ConsumerType.Exclusive)

@@ -4,7 +4,7 @@ The handlers never touch the core directly; they go through `CorePort`, so the c
 be reshaped by changing this module alone. What it offers (docs/PULSAR.md, "The core port"):
 
     partitions(topic)                 a topic's partition count, None if it does not exist
-    ensure_topic(topic)               create it with one partition if missing (Pulsar's auto-creation)
+    ensure_topic(topic)               create it with one partition if missing, in an existing namespace
     owner(topic, index)               in a cluster, the Pulsar address of the partition's owner if not this broker
     topics(tenant, namespace)         the namespace's topic names
     publish(topic, index, records)    append records as one batch; resolves to the first offset
@@ -67,8 +67,7 @@ class CorePort:
         count = await self.partitions(topic)
         if count is not None:
             return count
-        await self._core.registry.ensure_namespace(topic.tenant, topic.namespace)
-        try:
+        try:     # only in a namespace that exists (UnknownTenant otherwise), as Pulsar's auto-creation
             return (await self._core.create_topic(topic, 1)).partitions
         except TopicExists:      # created meanwhile by another client
             return (await self._core.registry.get_topic(topic)).partitions
