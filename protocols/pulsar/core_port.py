@@ -29,7 +29,7 @@ from collections.abc import Awaitable
 from core.cluster.bundles import partition_bundle
 from core.delayed.held import Target
 from core.delayed.service import PARTITION
-from core.errors import CoreError, ExclusiveUse, TopicExists, UnknownTopic
+from core.errors import CoreError, ExclusiveUse, NotOwner, TopicExists, UnknownTopic
 from core.names import TopicName, escaped_name
 from core.queues.log_records import data_records
 from core.queues.policy import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED
@@ -41,6 +41,7 @@ CURSOR_PREFIX = "pulsar."
 # the partition (its dedup state is not stored elsewhere).
 DEDUP_SCAN_RECORDS = 10_000
 _SCAN_BYTES = 1 << 20
+TAKING_WAIT_S = 5.0
 
 __all__ = ["CorePort", "CoreError", "ExclusiveUse", "EXCLUSIVE", "FAILOVER", "KEY_SHARED", "SHARED"]
 
@@ -54,6 +55,24 @@ class CorePort:
     @property
     def clock(self):
         return self._core.clock
+
+    async def _partition(self, topic: TopicName, index: int):
+        """The partition, open here; while this broker is assigned its bundle but still taking the
+        lease, waited for (up to TAKING_WAIT_S) rather than refused, so a client sent here by a
+        lookup is served instead of retrying against a NotOwner."""
+        deadline = None
+        while True:
+            try:
+                return await self._core.partition(topic, index)
+            except NotOwner:
+                cluster = self._core.cluster
+                bundle = partition_bundle(topic.tenant, topic.namespace, topic.topic, index)
+                owner = None if cluster is None else cluster.owner(bundle)
+                loop = asyncio.get_running_loop()
+                deadline = deadline or loop.time() + TAKING_WAIT_S
+                if owner is None or owner.id != cluster.local.id or loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
 
     # --- topics -----------------------------------------------------------------------------------
 
@@ -90,7 +109,7 @@ class CorePort:
     # --- producing --------------------------------------------------------------------------------
 
     async def publish(self, topic: TopicName, index: int, records: list[Record]) -> int:
-        partition = await self._core.partition(topic, index)
+        partition = await self._partition(topic, index)
         return await partition.start_append(build_batch(records))
 
     async def hold(self, topic: TopicName, index: int, records: list[Record], due_ms: int) -> int:
@@ -100,12 +119,12 @@ class CorePort:
         return (await asyncio.gather(*held))[0]
 
     async def ends(self, topic: TopicName, index: int) -> tuple[int, int]:
-        partition = await self._core.partition(topic, index)
+        partition = await self._partition(topic, index)
         return partition.log_start_offset, partition.high_watermark
 
     async def offset_for_time(self, topic: TopicName, index: int, timestamp_ms: int) -> int:
         """The first offset whose record is not older than `timestamp_ms` (the end if none)."""
-        partition = await self._core.partition(topic, index)
+        partition = await self._partition(topic, index)
         found = await partition.offset_for_timestamp(timestamp_ms)
         return partition.high_watermark if found is None else found[0]
 
@@ -113,7 +132,7 @@ class CorePort:
                             sequence_header: str) -> int:
         """The highest sequence id among the partition's last DEDUP_SCAN_RECORDS records whose
         `header` is `producer`; -1 if none."""
-        partition = await self._core.partition(topic, index)
+        partition = await self._partition(topic, index)
         offset = max(partition.log_start_offset, partition.high_watermark - DEDUP_SCAN_RECORDS)
         wanted, highest = producer.encode("utf-8"), -1
         while offset < partition.high_watermark:
@@ -148,7 +167,7 @@ class CorePort:
                                        f"not {subscription_type}, and has consumers")
                 del self._subscriptions[key]
                 await current.close()
-            partition = await self._core.partition(topic, index)
+            partition = await self._partition(topic, index)
             cursor = await self._core.cursor(topic, index, escaped_name(CURSOR_PREFIX, name),
                                              initial_offset=partition.log_start_offset)
             if not cursor.exists:
@@ -183,7 +202,7 @@ class CorePort:
                 subscription.discard()
             cursor_name = escaped_name(CURSOR_PREFIX, name)
             await (await self._core.cursor(topic, index, cursor_name)).delete()
-            partition = await self._core.partition(topic, index)
+            partition = await self._partition(topic, index)
             cursor = await self._core.cursor(topic, index, cursor_name)
             cursor.commit(min(max(partition.log_start_offset, offset), partition.high_watermark))
             await cursor.flush()
