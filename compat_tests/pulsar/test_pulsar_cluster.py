@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-from pathlib import Path
 
 import pulsar
 import pytest

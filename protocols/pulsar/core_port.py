@@ -3,6 +3,7 @@
 The handlers never touch the core directly; they go through `CorePort`, so the core's interface can
 be reshaped by changing this module alone. What it offers (docs/PULSAR.md, "The core port"):
 
+    connection_opened/closed          register a client connection with the core (admin API, operators)
     partitions(topic)                 a topic's partition count, None if it does not exist
     ensure_topic(topic)               create it with one partition if missing, in an existing namespace
     owner(topic, index)               in a cluster, the Pulsar address of the partition's owner if not this broker
@@ -24,9 +25,9 @@ A subscription here is a core `SharedSubscription` on one partition with a curso
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 
 from core.cluster.bundles import partition_bundle
+from core.connections import ClientConnection, peer_address
 from core.delayed.held import Target
 from core.delayed.service import PARTITION
 from core.errors import CoreError, ExclusiveUse, NotOwner, TopicExists, UnknownTopic
@@ -73,6 +74,15 @@ class CorePort:
                 if owner is None or owner.id != cluster.local.id or loop.time() >= deadline:
                     raise
                 await asyncio.sleep(0.1)
+
+    # --- connections --------------------------------------------------------------------------------
+
+    def connection_opened(self, peer: object, close) -> object:
+        """Register a client connection (the admin API lists it, an operator may close it)."""
+        return self._core.connections.add(ClientConnection("pulsar", peer_address(peer), close))
+
+    def connection_closed(self, connection) -> None:
+        self._core.connections.remove(connection)
 
     # --- topics -----------------------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-from core.connections import ClientConnection, peer_address
 from core.names import TopicName
 from protocols.pulsar.codec.frames import DEFAULT_MAX_MESSAGE_BYTES, FRAME_PADDING
 from protocols.pulsar.core_port import CorePort
@@ -60,7 +59,6 @@ class PulsarBroker:
     """What every Pulsar connection shares."""
 
     def __init__(self, core, settings: PulsarSettings) -> None:
-        self.core = core
         self.settings = settings
         self.port = CorePort(core)
         self.dedup = Dedup()
@@ -128,8 +126,7 @@ class PulsarConnection:
         self._closing = False
         self._drainer: asyncio.Task | None = None
         self._loop = asyncio.get_running_loop()
-        self.client = broker.core.connections.add(ClientConnection("pulsar", peer_address(self._peer),
-                                                                    self._close_for_operator))
+        self.client = broker.port.connection_opened(self._peer, self._close_for_operator)
 
     # --- output ---------------------------------------------------------------------------------
 
@@ -194,7 +191,7 @@ class PulsarConnection:
             try:
                 await self.session.close()
             finally:
-                self.broker.core.connections.remove(self.client)
+                self.broker.port.connection_closed(self.client)
 
     async def _serve(self) -> None:
         reader, machine = self._reader, self.machine

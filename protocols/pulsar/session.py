@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import uuid
 from collections.abc import Callable
 
 from protocols.pulsar.codec.batch import unpack
@@ -38,7 +37,7 @@ from protocols.pulsar.consumers import LEDGER, PulsarConsumer
 from protocols.pulsar.errors import server_error
 from protocols.pulsar.names import PulsarTopic, parse_namespace, parse_topic
 from protocols.pulsar.producers import NO_ID, Producer
-from protocols.pulsar.records import EVENT_TIME, PRODUCER, SEQUENCE, to_record
+from protocols.pulsar.records import PRODUCER, SEQUENCE, to_record
 
 log = logging.getLogger("gateway.pulsar")
 
