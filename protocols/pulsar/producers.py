@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,16 +34,27 @@ class DedupState:
 
 
 class Dedup:
-    """Per (topic, partition, producer name): the highest sequence ids, shared by all connections."""
+    """Per (topic, partition, producer name): the highest sequence ids, shared by all connections.
+
+    At most MAX_STATES are kept, the least recently attached going first (a producer attached
+    meanwhile keeps its own; one attaching later learns its state from the log again)."""
+
+    MAX_STATES = 65_536
 
     def __init__(self) -> None:
-        self._states: dict[tuple[TopicName, int, str], DedupState] = {}
+        self._states: OrderedDict[tuple[TopicName, int, str], DedupState] = OrderedDict()
 
     def get(self, topic: TopicName, index: int, producer: str) -> DedupState | None:
-        return self._states.get((topic, index, producer))
+        key = (topic, index, producer)
+        state = self._states.get(key)
+        if state is not None:
+            self._states.move_to_end(key)
+        return state
 
     def put(self, topic: TopicName, index: int, producer: str, highest: int) -> DedupState:
         state = self._states.setdefault((topic, index, producer), DedupState())
+        while len(self._states) > self.MAX_STATES:
+            self._states.popitem(last=False)
         state.highest_pushed = max(state.highest_pushed, highest)
         state.highest_stored = max(state.highest_stored, highest)
         return state
