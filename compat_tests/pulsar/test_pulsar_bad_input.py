@@ -85,7 +85,7 @@ def test_fuzzed_frames_close_at_most_their_own_connection(gateway):
     valid = [encode_command(producer),
              encode_payload_command(send, MessageMetadata(producer_name="f", sequence_id=0, publish_time=1), b"v")]
     rng = random.Random(20261202)
-    for _ in range(40):
+    for _ in range(25):
         frames = bytearray(b"".join(valid))
         for _ in range(rng.randint(1, 6)):
             position = rng.randrange(len(frames))

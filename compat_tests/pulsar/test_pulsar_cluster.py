@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 
+import httpx
 import pulsar
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -25,13 +26,16 @@ from protocols.pulsar.codec.pulsar_wire_pb2 import BaseCommand
 pytestmark = pytest.mark.skipif(os.environ.get("GATEWAY_PULSAR_CLUSTER_TESTS") != "1",
                                 reason="a cluster test: make test-pulsar-cluster")
 TOPICS = 6
+ADMIN = ("pulsar-admin", "pulsar-admin-secret")    # moves a partition through the admin API
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     cluster = LocalCluster(ClusterSpec(tmp_path_factory.mktemp("pulsar-cluster") / "c", bookies=1, brokers=2,
                                        ensemble=1, write_quorum=1, ack_quorum=1, log_level="warning",
-                                       extra_storage={"zookeeper_session_timeout_ms": 4000}))
+                                       extra_storage={"zookeeper_session_timeout_ms": 4000},
+                                       extra_config=f'[[users]]\nname = "{ADMIN[0]}"\npassword = "{ADMIN[1]}"\n'
+                                                    'tags = ["administrator"]\n'))
     cluster.start()
     try:
         yield cluster
@@ -92,8 +96,42 @@ def test_lookups_name_the_owner_and_clients_reach_it_through_either_broker(clust
             client.close()
 
 
+def test_a_moved_topics_producers_and_consumers_follow_it_to_the_new_owner(cluster):
+    """A graceful move (the admin API's partition owner): the old owner closes the topic's producers
+    and consumers, and the clients go on at the new one with nothing lost."""
+    brokers = cluster.ready()["brokers"]
+    topic = unique("moved")
+    service_url = "pulsar://" + ",".join(b["pulsar"] for b in brokers)
+    # apart, so that the producer's failures cannot move the consumer's connection: only the close can
+    client, consumer_client = (pulsar.Client(service_url, operation_timeout_seconds=60,
+                                             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)) for _ in range(2))
+    try:
+        consumer = consumer_client.subscribe(topic, "m", consumer_type=pulsar.ConsumerType.Shared)
+        producer = client.create_producer(topic, send_timeout_millis=60_000)
+        for i in range(30):
+            producer.send(str(i).encode())
+        got = [int(m.data()) for m in receive_all(consumer, 30)]
+        owner = _lookup(brokers[0]["pulsar"], f"persistent://public/default/{topic}").removeprefix("pulsar://")
+        [target] = [b for b in brokers if b["pulsar"] != owner]
+        response = httpx.put(f"http://{target['admin']}/api/v1/tenants/public/namespaces/default/topics/{topic}"
+                             "/partitions/0/owner", json={"broker": target["id"]}, auth=ADMIN, timeout=30)
+        assert response.status_code == 202, response.text
+        wait_for(lambda: _lookup(target["pulsar"], f"persistent://public/default/{topic}")
+                 == f"pulsar://{target['pulsar']}", "the move")
+        for i in range(30, 60):
+            producer.send(str(i).encode())
+        while len(set(got)) < 60:
+            message = consumer.receive(60_000)
+            consumer.acknowledge(message)
+            got.append(int(message.data()))
+    finally:
+        client.close()
+        consumer_client.close()
+    assert set(got) == set(range(60))
+
+
 def test_a_killed_owners_topic_goes_on_at_the_other_broker_with_nothing_acknowledged_lost(cluster):
-    """Runs after the lookup test (same cluster): kill -9 of the broker owning a topic mid-stream."""
+    """The last test of the module (it leaves one broker): kill -9 of the broker owning a topic mid-stream."""
     brokers = cluster.ready()["brokers"]
     topic = unique("failover")
     # both brokers in the service URL, as a client of a cluster is set up: lookups go on after the kill

@@ -71,7 +71,7 @@ class PulsarConsumer:
         self.on_closed(self)
         command = BaseCommand(type=BaseCommand.CLOSE_CONSUMER)
         command.close_consumer.consumer_id = self.consumer_id
-        command.close_consumer.request_id = 0
+        command.close_consumer.request_id = (1 << 64) - 1     # Pulsar's -1: not an answer to a request
         self._write(encode_command(command))
 
     # --- what the client asks -------------------------------------------------------------------

@@ -7,6 +7,8 @@ be reshaped by changing this module alone. What it offers (docs/PULSAR.md, "The 
     partitions(topic)                 a topic's partition count, None if it does not exist
     ensure_topic(topic)               create it with one partition if missing, in an existing namespace
     owner(topic, index)               in a cluster, the Pulsar address of the partition's owner if not this broker
+    on_bundle_released(callback)      hear when this broker gives up a bundle (in a cluster)
+    release_bundle(bundle)            close the bundle's subscriptions; their consumers
     topics(tenant, namespace)         the namespace's topic names
     publish(topic, index, records)    append records as one batch; resolves to the first offset
     hold(topic, index, records, due)  keep records in the delayed store until due, then append it
@@ -112,6 +114,32 @@ class CorePort:
             return None
         owner = cluster.owner(bundle)
         return owner.pulsar if owner is not None and owner.pulsar and owner.id != cluster.local.id else None
+
+    def on_bundle_released(self, callback) -> None:
+        """In a cluster, `await callback(bundle)` when this broker stops owning a bundle, before it
+        lets go of it."""
+        if self._core.cluster is not None:
+            self._core.cluster.on_release(callback)
+
+    @staticmethod
+    def in_bundle(bundle, topic: TopicName, index: int) -> bool:
+        return partition_bundle(topic.tenant, topic.namespace, topic.topic, index) == bundle
+
+    async def release_bundle(self, bundle) -> list:
+        """Close the subscriptions of the bundle's partitions (cursors saved while it still may);
+        returns the consumers that were on them."""
+        consumers = []
+        for key in [key for key in self._subscriptions if self.in_bundle(bundle, key[0], key[1])]:
+            async with self._locks.setdefault(key, asyncio.Lock()):
+                subscription = self._subscriptions.pop(key, None)
+                if subscription is None:
+                    continue
+                consumers += subscription.consumers
+                try:
+                    await subscription.close()
+                except CoreError:
+                    subscription.discard()     # the next owner starts from the last stored position
+        return consumers
 
     async def topics(self, tenant: str, namespace: str) -> list[str]:
         return await self._core.registry.list_topics(tenant, namespace)

@@ -83,6 +83,13 @@ class Producer:
         self._pending: deque[_Pending] = deque()
         self.closed = False
         self.exclusive = False       # opened in an exclusive access mode
+        self.on_closed_by_broker: Callable[[Producer], None] = lambda producer: None   # set by its session
+
+    def close_by_broker(self) -> None:
+        """The broker lets go of the partition: the client is told to close the producer (it then
+        looks the topic up again and resends what is pending)."""
+        if not self.closed:
+            self.on_closed_by_broker(self)
 
     def is_duplicate(self, sequence_id: int) -> bool:
         return sequence_id <= self.state.highest_pushed

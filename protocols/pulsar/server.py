@@ -65,6 +65,20 @@ class PulsarBroker:
         self.name_prefix = f"gateway-{uuid.uuid4().hex[:8]}"
         self.failures = PulsarFailures()
         self._producers: dict[tuple[TopicName, int], set[Producer]] = {}
+        self.port.on_bundle_released(self._bundle_released)
+
+    async def _bundle_released(self, bundle) -> None:
+        """As a Pulsar broker unloading a bundle: its topics' producers and consumers are closed, so
+        their clients look the topics up again and go to the next owner."""
+        try:
+            for (topic, index), producers in list(self._producers.items()):
+                if self.port.in_bundle(bundle, topic, index):
+                    for producer in list(producers):
+                        producer.close_by_broker()
+            for consumer in await self.port.release_bundle(bundle):
+                consumer.queue_deleted()
+        except Exception:     # never in the way of the core's release
+            log.exception("pulsar: closing the clients of bundle %s failed", bundle)
 
     @property
     def service_url(self) -> str:

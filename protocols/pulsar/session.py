@@ -210,6 +210,7 @@ class Session:
                             lambda *receipt: self._receipt(ask.producer_id, *receipt),
                             lambda sequence_id, error: self._send_error(ask.producer_id, sequence_id, error))
         producer.exclusive = exclusive
+        producer.on_closed_by_broker = self._closed_producer
         self.producers[ask.producer_id] = producer
         self.broker.producer_opened(producer)
         answer = BaseCommand(type=BaseCommand.PRODUCER_SUCCESS)
@@ -221,6 +222,15 @@ class Session:
 
     def _new_name(self) -> str:
         return f"{self.broker.name_prefix}-{next(_names)}"
+
+    def _closed_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+        self._forget_producer(producer)
+        command = BaseCommand(type=BaseCommand.CLOSE_PRODUCER)
+        command.close_producer.producer_id = producer.producer_id
+        command.close_producer.request_id = NO_ID
+        self._write(encode_command(command))
 
     async def _close_producer(self, command: BaseCommand) -> None:
         ask = command.close_producer
