@@ -13,8 +13,14 @@ from protocols.pulsar.generate_proto import MODULE, generated
 from protocols.pulsar.names import parse_topic
 
 
+def _descriptor(module_text: str) -> str:
+    # the serialized .proto the module registers: what matters, whatever protoc version wrote the rest
+    [line] = [line for line in module_text.splitlines() if "AddSerializedFile(" in line]
+    return line
+
+
 def test_the_committed_module_matches_the_proto():
-    assert MODULE.read_text() == generated(), "run `make pulsar-proto` and commit the module"
+    assert _descriptor(MODULE.read_text()) == _descriptor(generated()), "run `make pulsar-proto` and commit it"
 
 
 def test_every_core_error_maps_to_a_pulsar_error_class():
