@@ -23,7 +23,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-mqtt bench-fifo-groups bench-replicated upstream-amqp system-packages java
+.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-mqtt pulsar-proto bench-pulsar test-pulsar-cluster bench-fifo-groups bench-replicated upstream-amqp system-packages java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -e '.[test]'
 	touch $@ $(RUN_STAMP)
+
+# Regenerate the Pulsar front end's protobuf module after editing its .proto (protoc from grpcio-tools;
+# tests/protocols/pulsar/test_proto_module.py checks the committed module matches).
+pulsar-proto: $(TEST_STAMP)
+	$(BIN)/python -m protocols.pulsar.generate_proto
 
 run: $(RUN_STAMP)
 	$(BIN)/gateway serve $(ARGS)
@@ -88,6 +93,14 @@ bench-amqp: $(BENCH_STAMP) system-packages
 # MQTT publish/subscribe at QoS 0/1/2 and idle connections' memory, beside a private mosquitto.
 bench-mqtt: $(TEST_STAMP) system-packages
 	$(BIN)/python -m bench.mqtt $(ARGS)
+
+# The Pulsar tests that need a cluster of brokers (compat_tests/pulsar/test_pulsar_cluster.py, ~1 minute).
+test-pulsar-cluster: $(TEST_STAMP) system-packages java
+	GATEWAY_PULSAR_CLUSTER_TESTS=1 $(BIN)/pytest -q compat_tests/pulsar/test_pulsar_cluster.py
+
+# Pulsar's official client against the gateway, beside the Kafka path of the same gateway (bench/pulsar.py).
+bench-pulsar: $(BENCH_STAMP) $(TEST_STAMP)
+	$(BIN)/python -m bench.pulsar $(ARGS)
 
 # FIFO message groups: a key-shared queue's dispatch throughput against a plain queue, with pika.
 bench-fifo-groups: $(BENCH_STAMP)

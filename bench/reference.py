@@ -33,6 +33,7 @@ class RunningBroker:
     kafka_tls: str = ""     # the gateway's Kafka TLS "host:port", when it has one
     amqp_tls: str = ""      # and its AMQP one
     mqtt: str = ""          # the gateway's MQTT "host:port"
+    pulsar: str = ""        # the gateway's Pulsar "host:port"
 
     @property
     def pid(self) -> int:
@@ -101,7 +102,7 @@ def start_gateway(data_dir: Path, log_dir: Path, extra_args: tuple[str, ...] = (
     log_path = log_dir / "gateway.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen([str(gateway), "serve", "--data-dir", str(data_dir), "--kafka-port", "0",
-                                 "--amqp-port", "0", "--mqtt-port", "0", "--admin-port", "0", *extra_args],
+                                 "--amqp-port", "0", "--mqtt-port", "0", "--pulsar-port", "0", "--admin-port", "0", *extra_args],
                                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
     ready: dict = {}
     got_line = threading.Event()
@@ -118,4 +119,5 @@ def start_gateway(data_dir: Path, log_dir: Path, extra_args: tuple[str, ...] = (
         raise RuntimeError(f"gateway did not print its READY line; see {log_path}")
     return RunningBroker("gateway", proc, str(ready["kafka"]), log_path, amqp=str(ready["amqp"]),
                          admin=str(ready["admin"]), kafka_tls=str(ready.get("kafka_tls", "")),
-                         amqp_tls=str(ready.get("amqp_tls", "")), mqtt=str(ready.get("mqtt", "")))
+                         amqp_tls=str(ready.get("amqp_tls", "")), mqtt=str(ready.get("mqtt", "")),
+                         pulsar=str(ready.get("pulsar", "")))

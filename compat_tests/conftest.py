@@ -83,6 +83,10 @@ class GatewayProcess:
         return _host_port(self.ready["mqtt"])
 
     @property
+    def pulsar(self) -> tuple[str, int]:
+        return _host_port(self.ready["pulsar"])
+
+    @property
     def admin(self) -> tuple[str, int]:
         return _host_port(self.ready["admin"])
 
@@ -133,7 +137,8 @@ def serve_command(data_dir: Path | None, *extra_args: str) -> list[str]:
     command = [sys.executable, "-m", "gateway", "serve"]
     if data_dir is not None:
         command += ["--data-dir", str(data_dir)]
-    return command + ["--kafka-port", "0", "--amqp-port", "0", "--mqtt-port", "0", "--admin-port", "0", *extra_args]
+    return command + ["--kafka-port", "0", "--amqp-port", "0", "--mqtt-port", "0", "--pulsar-port", "0",
+                      "--admin-port", "0", *extra_args]
 
 
 def start_gateway(

@@ -59,7 +59,7 @@ def test_admin_api_answers_health_metrics_and_info(gateway_process):
     assert set(journal_flushes(metrics.text)) == {"max_wait", "max_bytes", "idle", "inline"}
     assert info.status_code == 200
     body = info.json()
-    assert body["listeners"] == {name: gateway_process.ready[name] for name in ("kafka", "amqp", "mqtt", "admin")}
+    assert body["listeners"] == {name: gateway_process.ready[name] for name in ("kafka", "amqp", "mqtt", "pulsar", "admin")}
     assert body["data_dir"] == str(gateway_process.data_dir)
     assert body["version"]
 
@@ -120,6 +120,7 @@ def test_toml_config_env_and_flags_take_precedence_in_that_order(gateway_launche
             f"admin_port = {taken_admin}\n"     # overridden by the environment below
             f"kafka_port = {taken_kafka}\n"     # overridden by the environment, then by the flag
             "amqp_port = 0\n"
+            "pulsar_port = 0\n"
             'log_level = "warning"\n'
             "\n[storage]\njournal_max_wait_ms = 1.0\n"
         )
@@ -146,6 +147,7 @@ def test_environment_alone_configures_the_process(gateway_launcher, tmp_path):
             "GATEWAY_HOST": "127.0.0.1",
             "GATEWAY_KAFKA_PORT": "0",
             "GATEWAY_AMQP_PORT": "0",
+            "GATEWAY_PULSAR_PORT": "0",
             "GATEWAY_ADMIN_PORT": "0",
             "GATEWAY_LOG_LEVEL": "debug",
         },
@@ -173,7 +175,7 @@ def test_invalid_port_from_environment_is_rejected(gateway_launcher):
     assert "GATEWAY_KAFKA_PORT" in failure.stderr
 
 
-@pytest.mark.parametrize("listener", ["kafka", "amqp", "mqtt", "admin"])
+@pytest.mark.parametrize("listener", ["kafka", "amqp", "mqtt", "pulsar", "admin"])
 def test_port_in_use_fails_start_up_without_ready(gateway_launcher, listener):
     with busy_port() as taken:
         failure = gateway_launcher.expect_start_failure(f"--{listener}-port", str(taken))

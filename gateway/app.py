@@ -39,6 +39,8 @@ from gateway.metrics import GatewayMetrics
 from gateway.runtime import event_loop_factory, tune_gc
 from protocols.amqp import server as amqp_server
 from protocols.amqp.server import AmqpSettings
+from protocols.pulsar import server as pulsar_server
+from protocols.pulsar.server import PulsarSettings
 from protocols.kafka import server as kafka_server
 from protocols.kafka.broker import KafkaSettings
 from protocols.kafka.mirror.client import LinkSecurity, RemoteCluster
@@ -125,6 +127,12 @@ def protocol_handlers(core: Core, sockets: dict[str, socket.socket],
     mqtt = mqtt_server.make_broker(core, amqp.queues)
     handlers = {"kafka": kafka_server.connection_handler(kafka), "amqp": amqp_server.connection_handler(amqp),
                 "mqtt": mqtt_server.connection_handler(mqtt)}
+    if "pulsar" in sockets:
+        pulsar_host, pulsar_port = sockets["pulsar"].getsockname()[:2]
+        # lookups name this broker as the Kafka listener does: its advertised host, else the bind address
+        pulsar = pulsar_server.make_broker(core, PulsarSettings(
+            host=advertised_host(kafka_config, pulsar_host), port=pulsar_port))
+        handlers["pulsar"] = pulsar_server.connection_handler(pulsar)
     if "kafka_tls" in sockets:
         # SSL: the client certificate is the login; SASL_SSL: SASL is, as on the plaintext port
         certificates = tls_client_auth != "none" and not kafka_config.mechanisms
@@ -250,7 +258,7 @@ class Gateway:
         config = self.config
         # Bind first: a port conflict is reported before the data directory is touched.
         ports = [("kafka", config.kafka_port), ("amqp", config.amqp_port), ("mqtt", config.mqtt_port),
-                 ("admin", config.admin_port)]
+                 ("pulsar", config.pulsar_port), ("admin", config.admin_port)]
         if config.tls is not None:
             try:
                 self._tls = ServerTls(config.tls)
@@ -321,7 +329,7 @@ class Gateway:
                                      tls_client_auth=config.tls_client_auth)
         listeners = [Listener(name, self._unserved_sockets.pop(name), handlers[name],
                               tls=self._tls if name in TLS_LISTENERS else None)
-                     for name in ("kafka", "amqp", "mqtt", *TLS_LISTENERS) if name in handlers]
+                     for name in ("kafka", "amqp", "mqtt", "pulsar", *TLS_LISTENERS) if name in handlers]
         self._servers.extend(listeners)
         self.metrics.track_listeners(listeners)
         self.metrics.track_namespaces(self._core, per_topic=config.metrics.per_topic,
@@ -365,9 +373,11 @@ class Gateway:
         amqp_port = self._unserved_sockets["amqp"].getsockname()[1]
         peer_port = self._unserved_sockets["peer"].getsockname()[1]
         kafka_tls = self._unserved_sockets.get("kafka_tls")
+        pulsar_port = self._unserved_sockets["pulsar"].getsockname()[1]
         return BrokerInfo(self._broker_id, host, kafka_port, f"{host}:{amqp_port}", config.rack, config.role,
                           instance=uuid.uuid4().hex, peer=f"{host}:{peer_port}",
-                          kafka_tls_port=kafka_tls.getsockname()[1] if kafka_tls is not None else None)
+                          kafka_tls_port=kafka_tls.getsockname()[1] if kafka_tls is not None else None,
+                          pulsar=f"{host}:{pulsar_port}")
 
     def _reload_tls(self) -> None:
         if self._tls is None:
@@ -386,6 +396,7 @@ class Gateway:
             "kafka": addresses["kafka"],
             "amqp": addresses["amqp"],
             "mqtt": addresses["mqtt"],
+            "pulsar": addresses["pulsar"],
             "admin": addresses["admin"],
             **{name: addresses[name] for name in TLS_LISTENERS if name in addresses},
             "data_dir": str(self.config.data_dir),

@@ -36,6 +36,9 @@ def serve(
     kafka_port: Annotated[int | None, typer.Option(help="Kafka port; 0 picks a free one.", show_default="9092")] = None,
     amqp_port: Annotated[int | None, typer.Option(help="AMQP port; 0 picks a free one.", show_default="5672")] = None,
     mqtt_port: Annotated[int | None, typer.Option(help="MQTT port; 0 picks a free one.", show_default="1883")] = None,
+    pulsar_port: Annotated[
+        int | None, typer.Option(help="Pulsar binary protocol port; 0 picks a free one.", show_default="6650")
+    ] = None,
     admin_port: Annotated[int | None, typer.Option(help="Admin HTTP port; 0 picks a free one.", show_default="8080")] = None,
     peer_port: Annotated[
         int | None, typer.Option(help="In a cluster, the port of this broker's links with the other brokers; 0 picks "
@@ -220,7 +223,7 @@ def serve(
 ) -> None:
     """Serve Kafka, AMQP, MQTT and the admin API until SIGTERM or SIGINT.
 
-    Settings come from defaults < the --config TOML file < GATEWAY_DATA_DIR, GATEWAY_HOST, GATEWAY_KAFKA_PORT, GATEWAY_AMQP_PORT, GATEWAY_ADMIN_PORT, GATEWAY_LOG_LEVEL, GATEWAY_KAFKA_AUTO_CREATE_TOPICS, GATEWAY_KAFKA_DEFAULT_PARTITIONS, GATEWAY_KAFKA_ADVERTISED_HOST, GATEWAY_KAFKA_CLUSTER_ID, GATEWAY_KAFKA_MAX_FRAME_BYTES and the other GATEWAY_KAFKA_* variables < flags.
+    Settings come from defaults < the --config TOML file < GATEWAY_DATA_DIR, GATEWAY_HOST, GATEWAY_KAFKA_PORT, GATEWAY_AMQP_PORT, GATEWAY_PULSAR_PORT, GATEWAY_ADMIN_PORT, GATEWAY_LOG_LEVEL, GATEWAY_KAFKA_AUTO_CREATE_TOPICS, GATEWAY_KAFKA_DEFAULT_PARTITIONS, GATEWAY_KAFKA_ADVERTISED_HOST, GATEWAY_KAFKA_CLUSTER_ID, GATEWAY_KAFKA_MAX_FRAME_BYTES and the other GATEWAY_KAFKA_* variables < flags.
 
     Once listening, prints one line `GATEWAY READY {json}` on stdout; logs go to stderr.
     """
@@ -230,6 +233,7 @@ def serve(
         "kafka_port": kafka_port,
         "amqp_port": amqp_port,
         "mqtt_port": mqtt_port,
+        "pulsar_port": pulsar_port,
         "admin_port": admin_port,
         "peer_port": peer_port,
         "log_level": log_level,

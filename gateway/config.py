@@ -33,6 +33,7 @@ ENV_VARS: Mapping[str, str] = {
     "kafka_port": "GATEWAY_KAFKA_PORT",
     "amqp_port": "GATEWAY_AMQP_PORT",
     "mqtt_port": "GATEWAY_MQTT_PORT",
+    "pulsar_port": "GATEWAY_PULSAR_PORT",
     "admin_port": "GATEWAY_ADMIN_PORT",
     "peer_port": "GATEWAY_PEER_PORT",
     "log_level": "GATEWAY_LOG_LEVEL",
@@ -61,7 +62,7 @@ ENV_VARS: Mapping[str, str] = {
     "tls_handshake_timeout_ms": "GATEWAY_TLS_HANDSHAKE_TIMEOUT_MS",
     "tls_crl": "GATEWAY_TLS_CRL",
 }
-PORT_SETTINGS = ("kafka_port", "amqp_port", "mqtt_port", "admin_port", "peer_port")
+PORT_SETTINGS = ("kafka_port", "amqp_port", "mqtt_port", "pulsar_port", "admin_port", "peer_port")
 TLS_PORT_SETTINGS = ("kafka_tls_port", "amqp_tls_port")   # None: no such listener
 INT_SETTINGS = (*PORT_SETTINGS, "broker_id", "retention_check_interval_ms", "amqp_consumer_timeout_ms",
                 "delayed_memory_keys", "load_shed_interval_ms", "load_shed_threshold_percent",
@@ -421,6 +422,7 @@ class GatewayConfig:
     kafka_port: int = 9092
     amqp_port: int = 5672
     mqtt_port: int = 1883
+    pulsar_port: int = 6650           # Pulsar's binary protocol (pulsar://host:port)
     admin_port: int = 8080
     # In a cluster: the port of this broker's links with the other brokers (publishes into queues
     # they serve); 0 picks a free one, registered with the broker.

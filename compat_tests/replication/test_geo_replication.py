@@ -47,7 +47,7 @@ def start_remote(gateway_launcher, tmp_path: Path, port: int):
     """The remote on a fixed Kafka port, so that it comes back where the source's link points."""
     return gateway_launcher.start(command=[sys.executable, "-m", "gateway", "serve", "--data-dir",
                                            str(tmp_path / "remote"), "--kafka-port", str(port),
-                                           "--amqp-port", "0", "--mqtt-port", "0", "--admin-port", "0"])
+                                           "--amqp-port", "0", "--mqtt-port", "0", "--pulsar-port", "0", "--admin-port", "0"])
 
 
 def create_orders(gateway) -> None:
@@ -330,7 +330,7 @@ def test_a_link_logs_in_over_tls_and_keeps_the_mirrors_settings_and_acls_in_step
         f'[kafka]\nsasl_mechanisms = "SCRAM-SHA-256"\nsuper_users = "User:replicator"\nadvertised_port = {tls_port}\n'
         '\n[[users]]\nname = "replicator"\npassword = "mirror-secret"\ntenant = "dr"\nnamespace = "copies"\n')
     gateway_launcher.start(command=[sys.executable, "-m", "gateway", "serve", "--data-dir", str(tmp_path / "remote"),
-                                    "--kafka-port", str(remote_port), "--amqp-port", "0", "--mqtt-port", "0", "--admin-port", "0",
+                                    "--kafka-port", str(remote_port), "--amqp-port", "0", "--mqtt-port", "0", "--pulsar-port", "0", "--admin-port", "0",
                                     "--config", str(tmp_path / "remote.toml")])
     terminator = TlsTerminator(cert, key, tls_port, remote_port, client_ca=cert)
     try:

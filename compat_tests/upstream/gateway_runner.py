@@ -26,7 +26,7 @@ class Gateway:
         self.data_dir = Path(tempfile.mkdtemp(prefix="gateway-suite-"))
         self.log_path = (log_dir or self.data_dir) / f"gateway-{os.getpid()}-{time.monotonic_ns()}.log"
         command = [python or os.environ.get(PYTHON_ENV, "python3"), "-m", "gateway", "serve",
-                   "--data-dir", str(self.data_dir / "data"), "--kafka-port", str(port), "--amqp-port", "0", "--mqtt-port", "0",
+                   "--data-dir", str(self.data_dir / "data"), "--kafka-port", str(port), "--amqp-port", "0", "--mqtt-port", "0", "--pulsar-port", "0",
                    "--admin-port", "0", "--kafka-default-partitions", str(partitions),
                    "--kafka-group-min-session-timeout-ms", str(min_session_timeout_ms)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_") or k == PYTHON_ENV}

@@ -197,7 +197,7 @@ class LocalCluster:
             "zookeepers": self.zookeeper.describe(),
             "bookies": [{"id": b.ready["id"], "address": b.ready["address"], "pid": b.pid} for b in self.bookies],
             "brokers": [{"id": index, "kafka": b.ready["kafka"], "amqp": b.ready["amqp"], "admin": b.ready["admin"],
-                         "pid": b.pid, "role": self._role(index),
+                         "pulsar": b.ready["pulsar"], "pid": b.pid, "role": self._role(index),
                          **{name: b.ready[name] for name in ("kafka_tls", "amqp_tls") if name in b.ready}}
                         for index, b in enumerate(self.brokers)],
         }
@@ -255,7 +255,7 @@ class LocalCluster:
         rack = f"/rack-{index % self.spec.racks}" if index < self.spec.brokers else self.spec.read_only_rack
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
                    "--data-dir", str(self.dir / f"broker-{index}"), "--host", self.spec.host,
-                   "--kafka-port", kafka, "--amqp-port", amqp, "--mqtt-port", "0", "--admin-port", admin, "--peer-port", peer,
+                   "--kafka-port", kafka, "--amqp-port", amqp, "--mqtt-port", "0", "--pulsar-port", "0", "--admin-port", admin, "--peer-port", peer,
                    "--broker-id", str(index),
                    "--rack", rack, "--role", self._role(index), "--log-level", self.spec.log_level,
                    *self._client_tls_args(), *self.spec.broker_args]

@@ -29,7 +29,7 @@ class GatewayNode:
         self.env = env
         # Below the ephemeral range (gateway/cluster/ports.py): after a kill, no outgoing
         # connection can take a port the restart needs.
-        self.ports = {name: free_port(host) for name in ("kafka", "amqp", "mqtt", "admin")}
+        self.ports = {name: free_port(host) for name in ("kafka", "amqp", "mqtt", "pulsar", "admin")}
         self.process: GatewayProcess | None = None
         self.restarts = 0
         self._logs: list[Path] = []   # stderr of every start, in order
