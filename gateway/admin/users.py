@@ -171,7 +171,7 @@ def router(context, authenticate) -> APIRouter:
         await existing_namespace(caller, tenant, namespace)
         permission = Permission(tenant, namespace, body.configure, body.write, body.read)
         _check_patterns(permission)
-        await users.update(name, lambda doc: _replace_permission(doc, user, permission, tenant, namespace))
+        await users.update(name, lambda doc: replace_permission(doc, user, permission, tenant, namespace))
         return {"user": name, **permission.to_doc()}
 
     @api.delete("/permissions/{tenant}/{namespace}/{name}", status_code=status.HTTP_204_NO_CONTENT)
@@ -180,12 +180,12 @@ def router(context, authenticate) -> APIRouter:
         caller.check_tenant(tenant)
         if user.permission_on(tenant, namespace) is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {name} has no permission on {tenant}/{namespace}")
-        await users.update(name, lambda doc: _replace_permission(doc, user, None, tenant, namespace))
+        await users.update(name, lambda doc: replace_permission(doc, user, None, tenant, namespace))
 
     return api
 
 
-def _replace_permission(doc: dict, user: User, permission: Permission | None, tenant: str, namespace: str) -> None:
+def replace_permission(doc: dict, user: User, permission: Permission | None, tenant: str, namespace: str) -> None:
     """Set (or remove, with None) the permission on tenant/namespace. A user without explicit
     permissions has everything on its own namespace: that becomes explicit first, so it is kept."""
     current = doc.get("permissions")
