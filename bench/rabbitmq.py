@@ -69,15 +69,19 @@ def pick_port(preferred: int = DEFAULT_PORT) -> int:
     raise RuntimeError(f"no free port for RabbitMQ from {preferred}")
 
 
-def start_rabbitmq(work_dir: Path, port: int) -> RunningRabbit:
+def start_rabbitmq(work_dir: Path, port: int, management_port: int | None = None) -> RunningRabbit:
+    """`management_port`: also serve the management HTTP API there (the rabbitmq_management plugin)."""
     if not (RABBIT_BIN / "rabbitmq-server").exists():
         raise SystemExit(f"no rabbitmq-server in {RABBIT_BIN}: run `make bench-amqp` (it installs Debian's "
                          "rabbitmq-server when missing) or set RABBIT_BIN")
     base = work_dir / f"rabbit-{port}"
     (base / "mnesia").mkdir(parents=True, exist_ok=True)
     (base / "log").mkdir(exist_ok=True)
-    (base / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n")
-    (base / "enabled_plugins").write_text("[].\n")
+    conf = f"listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n"
+    if management_port is not None:
+        conf += f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {management_port}\n"
+    (base / "rabbitmq.conf").write_text(conf)
+    (base / "enabled_plugins").write_text("[rabbitmq_management].\n" if management_port is not None else "[].\n")
     env = {**os.environ,
            "RABBITMQ_NODENAME": f"bench{port}@localhost",
            "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),

@@ -97,8 +97,9 @@ async def put_user(state: RabbitState, caller, name: str, body: Mapping[str, Any
     if password is not None:
         tenant = existing.principal.tenant if existing else caller.tenant_scope or DEFAULT_TENANT
         namespace = existing.principal.namespace if existing else DEFAULT_NAMESPACE
+        # As in RabbitMQ, a new user may open no vhost until it is given permissions.
         await users.put_user(name, password, tenant=tenant, namespace=namespace,
-                             permissions=existing.permissions if existing else None, tags=tags)
+                             permissions=existing.permissions if existing else (), tags=tags)
     else:
         await users.update(name, lambda doc: doc.update(tags=list(tags)))
     return existing is None

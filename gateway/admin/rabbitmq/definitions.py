@@ -53,7 +53,7 @@ async def export(state: RabbitState, caller, vhost: str | None = None) -> dict[s
                            "product_name": shapes.PRODUCT_NAME, "product_version": queries._version()}
     if vhost is None:
         doc["users"] = await queries.users(state, caller)
-        doc["vhosts"] = [{"name": name, "limits": [], "metadata": {"description": "", "tags": []}}
+        doc["vhosts"] = [{"name": name}
                          for name, _, _ in await visible_vhosts(state.tenancy, caller)]
         doc["permissions"] = [{k: p[k] for k in ("user", "vhost", "configure", "write", "read")}
                               for p in await queries.permissions(state, caller)]
