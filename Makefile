@@ -94,12 +94,13 @@ upstream-amqp: $(TEST_STAMP) system-packages
 	$(BIN)/pip install -e '.[upstream]'
 	$(BIN)/python -m compat_tests.upstream.run_amqp_suites $(ARGS)
 
-# Spark (pipelines/ and its tests) needs a Java runtime: Debian's JRE 17, only when none is on PATH.
+# Spark (pipelines/ and its tests) needs a Java runtime and the Java client's test compiles a program:
+# Debian's JDK 17 (which brings the JRE), only when javac is not on PATH.
 java:
-	@if ! command -v java >/dev/null 2>&1; then \
+	@if ! command -v javac >/dev/null 2>&1; then \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi; \
-		echo "installing a Java runtime for Spark"; \
-		$$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends openjdk-17-jre-headless; \
+		echo "installing a Java development kit for Spark and the Java client's test"; \
+		$$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends openjdk-17-jdk-headless; \
 	fi
 
 # apt-get only when a listed package is missing; sudo only when not already root.
