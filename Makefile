@@ -13,9 +13,10 @@ SOAK_MINUTES ?= 10
 # private node by the tests and the AMQP benchmark; zookeeper: the cluster's metadata store, its jars
 # run as a private server by the tests and `gateway cluster up`; fuse3, fiu-utils, iproute2 and
 # iptables: the power-loss, failed-fsync and partition faults of compat_tests/faults; chromium +
-# chromium-driver: the headless browser the web console's tests drive through selenium). Installed
-# only when missing.
-SYSTEM_PACKAGES := openssl kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver
+# chromium-driver: the headless browser the web console's tests drive through selenium; prometheus:
+# promtool checks deploy/monitoring and a private Prometheus scrapes a test cluster). Installed only
+# when missing.
+SYSTEM_PACKAGES := openssl kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver prometheus
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.
@@ -119,5 +120,8 @@ system-packages:
 		$$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; \
 		case "$$missing" in *rabbitmq-server*) \
 			$$sudo service rabbitmq-server stop >/dev/null 2>&1 || true;; \
+		esac; \
+		case "$$missing" in *prometheus*) \
+			$$sudo service prometheus stop >/dev/null 2>&1 || true;; \
 		esac; \
 	fi

@@ -30,6 +30,7 @@ from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from core.service import Core
 from core.shares.coordinator import ShareSettings
 from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_app
+from gateway.session_metrics import SessionCollector
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.data_dir import SESSION_FILE, DataDirInUse, lock_data_dir
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
@@ -232,6 +233,7 @@ class Gateway:
             self._storage = await ReplicatedStorage.open(storage, session_file=config.data_dir / SESSION_FILE)
             if self._storage.auditor is not None:
                 self.metrics.track_auditor(self._storage.auditor.stats)
+            self.metrics.registry.register(SessionCollector(self._storage.metadata))
         else:
             self._storage = await EmbeddedStorage.open(config.data_dir, config.storage)
             self.metrics.track_journal(self._storage.bookie.flush_counts)

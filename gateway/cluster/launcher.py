@@ -11,7 +11,7 @@ core/cluster/), each on free ports, under one directory:
 
 Once every process serves, one line goes to stdout:
 
-    CLUSTER READY {"zookeeper": "host:port", "bookies": [{"id", "address", "pid"}, ...],
+    CLUSTER READY {"zookeeper": "host:port", "bookies": [{"id", "address", "metrics", "pid"}, ...],
                    "brokers": [{"id", "kafka", "amqp", "admin", "pid"}, ...]}
 
 `LocalCluster` is the same thing as a library: tests use it to kill, pause and restart processes.
@@ -179,7 +179,8 @@ class LocalCluster:
     def ready(self) -> dict:
         return {
             "zookeeper": self.zookeeper.address,
-            "bookies": [{"id": b.ready["id"], "address": b.ready["address"], "pid": b.pid} for b in self.bookies],
+            "bookies": [{"id": b.ready["id"], "address": b.ready["address"], "metrics": b.ready.get("metrics"),
+                         "pid": b.pid} for b in self.bookies],
             "brokers": [{"id": index, "kafka": b.ready["kafka"], "amqp": b.ready["amqp"], "admin": b.ready["admin"],
                          "pid": b.pid, "role": self._role(index)} for index, b in enumerate(self.brokers)],
         }
