@@ -24,7 +24,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java
+.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-fifo-groups bench-replicated upstream-amqp system-packages java rabbitmq-api-compare
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -94,6 +94,13 @@ bench-replicated: $(BENCH_STAMP) system-packages
 upstream-amqp: $(TEST_STAMP) system-packages
 	$(BIN)/pip install -e '.[upstream]'
 	$(BIN)/python -m compat_tests.upstream.run_amqp_suites $(ARGS)
+
+# RabbitMQ's management API: the same rabbitmqadmin commands against the gateway and a private RabbitMQ
+# node with the management plugin, side by side (the node takes half a minute to start; `make test`
+# checks against the shapes captured from it, compat_tests/admin/golden/). GATEWAY_UPDATE_GOLDEN=1
+# captures them again.
+rabbitmq-api-compare: $(TEST_STAMP) system-packages
+	GATEWAY_RABBITMQ_SIDE_BY_SIDE=1 $(BIN)/pytest -q compat_tests/admin/test_rabbitmqadmin.py
 
 # Spark (pipelines/ and its tests) needs a Java runtime and the Java client's test compiles a program:
 # Debian's JDK 17 (which brings the JRE), only when javac is not on PATH.
