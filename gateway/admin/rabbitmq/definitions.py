@@ -50,7 +50,7 @@ async def export(state: RabbitState, caller, vhost: str | None = None) -> dict[s
                 and (b["vhost"], b["destination"]) in (queue_names if b["destination_type"] == "queue"
                                                        else exchange_names | {(b["vhost"], n) for n in _PREDECLARED})]
     doc: dict[str, Any] = {"rabbit_version": shapes.MANAGEMENT_VERSION, "rabbitmq_version": shapes.MANAGEMENT_VERSION,
-                           "product_name": shapes.PRODUCT_NAME, "product_version": queries._version()}
+                           "product_name": shapes.PRODUCT_NAME, "product_version": queries.product_version()}
     if vhost is None:
         doc["users"] = await queries.users(state, caller)
         doc["vhosts"] = [{"name": name}

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import binascii
 import dataclasses
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +36,7 @@ def properties_of(doc: Any) -> BasicProperties:
     try:
         properties = BasicProperties(**doc)
         properties.encode()
-    except (TypeError, ValueError, OverflowError, DecodeError, AttributeError) as exc:
+    except (TypeError, ValueError, OverflowError, DecodeError, AttributeError, struct.error) as exc:
         raise bad_request(f"properties cannot be encoded: {exc}") from None
     return properties
 

@@ -16,7 +16,6 @@ from core.auth import Permission
 from core.errors import RESOURCE, Resource, UnknownQueue
 from core.names import TopicName
 from core.queues.queue import CURSOR_NAME, Queue, QueueInfo
-from core.queues.store import NamespaceStore
 from gateway.admin.rabbitmq import shapes
 from gateway.admin.rabbitmq.vhosts import vhost_name, visible_vhost, visible_vhosts
 
@@ -272,7 +271,7 @@ async def overview(state: RabbitState, caller) -> dict[str, Any]:
     unacked = sum(q["messages_unacknowledged"] for q in listed)
     host, port = shapes.split_address(state.listeners.get("amqp", ""))
     return {"management_version": shapes.MANAGEMENT_VERSION, "rates_mode": "basic",
-            "product_name": shapes.PRODUCT_NAME, "product_version": _version(),
+            "product_name": shapes.PRODUCT_NAME, "product_version": product_version(),
             "rabbitmq_version": shapes.MANAGEMENT_VERSION, "cluster_name": shapes.node_name(),
             "node": shapes.node_name(), "exchange_types": _exchange_types(),
             "disable_stats": False, "enable_queue_totals": True,
@@ -292,7 +291,7 @@ def _exchange_types() -> list[dict[str, Any]]:
             for name in ("direct", "fanout", "headers", "topic", "x-delayed-message", "x-consistent-hash")]
 
 
-def _version() -> str:
+def product_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
     try:
         return version("gateway")
