@@ -30,6 +30,7 @@ from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from core.service import Core
 from core.shares.coordinator import ShareSettings
 from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_app
+from gateway.queue_metrics import QueueCollector
 from gateway.session_metrics import SessionCollector
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.data_dir import SESSION_FILE, DataDirInUse, lock_data_dir
@@ -282,6 +283,7 @@ class Gateway:
             data_dir=config.data_dir,
         )
         kafka_broker, amqp_broker = handlers["kafka"].broker, handlers["amqp"].broker
+        self.metrics.registry.register(QueueCollector(amqp_broker.queues, max_series=config.metrics.max_series))
         self._core.tenancy.on_namespace_deleted(amqp_broker.queues.forget)
         context = AdminContext(self._core, kafka=kafka_broker, amqp=amqp_broker)
         admin = AdminServer(admin_socket, create_admin_app(info, self.metrics, context), SHUTDOWN_GRACE_S,

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pika
 import pytest
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,7 +22,7 @@ from compat_tests.conftest import wait_for
 from gateway.cluster.launcher import ClusterSpec, LocalCluster
 
 MONITORING = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
-SERIES = re.compile(r"\b(gateway_[a-z0-9_]+|up)\b")
+SERIES = re.compile(r"\b((?:gateway|rabbitmq)_[a-z0-9_]+|up)\b")
 # Series a plain cluster does not export: they appear with geo-replication links configured.
 ONLY_WITH_REPLICATION = {"gateway_replication_lag_records"}
 HISTOGRAM_AND_COUNTER_SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created", "_info")
@@ -68,7 +69,7 @@ def test_promtool_accepts_the_rules_and_the_configuration(tmp_path):
         done = subprocess.run(["promtool", *args], cwd=tmp_path / "monitoring", capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 0, done.stdout + done.stderr
-    assert "14 rules found" in subprocess.run(["promtool", "check", "rules", "alerts.yml"], cwd=MONITORING,
+    assert "15 rules found" in subprocess.run(["promtool", "check", "rules", "alerts.yml"], cwd=MONITORING,
                                               capture_output=True, text=True, timeout=60).stdout
 
 
@@ -78,6 +79,13 @@ def test_every_series_the_rules_and_the_dashboard_name_is_exported(cluster):
         producer.send("monitored", f"m{n}".encode())
     producer.flush(timeout=60)
     producer.close()
+    host, _, port = cluster.brokers[0].ready["amqp"].rpartition(":")
+    with pika.BlockingConnection(pika.ConnectionParameters(host, int(port))) as connection:
+        channel = connection.channel()
+        channel.queue_declare("monitored-queue")
+        channel.confirm_delivery()
+        for n in range(3):
+            channel.basic_publish("", "monitored-queue", f"m{n}".encode())
     broker, bookie = cluster.brokers[0].ready["admin"], cluster.bookies[0].ready["metrics"]
     assert cluster.ready()["bookies"][0]["metrics"] == bookie      # announced on the CLUSTER READY line too
     bookie_series = exported(bookie)
@@ -93,6 +101,8 @@ def test_every_series_the_rules_and_the_dashboard_name_is_exported(cluster):
                  if s.name == "gateway_bookie_entries_added_total")
     assert added >= 1      # the broker's writes reached this bookie (E = Qw = Qa = 1)
     assert 'gateway_zookeeper_session_state{state="connected"} 1.0' in text
+    broker_text = httpx.get(f"http://{broker}/metrics", timeout=30).text
+    assert 'rabbitmq_queue_messages_ready{queue="monitored-queue",vhost="/"} 3.0' in broker_text
 
 
 def _free_port() -> int:

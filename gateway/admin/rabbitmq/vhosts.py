@@ -12,17 +12,9 @@ from urllib.parse import unquote
 
 from fastapi import HTTPException, status
 
-from core.names import DEFAULT_NAMESPACE, DEFAULT_TENANT
-from protocols.amqp.vhosts import DEFAULT_VHOST, vhost_namespace
+from protocols.amqp.vhosts import vhost_name, vhost_namespace
 
 SLASH = "\x00"   # a decoded "/" inside a segment, until the route hands the segment over
-
-
-def vhost_name(tenant: str, namespace: str) -> str:
-    """The vhost an AMQP client opens for tenant/namespace (the inverse of vhost_namespace)."""
-    if (tenant, namespace) == (DEFAULT_TENANT, DEFAULT_NAMESPACE):
-        return DEFAULT_VHOST
-    return namespace if tenant == DEFAULT_TENANT else f"{tenant}/{namespace}"
 
 
 def segment(value: str) -> str:
