@@ -30,13 +30,13 @@ from core.queues.ack_timeout import DEFAULT_TIMEOUT_MS
 from core.service import Core
 from core.shares.coordinator import ShareSettings
 from gateway.admin import AdminContext, AdminServer, GatewayInfo, create_admin_app
-from gateway.queue_metrics import QueueCollector
-from gateway.session_metrics import SessionCollector
 from gateway.config import GatewayConfig, KafkaConfig
 from gateway.data_dir import SESSION_FILE, DataDirInUse, lock_data_dir
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address
 from gateway.metrics import GatewayMetrics
+from gateway.queue_metrics import QueueCollector
 from gateway.runtime import event_loop_factory, tune_gc
+from gateway.session_metrics import SessionCollector
 from protocols.amqp import server as amqp_server
 from protocols.amqp.server import AmqpSettings
 from protocols.kafka import server as kafka_server
