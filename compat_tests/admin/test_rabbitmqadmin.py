@@ -1,8 +1,8 @@
 """RabbitMQ's management API on the gateway's admin port, driven by the unmodified `rabbitmqadmin`
-(Debian's rabbitmq-server ships it): list, declare, delete, publish, get, export and import, close
-a connection; and the same commands against a RabbitMQ 3.10 node with the management plugin, whose
-JSON shapes the gateway's must match (the fields it leaves out are listed in ABSENT_FIELDS and in
-docs/OPERATIONS.md)."""
+(Debian's rabbitmq-server ships it; run in this interpreter, see `admin`): list, declare, delete,
+publish, get, export and import, close a connection; and the same commands against a RabbitMQ 3.10
+node with the management plugin, whose JSON shapes the gateway's must match (the fields it leaves
+out are listed in ABSENT_FIELDS and in docs/OPERATIONS.md)."""
 
 from __future__ import annotations
 
