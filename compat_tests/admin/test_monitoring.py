@@ -133,9 +133,12 @@ def test_prometheus_raises_the_bookie_down_alert(cluster, tmp_path):
     try:
         def bookie_up() -> float | None:
             try:
-                result = httpx.get(f"{api}/query", params={"query": 'up{job="gateway-bookies"}'}, timeout=5).json()
+                answer = httpx.get(f"{api}/query", params={"query": 'up{job="gateway-bookies"}'}, timeout=5)
             except httpx.HTTPError:
                 return None
+            if answer.status_code != 200:     # 503 in plain text while Prometheus starts
+                return None
+            result = answer.json()
             values = [float(r["value"][1]) for r in result["data"]["result"]]
             return values[0] if values else None
 
@@ -153,7 +156,10 @@ def test_prometheus_raises_the_bookie_down_alert(cluster, tmp_path):
 
 def _active(api: str, name: str) -> list[dict]:
     try:
-        alerts = httpx.get(f"{api}/alerts", timeout=5).json()["data"]["alerts"]
+        answer = httpx.get(f"{api}/alerts", timeout=5)
     except httpx.HTTPError:
         return []
+    if answer.status_code != 200:
+        return []
+    alerts = answer.json()["data"]["alerts"]
     return [a for a in alerts if a["labels"]["alertname"] == name]
