@@ -13,9 +13,11 @@ SOAK_MINUTES ?= 10
 # private node by the tests and the AMQP benchmark; zookeeper: the cluster's metadata store, its jars
 # run as a private server by the tests and `gateway cluster up`; fuse3, fiu-utils, iproute2 and
 # iptables: the power-loss, failed-fsync and partition faults of compat_tests/faults; chromium +
-# chromium-driver: the headless browser the web console's tests drive through selenium). Installed
-# only when missing.
-SYSTEM_PACKAGES := openssl kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver mosquitto
+# chromium-driver: the headless browser the web console's tests drive through selenium; mosquitto:
+# the MQTT reference; prometheus:
+# promtool checks deploy/monitoring and a private Prometheus scrapes a test cluster). Installed only
+# when missing.
+SYSTEM_PACKAGES := openssl kcat rabbitmq-server zookeeper fuse3 fiu-utils iproute2 iptables chromium chromium-driver mosquitto prometheus
 
 # Stamps inside .venv record what was installed, so deleting .venv resets them too; they are
 # refreshed whenever pyproject.toml changes.
@@ -23,7 +25,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-mqtt pulsar-proto bench-pulsar test-pulsar-cluster bench-fifo-groups bench-replicated upstream-amqp system-packages java
+.PHONY: run test soak soak-cluster soak-delayed bench bench-delayed bench-kafka bench-amqp bench-mqtt pulsar-proto bench-pulsar test-pulsar-cluster bench-fifo-groups bench-replicated upstream-amqp system-packages java rabbitmq-api-compare
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -135,12 +137,20 @@ upstream-amqp: $(TEST_STAMP) system-packages
 	$(BIN)/pip install -e '.[upstream]'
 	$(BIN)/python -m compat_tests.upstream.run_amqp_suites $(ARGS)
 
-# Spark (pipelines/ and its tests) needs a Java runtime: Debian's JRE 17, only when none is on PATH.
+# RabbitMQ's management API: the same rabbitmqadmin commands against the gateway and a private RabbitMQ
+# node with the management plugin, side by side (the node takes half a minute to start; `make test`
+# checks against the shapes captured from it, compat_tests/admin/golden/). GATEWAY_UPDATE_GOLDEN=1
+# captures them again.
+rabbitmq-api-compare: $(TEST_STAMP) system-packages
+	GATEWAY_RABBITMQ_SIDE_BY_SIDE=1 $(BIN)/pytest -q compat_tests/admin/test_rabbitmqadmin.py
+
+# Spark (pipelines/ and its tests) needs a Java runtime and the Java client's test compiles a program:
+# Debian's JDK 17 (which brings the JRE), only when javac is not on PATH.
 java:
-	@if ! command -v java >/dev/null 2>&1; then \
+	@if ! command -v javac >/dev/null 2>&1; then \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi; \
-		echo "installing a Java runtime for Spark"; \
-		$$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends openjdk-17-jre-headless; \
+		echo "installing a Java development kit for Spark and the Java client's test"; \
+		$$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends openjdk-17-jdk-headless; \
 	fi
 
 # apt-get only when a listed package is missing; sudo only when not already root.
@@ -163,5 +173,7 @@ system-packages:
 		esac; \
 		case "$$missing" in *mosquitto*) \
 			$$sudo service mosquitto stop >/dev/null 2>&1 || true;; \
+		case "$$missing" in *prometheus*) \
+			$$sudo service prometheus stop >/dev/null 2>&1 || true;; \
 		esac; \
 	fi

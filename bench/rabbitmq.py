@@ -69,16 +69,21 @@ def pick_port(preferred: int = DEFAULT_PORT) -> int:
     raise RuntimeError(f"no free port for RabbitMQ from {preferred}")
 
 
-def start_rabbitmq(work_dir: Path, port: int, *, extra_config: str = "", plugins: tuple[str, ...] = ()) -> RunningRabbit:
-    """`extra_config`: more rabbitmq.conf lines (e.g. a TLS listener); `plugins`: plugins to enable."""
+def start_rabbitmq(work_dir: Path, port: int, *, extra_config: str = "", plugins: tuple[str, ...] = (),
+                   management_port: int | None = None) -> RunningRabbit:
+    """`extra_config`: more rabbitmq.conf lines (e.g. a TLS listener); `plugins`: plugins to enable;
+    `management_port`: also serve the management HTTP API there (the rabbitmq_management plugin)."""
     if not (RABBIT_BIN / "rabbitmq-server").exists():
         raise SystemExit(f"no rabbitmq-server in {RABBIT_BIN}: run `make bench-amqp` (it installs Debian's "
                          "rabbitmq-server when missing) or set RABBIT_BIN")
     base = work_dir / f"rabbit-{port}"
     (base / "mnesia").mkdir(parents=True, exist_ok=True)
     (base / "log").mkdir(exist_ok=True)
-    (base / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n"
-                                        + extra_config)
+    conf = f"listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n"
+    if management_port is not None:
+        conf += f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {management_port}\n"
+        plugins = (*plugins, "rabbitmq_management")
+    (base / "rabbitmq.conf").write_text(conf + extra_config)
     (base / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
     env = {**os.environ,
            "RABBITMQ_NODENAME": f"bench{port}@localhost",

@@ -28,6 +28,10 @@ CloseFunction = Callable[[str], None]
 """Asks the connection to close, giving the reason; returns at once (the close is asynchronous)."""
 
 
+def no_channels() -> list[dict]:
+    return []
+
+
 @dataclass(slots=True)
 class ClientConnection:
     """One client connection as operators see it."""
@@ -48,6 +52,9 @@ class ClientConnection:
     # What the connection fetched (Kafka), topic -> {partition: when, in ms}: how the admin API shows
     # consumers that no group knows of (assign() mode).
     fetching: dict[str, dict[int, int]] = field(default_factory=dict)
+    # The connection's channels as the protocol describes them (AMQP: number, prefetch, consumers...),
+    # asked only when an operator lists them.
+    channels: Callable[[], list[dict]] = field(default=no_channels, repr=False)
 
     def fetched(self, topic: str, partitions: list[int]) -> None:
         now_ms = int(time.time() * 1000)

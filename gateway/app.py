@@ -36,7 +36,9 @@ from gateway.data_dir import SESSION_FILE, DataDirInUse, lock_data_dir
 from gateway.listeners import ConnectionHandler, Listener, bind_socket, format_address, share_close
 from gateway.tls import ServerTls, TlsConfigError
 from gateway.metrics import GatewayMetrics
+from gateway.queue_metrics import QueueCollector
 from gateway.runtime import event_loop_factory, tune_gc
+from gateway.session_metrics import SessionCollector
 from protocols.amqp import server as amqp_server
 from protocols.amqp.server import AmqpSettings
 from protocols.pulsar import server as pulsar_server
@@ -285,6 +287,7 @@ class Gateway:
             self._storage = await ReplicatedStorage.open(storage, session_file=config.data_dir / SESSION_FILE)
             if self._storage.auditor is not None:
                 self.metrics.track_auditor(self._storage.auditor.stats)
+            self.metrics.registry.register(SessionCollector(self._storage.metadata))
         else:
             self._storage = await EmbeddedStorage.open(config.data_dir, config.storage)
             self.metrics.track_journal(self._storage.bookie.flush_counts)
@@ -341,6 +344,7 @@ class Gateway:
             data_dir=config.data_dir,
         )
         kafka_broker, amqp_broker = handlers["kafka"].broker, handlers["amqp"].broker
+        self.metrics.registry.register(QueueCollector(amqp_broker.queues, max_series=config.metrics.max_series))
         self._core.tenancy.on_namespace_deleted(amqp_broker.queues.forget)
         context = AdminContext(self._core, kafka=kafka_broker, amqp=amqp_broker)
         admin = AdminServer(admin_socket, create_admin_app(info, self.metrics, context), SHUTDOWN_GRACE_S,

@@ -5,9 +5,11 @@ session a killed previous run left open is closed first), open the bookie direct
 metadata store: a wiped or swapped directory is refused, see storage/bookie/cookie.py), listen,
 register (ephemeral, with rack), then print one line on stdout:
 
-    BOOKIE READY {"id": ..., "address": "host:port", "listen": "host:port", "rack": ..., "data_dir": ..., "pid": ...}
+    BOOKIE READY {"id": ..., "address": "host:port", "listen": "host:port", "rack": ..., "data_dir": ...,
+                  "pid": ..., "metrics": "host:port"}
 
-("address" is what clients are told: --advertised-address when given, else where it listens.)
+("address" is what clients are told: --advertised-address when given, else where it listens;
+"metrics" where Prometheus scrapes /metrics: --metrics-port, absent with --metrics-port -1.)
 
 The bookie id is the one in the directory's cookie when there is one, else --id, else
 "bookie-<host>-<port>". SIGTERM/SIGINT: unregister, stop serving, close the journal, exit 0.
@@ -24,6 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.bookie_metrics import serve_metrics
 from gateway.data_dir import SESSION_FILE, DataDirInUse, lock_data_dir
 from gateway.runtime import event_loop_factory, tune_gc
 from storage.api import StorageError
@@ -54,6 +57,7 @@ class BookieSettings:
     bookie_id: str | None = None
     advertised: str | None = None       # "host:port" clients are told, when it differs (NAT, a proxy)
     storage: StorageConfig = StorageConfig()
+    metrics_port: int | None = 0        # Prometheus /metrics on the listen host (0: a free port; None: none)
 
 
 def run(settings: BookieSettings) -> int:
@@ -85,7 +89,7 @@ async def _serve(settings: BookieSettings) -> int:
 async def _serve_locked(settings: BookieSettings, stop: asyncio.Event) -> int:
     metadata = await open_metadata_store(settings.metadata, session_file=settings.data_dir / SESSION_FILE,
                                          session_timeout_s=settings.storage.zookeeper_session_timeout_ms / 1000)
-    bookie = server = registration = None
+    bookie = server = registration = metrics_server = session_metrics = None
     try:
         directory = settings.data_dir / "bookie"
         bookie_id = _bookie_id(settings, directory)
@@ -101,6 +105,10 @@ async def _serve_locked(settings: BookieSettings, stop: asyncio.Event) -> int:
         await registration.start()
         ready = {"id": bookie_id, "address": settings.advertised or listen, "listen": listen, "rack": settings.rack,
                  "data_dir": str(settings.data_dir), "pid": os.getpid()}
+        if settings.metrics_port is not None:
+            metrics_server, session_metrics = serve_metrics(bookie, directory, metadata, settings.host,
+                                                            settings.metrics_port, _version())
+            ready["metrics"] = f"{settings.host}:{metrics_server.server_port}"
         sys.stdout.write(READY_PREFIX + json.dumps(ready) + "\n")
         sys.stdout.flush()
         log.info("bookie %s serving on %s:%d (rack %s)", bookie_id, host, port, settings.rack)
@@ -112,6 +120,9 @@ async def _serve_locked(settings: BookieSettings, stop: asyncio.Event) -> int:
         log.error("bookie cannot start: %s", exc)
         return 1
     finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            session_metrics.close()
         if registration is not None:
             await registration.close()
         if server is not None:
@@ -119,6 +130,14 @@ async def _serve_locked(settings: BookieSettings, stop: asyncio.Event) -> int:
         if bookie is not None:
             await bookie.close()
         await metadata.close()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("gateway")
+    except PackageNotFoundError:
+        return "0"
 
 
 def _bookie_id(settings: BookieSettings, directory: Path) -> str:

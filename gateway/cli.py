@@ -316,6 +316,8 @@ def bookie(
     advertised_address: Annotated[str | None, typer.Option(help="host:port clients are told to connect to.",
                                                            show_default="the listen address")] = None,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
+    metrics_port: Annotated[int, typer.Option(help="Port of Prometheus /metrics on --host; 0 picks a free one "
+                                              "(the READY line names it); -1: none.")] = 0,
 ) -> None:
     """Serve one bookie of replicated storage until SIGTERM or SIGINT.
 
@@ -337,7 +339,8 @@ def bookie(
     configure_logging(log_level.lower())
     raise typer.Exit(bookie_node.run(bookie_node.BookieSettings(
         data_dir=Path(data_dir).absolute(), host=host, port=port, metadata=storage.metadata, secret=storage.secret,
-        rack=rack, bookie_id=bookie_id, advertised=advertised_address, storage=storage)))
+        rack=rack, bookie_id=bookie_id, advertised=advertised_address, storage=storage,
+        metrics_port=None if metrics_port < 0 else metrics_port)))
 
 
 cluster_cli = typer.Typer(help="A local replicated cluster, for development and tests.", no_args_is_help=True)

@@ -46,7 +46,7 @@ class GatewayMetrics:
         self.registry.register(_AuditorCollector(stats))
 
     def track_journal(self, flush_counts: Mapping[FlushReason, int]) -> None:
-        self.registry.register(_JournalCollector(flush_counts))
+        self.registry.register(JournalCollector(flush_counts))
 
     def track_replication(self, replicators: Sequence) -> None:
         if replicators:
@@ -113,7 +113,7 @@ class _AuditorCollector(Collector):
         return self.collect()
 
 
-class _JournalCollector(Collector):
+class JournalCollector(Collector):
     """The in-process bookie's journal: its flushes (one write and fdatasync each) by what started
     them, as BookKeeper counts its journal's; many max_wait or max_bytes flushes mean a loaded disk."""
 

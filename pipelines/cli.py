@@ -43,7 +43,7 @@ FundTopic = Annotated[str, typer.Option(help="Topic of the funds flow (a regex w
 AlertsTopic = Annotated[str, typer.Option(help="Topic the alerts are written to.")]
 Output = Annotated[Path | None, typer.Option(help="Parquet root: alerts/ and window_totals/ under it.")]
 Jars = Annotated[Path | None, typer.Option(help="Directory of Spark's Kafka connector jars (offline).",
-                                           show_default="$SPARK_KAFKA_JARS")]
+                                           show_default="$SPARK_KAFKA_JARS, else ../shared/spark-jars/jars")]
 Packages = Annotated[bool, typer.Option(help="Let Spark download its Kafka connector from Maven Central "
                                              "(spark.jars.packages) instead of --jars.")]
 Master = Annotated[str, typer.Option(help="Spark master.")]

@@ -29,13 +29,24 @@ BATCH_POLL_TIMEOUT_MS = 10_000
 CONNECTOR_JAR_PREFIXES = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
 
 
+# Beside a checkout of this project, the shared directory holds the jars (../shared/spark-jars/jars):
+# used when neither --jars nor SPARK_KAFKA_JARS names a directory.
+SHARED_JARS = Path(__file__).resolve().parents[1].parent / "shared" / "spark-jars" / "jars"
+
+
+def default_jars_directory() -> str | None:
+    """$SPARK_KAFKA_JARS, else the shared jar directory beside the checkout when it exists."""
+    return os.environ.get(JARS_ENV) or (str(SHARED_JARS) if SHARED_JARS.is_dir() else None)
+
+
 class MissingConnectorJars(UsageProblem):
     """Spark's Kafka connector jars are not where they were looked for."""
 
 
 def connector_jars(directory: str | Path | None = None) -> list[str]:
-    """The four connector jars in `directory` (default: $SPARK_KAFKA_JARS), or MissingConnectorJars."""
-    directory = directory or os.environ.get(JARS_ENV)
+    """The four connector jars in `directory` (default: $SPARK_KAFKA_JARS, else ../shared/spark-jars/jars
+    beside the checkout), or MissingConnectorJars."""
+    directory = directory or default_jars_directory()
     if not directory:
         raise MissingConnectorJars(f"Spark's Kafka connector jars are needed: --jars DIR or {JARS_ENV}=DIR (a "
                                    f"directory holding them), or --packages (Spark downloads {CONNECTOR_PACKAGE})")

@@ -731,6 +731,10 @@ class QueueService:
         """The namespace's queues if they are in memory (for views that must not load them)."""
         return self._namespaces.get((tenant, namespace))
 
+    def loaded_namespaces(self) -> list[QueueNamespace]:
+        """Every namespace whose queues are in memory (for metrics, which must not load any)."""
+        return list(self._namespaces.values())
+
     async def forget(self, tenant: str, namespace: str) -> None:
         """Close and drop the namespace's queues in memory (its stored rows are being deleted)."""
         space = self._namespaces.pop((tenant, namespace), None)

@@ -97,4 +97,10 @@ def create_admin_app(info: GatewayInfo, metrics: GatewayMetrics, context: AdminC
     for module in (tenants, users, resources, messages, delayed, cluster, acls, roles):
         app.include_router(module.router(context, authenticate), prefix=API_PREFIX)
     app.include_router(console.router())
+    if context.amqp is not None:
+        # RabbitMQ's management API, for its tools (rabbitmqadmin, monitoring agents, definition files)
+        from gateway.admin.rabbitmq.app import rabbitmq_app
+        from gateway.admin.rabbitmq.queries import RabbitState
+        state = RabbitState(context, info.listeners, str(info.data_dir))
+        app.mount("/api", rabbitmq_app(state, authenticate))
     return app

@@ -197,7 +197,7 @@ def router(context, authenticate) -> APIRouter:
         permission = Permission(tenant, namespace, body.configure, body.write, body.read)
         _check_patterns(permission)
         before = user.permission_on(tenant, namespace)
-        await users.update(name, lambda doc: _replace_permission(doc, user, permission, tenant, namespace))
+        await users.update(name, lambda doc: replace_permission(doc, user, permission, tenant, namespace))
         await context.core.access.refresh(name)   # open connections: their next check sees it
         record(request, f"permission {tenant}/{namespace}/{name}", before and before.to_doc(), permission.to_doc())
         return {"user": name, **permission.to_doc()}
@@ -210,14 +210,14 @@ def router(context, authenticate) -> APIRouter:
         before = user.permission_on(tenant, namespace)
         if before is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {name} has no permission on {tenant}/{namespace}")
-        await users.update(name, lambda doc: _replace_permission(doc, user, None, tenant, namespace))
+        await users.update(name, lambda doc: replace_permission(doc, user, None, tenant, namespace))
         await context.core.access.refresh(name)
         record(request, f"permission {tenant}/{namespace}/{name}", before.to_doc(), None)
 
     return api
 
 
-def _replace_permission(doc: dict, user: User, permission: Permission | None, tenant: str, namespace: str) -> None:
+def replace_permission(doc: dict, user: User, permission: Permission | None, tenant: str, namespace: str) -> None:
     """Set (or remove, with None) the permission on tenant/namespace. A user without explicit
     permissions has everything on its own namespace: that becomes explicit first, so it is kept."""
     current = doc.get("permissions")

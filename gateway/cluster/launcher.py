@@ -13,7 +13,7 @@ core/cluster/), each on free ports, under one directory:
 Once every process serves, one line goes to stdout:
 
     CLUSTER READY {"zookeeper": "host:port[,host:port...]", "zookeepers": [{"address", "pid"}, ...],
-                   "bookies": [{"id", "address", "pid"}, ...],
+                   "bookies": [{"id", "address", "metrics", "pid"}, ...],
                    "brokers": [{"id", "kafka", "amqp", "admin", "pid"}, ...]}
 
 With --tls every link is TLS: bookies and brokers take only peers with a certificate of the
@@ -195,7 +195,8 @@ class LocalCluster:
         ready = {
             "zookeeper": self.zookeeper.address,
             "zookeepers": self.zookeeper.describe(),
-            "bookies": [{"id": b.ready["id"], "address": b.ready["address"], "pid": b.pid} for b in self.bookies],
+            "bookies": [{"id": b.ready["id"], "address": b.ready["address"], "metrics": b.ready.get("metrics"),
+                         "pid": b.pid} for b in self.bookies],
             "brokers": [{"id": index, "kafka": b.ready["kafka"], "amqp": b.ready["amqp"], "admin": b.ready["admin"],
                          "pulsar": b.ready["pulsar"], "pid": b.pid, "role": self._role(index),
                          **{name: b.ready[name] for name in ("kafka_tls", "amqp_tls") if name in b.ready}}

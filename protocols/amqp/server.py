@@ -185,6 +185,7 @@ class AmqpConnection:
                                                                     self._close_for_operator,
                                                                     tls=describe_tls(ssl_object)))
         self.session.client = self.client
+        self.client.channels = self._channel_facts
 
     @property
     def username(self) -> str:
@@ -193,6 +194,14 @@ class AmqpConnection:
     @property
     def vhost(self) -> str:
         return self.machine.vhost
+
+    def _channel_facts(self) -> list[dict]:
+        """The open channels, for operators (the admin API's channel list)."""
+        return [{"number": number, "prefetch_count": channel.consumer_prefetch,
+                 "global_prefetch_count": channel.channel_prefetch, "confirm": channel.confirming,
+                 "transactional": channel.tx is not None, "consumer_count": len(channel.consumers),
+                 "unacknowledged": len(channel.unacked)}
+                for number, channel in sorted(self.channels.items())]
 
     # --- the connection's life ------------------------------------------------------------------
 

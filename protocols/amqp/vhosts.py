@@ -41,6 +41,13 @@ def vhost_namespace(vhost: str) -> tuple[str, str] | None:
         return None
 
 
+def vhost_name(tenant: str, namespace: str) -> str:
+    """The vhost that names tenant/namespace (the inverse of vhost_namespace)."""
+    if (tenant, namespace) == (DEFAULT_TENANT, DEFAULT_NAMESPACE):
+        return DEFAULT_VHOST
+    return namespace if tenant == DEFAULT_TENANT else f"{tenant}/{namespace}"
+
+
 def is_loopback(host: str | None) -> bool:
     if not host:
         return False

@@ -34,6 +34,7 @@ from storage.bookie import journal_format as fmt
 from storage.bookie.group_commit import FlushReason, GroupCommitPolicy
 from storage.bookie.index import LedgerIndex, LedgerState, Location
 from storage.bookie.journal import Journal, Written, fsync_directory, list_segments
+from storage.bookie.stats import BookieStats
 from storage.config import StorageConfig
 
 log = logging.getLogger("gateway.storage.bookie")
@@ -60,6 +61,7 @@ class Bookie:
         self._read_fds: dict[int, int] = {}
         self._fd_lock = threading.Lock()
         self.flush_counts: dict[FlushReason, int] = {reason: 0 for reason in FlushReason}
+        self.stats = BookieStats()
         self._sync_task: asyncio.Task | None = None
         self._lac_waiters: dict[int, list[tuple[int, asyncio.Future]]] = {}
 
@@ -82,7 +84,7 @@ class Bookie:
         policy = GroupCommitPolicy(config.journal_max_wait_ms, config.journal_max_bytes)
         bookie._journal = Journal(journal_dir, (segments[-1] + 1) if segments else 1, policy,
                                   config.journal_segment_bytes, index.apply, bookie._on_durable,
-                                  bookie._count_flush)
+                                  bookie._count_flush, bookie.stats.synced)
         bookie._sync_task = asyncio.create_task(bookie._sync_index(config.index_sync_interval_s),
                                                 name="bookie-index-sync")
         return bookie
@@ -93,6 +95,7 @@ class Bookie:
     def _on_durable(self, written: list[Written]) -> None:
         for rec in written:
             if rec.kind is fmt.RecordKind.ENTRY:
+                self.stats.entries_added += 1
                 state = self._states.setdefault(rec.ledger_id, LedgerState())
                 state.last_entry_id = max(state.last_entry_id, rec.entry_id)
                 state.lac = max(state.lac, rec.lac)
@@ -200,13 +203,24 @@ class Bookie:
     async def read(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> bytes:
         if fence:
             await self.fence(ledger_id)
-        return await asyncio.to_thread(self._read_one, ledger_id, entry_id)
+        payload = await asyncio.to_thread(self._read_one, ledger_id, entry_id)
+        self.stats.read([payload])
+        return payload
 
     async def read_range(self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int) -> list[bytes]:
-        return await asyncio.to_thread(self._read_range, ledger_id, first_entry_id, last_entry_id, max_bytes)
+        payloads = await asyncio.to_thread(self._read_range, ledger_id, first_entry_id, last_entry_id, max_bytes)
+        self.stats.read(payloads)
+        return payloads
 
     async def read_entries(self, ledger_id: int, entry_ids: list[int]) -> list[bytes]:
-        return await asyncio.to_thread(self._read_entries, ledger_id, entry_ids)
+        payloads = await asyncio.to_thread(self._read_entries, ledger_id, entry_ids)
+        self.stats.read(payloads)
+        return payloads
+
+    @property
+    def ledger_count(self) -> int:
+        """Ledgers this bookie holds entries or state of."""
+        return len(self._states)
 
     # --- reads (worker threads) ---------------------------------------------------------------
 

@@ -124,13 +124,16 @@ class Journal:
 
     def __init__(self, directory: Path, first_segment_id: int, policy: GroupCommitPolicy,
                  segment_bytes: int, on_flushed: FlushedCallback, on_durable: DurableCallback,
-                 flush_counter: Callable[[FlushReason], None] | None = None) -> None:
+                 flush_counter: Callable[[FlushReason], None] | None = None,
+                 sync_observer: Callable[[float, int, int], None] | None = None) -> None:
+        """`sync_observer(fsync seconds, records, bytes)` hears of every flush (from the thread that did it)."""
         self._dir = directory
         self._policy = policy
         self._segment_bytes = segment_bytes
         self._on_flushed = on_flushed
         self._on_durable = on_durable
         self._count_flush = flush_counter or (lambda reason: None)
+        self._observe_sync = sync_observer or (lambda seconds, records, size: None)
         self._loop = asyncio.get_running_loop()
         self._cond = threading.Condition()
         # (record buffers, size, kind, ledger id, entry id, lac, future) of each queued record
@@ -303,6 +306,7 @@ class Journal:
         started = time.monotonic()
         os.fdatasync(self._fd)
         self._fsync_s = time.monotonic() - started
+        self._observe_sync(self._fsync_s, len(batch), offset - self._segment_size)
         if self._fsync_s > SLOW_FSYNC_S:
             self._report_slow_fsync(started)
         self._segment_size = offset

@@ -151,16 +151,20 @@ class _Connection(asyncio.Protocol):
                 self._transport.resume_reading()
         error = done.exception()
         status = Status.OK if error is None else wire.status_of(error)
+        if error is not None:
+            self._bookie.stats.failed(Op.ADD.name, status.name)
         self._send(wire.encode_response(Op.ADD, request_id, status))
 
     async def _answer(self, op: Op, request_id: int, work) -> None:
         try:
             values = await work
         except StorageError as exc:
+            self._bookie.stats.failed(op.name, wire.status_of(exc).name)
             self._send(wire.encode_response(op, request_id, wire.status_of(exc)))
             return
         except Exception:
             log.exception("bookie %s failed on %s", self._server.bookie_id, op.name)
+            self._bookie.stats.failed(op.name, Status.INTERNAL_ERROR.name)
             self._send(wire.encode_response(op, request_id, Status.INTERNAL_ERROR))
             return
         self._send(wire.encode_response(op, request_id, Status.OK, *values))
