@@ -173,6 +173,7 @@ system-packages:
 		esac; \
 		case "$$missing" in *mosquitto*) \
 			$$sudo service mosquitto stop >/dev/null 2>&1 || true;; \
+		esac; \
 		case "$$missing" in *prometheus*) \
 			$$sudo service prometheus stop >/dev/null 2>&1 || true;; \
 		esac; \
