@@ -17,14 +17,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from core.clock import Clock
 from core.queues import attributes
-
-if TYPE_CHECKING:
-    from core.queues.queue import Queue
-    from core.queues.subscription import SharedSubscription
 
 log = logging.getLogger("gateway.core")
 
@@ -56,10 +52,23 @@ async def _sleep_or_wake(clock: Clock, seconds: float, wake: asyncio.Event) -> N
         waker.cancel()
 
 
+class Expiring(Protocol):
+    async def drop_expired(self) -> int | None:
+        """Drop the expired head messages; the deadline of the head that stays."""
+
+
+class Queue(Protocol):
+    """What the unused-queue timer reads of its queue (core/queues/queue.py)."""
+    name: str
+    deleted: bool
+    consumer_count: int
+    served_here: bool
+
+
 class ExpirySweeper:
     """Drops expired head messages of one subscription in the background."""
 
-    def __init__(self, subscription: "SharedSubscription", clock: Clock, name: str) -> None:
+    def __init__(self, subscription: Expiring, clock: Clock, name: str) -> None:
         self._subscription = subscription
         self._clock = clock
         self._wake = asyncio.Event()
@@ -93,8 +102,8 @@ class ExpirySweeper:
 class UnusedQueueTimer:
     """Deletes `queue` (through `delete`) once it has been unused for `expires_ms`."""
 
-    def __init__(self, queue: "Queue", expires_ms: int, clock: Clock,
-                 delete: Callable[["Queue"], Awaitable[None]]) -> None:
+    def __init__(self, queue: Queue, expires_ms: int, clock: Clock,
+                 delete: Callable[[Queue], Awaitable[None]]) -> None:
         self._queue = queue
         self._expires_ms = expires_ms
         self._clock = clock

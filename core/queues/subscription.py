@@ -51,8 +51,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
-from typing import Protocol
 
 from core.clock import Clock
 from core.cursor import Cursor
@@ -62,7 +60,9 @@ from core.queues.dead_letter import DELIVERY_LIMIT, EXPIRED, REJECTED
 from core.queues.backlog import FifoBacklog
 from core.queues.expiry import deadline
 from core.queues.groups import BLOCK, GroupBacklog
+from core.queues.interface import Consumer, Lease
 from core.queues.log_records import data_records
+from core.queues.message import UNCHECKED, QueuedMessage
 from core.queues.picker import ConsumerPicker
 from core.queues.policy import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED
 from core.queues.priority import PriorityReadAhead
@@ -80,50 +80,9 @@ CURSOR_FLUSH_INTERVAL_S = 0.02
 # consumer below ~100k messages/s never waits for one. After a crash, up to this many messages past
 # the last one handed out may go out marked redelivered although no consumer saw them.
 DELIVERY_RESERVATION = 8192
-UNCHECKED = -1                   # QueuedMessage.expires_at not computed yet
 AT_ONCE_MS = 500                 # past its deadline, a message read and handed out at once still counts as on time
 _DEAD_LETTERING = object()       # the holder of messages on their way to a dead-letter exchange
 _REQUEUEING_LATER = object()     # ... and of those being held for a delayed requeue (x-requeue-delay)
-
-
-@dataclass(slots=True, eq=False)
-class QueuedMessage:
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    deliveries: int = 0          # how often it was handed out before
-    expires_at: int | None = UNCHECKED   # wall-clock ms deadline (core/queues/expiry.py), None: never
-
-    @property
-    def redelivered(self) -> bool:
-        return self.deliveries > 0
-
-
-class Lease(Protocol):
-    def held(self) -> bool:
-        """Whether this process surely still owns the queue."""
-
-    def when_held(self, callback: Callable[[], None]) -> bool:
-        """Call `callback()` once it may own it again; False if it never will (the queue closes)."""
-
-
-class Consumer(Protocol):
-    prefetch: int                # unacknowledged deliveries it may hold; 0: no limit
-    auto_ack: bool               # deliveries count as acknowledged at once
-    # Optionally `priority: int` (default 0): consumers of a higher priority are served first; and
-    # `flush()`: called after a dispatch that handed it messages, so a consumer that buffers its
-    # output sends them at once rather than after whatever else the event loop has queued.
-
-    def can_deliver(self) -> bool:
-        """Room beyond prefetch: False while paused or while its output is backed up."""
-
-    def deliver(self, message: QueuedMessage) -> None:
-        """Hand the message over (buffer it for the client); must not call back into the queue."""
-
-    def queue_deleted(self) -> None:
-        """The queue was deleted under the consumer: nothing more will come (AMQP sends basic.cancel)."""
 
 
 class SharedSubscription:
