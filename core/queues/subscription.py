@@ -66,7 +66,8 @@ from core.partition import Partition
 from core.queues.backlog import FifoBacklog
 from core.queues.cursor_writer import CursorWriter
 from core.queues.dead_letter import DELIVERY_LIMIT, EXPIRED, REJECTED
-from core.queues.deliveries import DEAD_LETTERING, REQUEUEING_LATER, Deliveries
+from core.queues.deliveries import REQUEUEING_LATER, Deliveries
+from core.queues.dying import DeadMessages
 from core.queues.groups import BLOCK, GroupBacklog
 from core.queues.interface import Consumer, Lease
 from core.queues.log_feeder import LogFeeder
@@ -128,12 +129,17 @@ class SharedSubscription:
         self._dispatch_again = False
         self._closed = False
         self._fresh_when_reserved: int | None = None    # read_offset's fresh mark when a hand-out began to wait for a reservation
-        self.dead_letter = dead_letter            # DeadLetterer.send; None: dead ones are dropped
-        self._dying: dict[str, list[QueuedMessage]] = {}
+        self._dead = DeadMessages(self._deliveries, dead_letter=dead_letter, acknowledge=self.ack,
+                                  cursor_changed=self._writer.changed)
 
     @property
     def consumers(self) -> list[Consumer]:
         return self._picker.consumers
+
+    @property
+    def dead_letter(self) -> Callable[..., None] | None:
+        """DeadLetterer.send; None: dead ones are dropped."""
+        return self._dead.dead_letter
 
     @property
     def message_ttl_ms(self) -> int | None:
@@ -424,21 +430,7 @@ class SharedSubscription:
             tracer.queued(self._trace_where, "dead-lettered" if self.dead_letter is not None else "dropped",
                           [message.offset for message in messages], queue=self._name, reason=reason,
                           attributed=False)
-        if self.dead_letter is None:
-            self._deliveries.drop(messages)
-            self._writer.changed()
-            return
-        self._deliveries.hold_for(DEAD_LETTERING, messages)
-        if not self._dying:
-            asyncio.get_running_loop().call_soon(self._send_dying)
-        self._dying.setdefault(reason, []).extend(messages)
-
-    def _send_dying(self) -> None:
-        dying, self._dying = self._dying, {}
-        if self._closed or self.dead_letter is None:
-            return      # still unacknowledged in the cursor: dead-lettered again after a restart
-        for reason, messages in dying.items():
-            self.dead_letter(messages, reason, self.ack)
+        self._dead.bury(messages, reason)
 
     async def take_head(self, count: int) -> list[QueuedMessage]:
         """Take up to `count` of the oldest ready messages out (a length limit drops them)."""
@@ -502,14 +494,14 @@ class SharedSubscription:
 
     async def close(self) -> None:
         """Stop reading and save the position (what is unacknowledged stays in the queue)."""
-        self._closed = True
+        self._closed = self._dead.closed = True
         self._writer.closed = True
         self._feeder.stop()
         await self._writer.close()
 
     def discard(self) -> None:
         """The queue is deleted: stop without saving anything."""
-        self._closed = True
+        self._closed = self._dead.closed = True
         self._feeder.stop()
         self._writer.discard()
         self.consumers.clear()
