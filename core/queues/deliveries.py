@@ -15,11 +15,10 @@ dead-letters and persists the cursor these calls changed in memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING
 
-from core.queues.expiry import deadline
-from core.queues.message import UNCHECKED, QueuedMessage
+from core.queues.message import UNCHECKED, QueuedMessage, deadline
 
 if TYPE_CHECKING:
     from core.cursor import Cursor
@@ -234,11 +233,3 @@ class Deliveries:
                 del self._held[entry[1]]
         return entry[0]
 
-
-def fresh_mark(*marks: int | None) -> int | None:
-    """The lowest of the marks given (None: none)."""
-    present = [mark for mark in marks if mark is not None]
-    return min(present) if present else None
-
-
-NowMs = Callable[[], int]

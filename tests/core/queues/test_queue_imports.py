@@ -12,3 +12,10 @@ def test_no_module_of_core_queues_imports_itself_back() -> None:
             if imported.startswith("core.queues.") and graph.chain_exists(imported=module, importer=imported):
                 circles.append((module, imported))
     assert circles == []
+
+
+def test_the_decisions_of_a_subscription_import_nothing_that_waits_or_does_io() -> None:
+    graph = grimp.build_graph("core", "storage", include_external_packages=True, cache_dir=None)
+    imported = graph.find_modules_directly_imported_by("core.queues.deliveries")
+    assert not imported & {"asyncio", "core.partition", "core.queues.expiry", "core.queues.log_feeder",
+                           "core.queues.cursor_writer", "core.queues.subscription"}
