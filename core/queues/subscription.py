@@ -128,7 +128,8 @@ class SharedSubscription:
         self._dispatching = False
         self._dispatch_again = False
         self._closed = False
-        self._fresh_when_reserved: int | None = None    # read_offset's fresh mark when a hand-out began to wait for a reservation
+        # the feeder's fresh_from when a hand-out began to wait for a reservation: still "at once"
+        self._fresh_when_reserved: int | None = None
         self._dead = DeadMessages(self._deliveries, dead_letter=dead_letter, acknowledge=self.ack,
                                   cursor_changed=self._writer.changed)
 
