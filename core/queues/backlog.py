@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from core.partition import Partition
-    from core.queues.subscription import QueuedMessage
+    from core.queues.message import QueuedMessage
 
 READ_AHEAD_MESSAGES = 512        # read more while fewer than this wait in memory
 READ_AHEAD_BYTES = 8 << 20       # ... and while their bodies take less than this

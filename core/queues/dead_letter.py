@@ -25,16 +25,17 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from core.errors import CoreError
+from core.clock import Clock
 from core.queues import attributes
+from core.queues.message import QueuedMessage
+from core.queues.policy import QueuePolicy
 from core.records.builder import Record
 
 if TYPE_CHECKING:
     from core.cluster.bundles import Bundle
-    from core.queues.queue import Queue
-    from core.queues.subscription import QueuedMessage
 
 log = logging.getLogger("gateway.core")
 
@@ -149,6 +150,15 @@ def _routing_headers(headers: Headers) -> Mapping[str, Any]:
     return {}
 
 
+class Queue(Protocol):
+    """What the dead-letter side reads of its queue (core/queues/queue.py) and of a target queue."""
+    name: str
+    deleted: bool
+    policy: QueuePolicy
+    clock: Clock
+    bundle: "Bundle"
+
+
 class DeadLetterer:
     """The dead-letter side of one queue. `await route(exchange, routing_key, headers)` is its namespace's."""
 
@@ -169,7 +179,6 @@ class DeadLetterer:
 
     def send_record(self, record: Record, reason: str) -> None:
         """Dead-letter a publish the queue refused (reject-publish-dlx): nothing to acknowledge."""
-        from core.queues.subscription import QueuedMessage
         message = QueuedMessage(-1, record.timestamp_ms, record.key, record.value, tuple(record.headers))
         self.send([message], reason, lambda _offsets: None)
 

@@ -1,10 +1,10 @@
 """Message expiry (x-message-ttl and per-message TTL) and unused-queue expiry (x-expires).
 
 A message's deadline is the earlier of its arrival time plus the queue's TTL and its own
-`queue.expires-at` header. As in RabbitMQ's classic queues, only a message at the head of the queue
-(the next one to hand out) is checked and removed; an expired message is never delivered. A
-message is expired from its deadline on, except when it can be handed out the moment it arrives
-(so TTL 0 means "deliver at once or never").
+`queue.expires-at` header (core/queues/message.py: `deadline`). As in RabbitMQ's classic queues,
+only a message at the head of the queue (the next one to hand out) is checked and removed; an
+expired message is never delivered. A message is expired from its deadline on, except when it can
+be handed out the moment it arrives (so TTL 0 means "deliver at once or never").
 
 `ExpirySweeper` removes expired heads while nobody consumes (or every consumer is full), so they
 are dead-lettered on time and stop being counted; it sleeps until the head's deadline, at most
@@ -17,33 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from core.clock import Clock
-from core.queues import attributes
-
-if TYPE_CHECKING:
-    from core.queues.queue import Queue
-    from core.queues.subscription import SharedSubscription
 
 log = logging.getLogger("gateway.core")
 
 SWEEP_S = 1.0
 MIN_SLEEP_S = 0.001
-
-
-def deadline(timestamp_ms: int, headers: tuple[tuple[str, bytes | None], ...], ttl_ms: int | None) -> int | None:
-    """When a message expires (wall-clock ms), or None if never."""
-    found = ttl_ms if ttl_ms is None else timestamp_ms + ttl_ms
-    for name, value in headers:
-        if name == attributes.EXPIRES_AT and value:
-            try:
-                own = int(value)
-            except ValueError:
-                break
-            found = own if found is None else min(found, own)
-            break
-    return found
 
 
 async def _sleep_or_wake(clock: Clock, seconds: float, wake: asyncio.Event) -> None:
@@ -56,10 +37,23 @@ async def _sleep_or_wake(clock: Clock, seconds: float, wake: asyncio.Event) -> N
         waker.cancel()
 
 
+class Expiring(Protocol):
+    async def drop_expired(self) -> int | None:
+        """Drop the expired head messages; the deadline of the head that stays."""
+
+
+class Queue(Protocol):
+    """What the unused-queue timer reads of its queue (core/queues/queue.py)."""
+    name: str
+    deleted: bool
+    consumer_count: int
+    served_here: bool
+
+
 class ExpirySweeper:
     """Drops expired head messages of one subscription in the background."""
 
-    def __init__(self, subscription: "SharedSubscription", clock: Clock, name: str) -> None:
+    def __init__(self, subscription: Expiring, clock: Clock, name: str) -> None:
         self._subscription = subscription
         self._clock = clock
         self._wake = asyncio.Event()
@@ -93,8 +87,8 @@ class ExpirySweeper:
 class UnusedQueueTimer:
     """Deletes `queue` (through `delete`) once it has been unused for `expires_ms`."""
 
-    def __init__(self, queue: "Queue", expires_ms: int, clock: Clock,
-                 delete: Callable[["Queue"], Awaitable[None]]) -> None:
+    def __init__(self, queue: Queue, expires_ms: int, clock: Clock,
+                 delete: Callable[[Queue], Awaitable[None]]) -> None:
         self._queue = queue
         self._expires_ms = expires_ms
         self._clock = clock

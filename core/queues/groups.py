@@ -39,7 +39,7 @@ from core.queues.attributes import EXCHANGE, GROUP
 
 if TYPE_CHECKING:
     from core.partition import Partition
-    from core.queues.subscription import QueuedMessage
+    from core.queues.message import QueuedMessage
 
 GROUP_READ_AHEAD_MESSAGES = 16_384
 GROUP_READ_AHEAD_BYTES = 64 << 20

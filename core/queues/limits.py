@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
-from core.queues.dead_letter import MAXLEN
-from core.queues.policy import DROP_HEAD, REJECT_PUBLISH_DLX
+from core.cursor import Cursor
+from core.partition import Partition
+
+from core.queues.dead_letter import MAXLEN, DeadLetterer
+from core.queues.message import QueuedMessage
+from core.queues.policy import DROP_HEAD, REJECT_PUBLISH_DLX, QueuePolicy
 from core.queues.log_records import data_records
 from core.records.builder import Record
-
-if TYPE_CHECKING:
-    from core.queues.queue import Queue
-    from core.queues.subscription import SharedSubscription
 
 log = logging.getLogger("gateway.core")
 
@@ -45,6 +46,30 @@ def _retrieve(future: asyncio.Future) -> None:
         future.exception()
 
 
+class Subscription(Protocol):
+    """What a length limit reads and takes of a queue's subscription (core/queues/subscription.py)."""
+    cursor: Cursor
+    ready_count: int
+
+    def is_held(self, offset: int) -> bool: ...
+
+    async def take_head(self, count: int) -> list[QueuedMessage]: ...
+
+    def dead(self, messages: list[QueuedMessage], reason: str) -> None: ...
+
+
+class Queue(Protocol):
+    """What a length limit reads of its queue (core/queues/queue.py)."""
+    name: str
+    deleted: bool
+    policy: QueuePolicy
+    subscription: Any               # a Subscription here, or the owner's stand-in (no limit there)
+    dead_letters: DeadLetterer | None
+    publisher: Any                  # core/queues/publisher.py: BatchPublisher
+
+    def partition(self) -> Awaitable[Partition]: ...
+
+
 class ReadySizes:
     """Body sizes of the stored, not yet acknowledged messages of one queue."""
 
@@ -53,7 +78,7 @@ class ReadySizes:
         self._scanned_to: int | None = None
         self._lock = asyncio.Lock()
 
-    async def scan(self, queue: "Queue", subscription: "SharedSubscription") -> None:
+    async def scan(self, queue: Queue, subscription: Subscription) -> None:
         """Size what was appended since the last scan."""
         async with self._lock:
             partition = await queue.partition()
@@ -73,7 +98,7 @@ class ReadySizes:
                 offset = next_offset
             self._scanned_to = offset
 
-    def ready_bytes(self, subscription: "SharedSubscription") -> int:
+    def ready_bytes(self, subscription: Subscription) -> int:
         """Bytes of the sized messages that are ready (forgetting the acknowledged ones)."""
         cursor = subscription.cursor
         committed = cursor.committed_offset
@@ -85,7 +110,7 @@ class ReadySizes:
 
 
 class LengthLimit:
-    def __init__(self, queue: "Queue") -> None:
+    def __init__(self, queue: Queue) -> None:
         policy = queue.policy
         self._queue = queue
         self._max = policy.max_length
@@ -179,7 +204,7 @@ class LengthLimit:
         finally:
             self._enforcer = None
 
-    async def _drop_head(self, subscription: "SharedSubscription", ready_bytes: int) -> None:
+    async def _drop_head(self, subscription: Subscription, ready_bytes: int) -> None:
         excess = subscription.ready_count - self._max if self._max is not None else 0
         max_bytes = self._max_bytes
         while excess > 0 or (max_bytes is not None and ready_bytes > max_bytes):

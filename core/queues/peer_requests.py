@@ -37,7 +37,7 @@ from core.errors import RESOURCE, CoreError, NotOwner, RequestRefused, Resource,
 from core.queues import arguments as stored_arguments
 from core.queues.forwarding import COUNTS, DECLARE, DELETE, PUBLISH
 from core.queues.naming import queue_topic
-from core.queues.subscription import QueuedMessage
+from core.queues.message import QueuedMessage
 
 log = logging.getLogger("gateway.core.queues")
 

@@ -28,7 +28,7 @@ from core.queues.log_records import data_records
 
 if TYPE_CHECKING:
     from core.partition import Partition
-    from core.queues.subscription import QueuedMessage
+    from core.queues.message import QueuedMessage
 
 INDEX_LIMIT = 4_000_000            # ready messages indexed at most (32 MB of offsets)
 BODY_MESSAGES = 512                # bodies kept in memory, as the plain read-ahead

@@ -33,7 +33,9 @@ from core.queues.policy import QueuePolicy
 from core.queues.publisher import BatchPublisher
 from core.queues.remote_subscription import RemoteSubscription
 from core.queues.restart import drop_transient
-from core.queues.subscription import Consumer, QueuedMessage, SharedSubscription
+from core.queues.interface import Consumer
+from core.queues.message import QueuedMessage
+from core.queues.subscription import SharedSubscription
 from core.records.builder import Record
 
 log = logging.getLogger("gateway.core.queues")

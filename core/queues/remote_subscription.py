@@ -23,7 +23,8 @@ from core.errors import CoreError
 from core.cluster.owners import owner_of
 from core.queues.forwarding import request_head
 from core.queues.peer_requests import CONSUME, CONTROL, GET, POLL, PURGE, unpack_messages
-from core.queues.subscription import Consumer, QueuedMessage
+from core.queues.interface import Consumer
+from core.queues.message import QueuedMessage
 
 log = logging.getLogger("gateway.core.queues")
 
