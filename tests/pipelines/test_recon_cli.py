@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from pipelines import spark_io
 from pipelines.alerts_reader import KafkaAlert
 from pipelines.cli import cli
 from pipelines.flows import AMOUNT_MISMATCH, AlertKey
@@ -73,7 +74,13 @@ def test_an_offsets_json_naming_both_flows_is_narrowed_to_one_topic():
 
 def test_connector_jars_are_looked_for_where_the_environment_says(monkeypatch, tmp_path):
     monkeypatch.delenv(JARS_ENV, raising=False)
+    monkeypatch.setattr(spark_io, "SHARED_JARS", tmp_path / "no-shared-checkout")   # none beside this one
     with pytest.raises(MissingConnectorJars, match=JARS_ENV):
+        connector_jars()
+    shared = tmp_path / "shared-jars"
+    shared.mkdir()
+    monkeypatch.setattr(spark_io, "SHARED_JARS", shared)      # the shared directory beside a checkout
+    with pytest.raises(MissingConnectorJars, match=f"no .* jar in {shared}"):
         connector_jars()
     for name in ("spark-sql-kafka-0-10_2.12-3.5.2.jar", "spark-token-provider-kafka-0-10_2.12-3.5.2.jar",
                  "kafka-clients-3.9.1.jar"):
@@ -89,10 +96,11 @@ def test_connector_jars_are_looked_for_where_the_environment_says(monkeypatch, t
 
 def test_a_missing_connector_is_one_line_and_exit_code_2(monkeypatch, tmp_path):
     monkeypatch.delenv(JARS_ENV, raising=False)
-    for args in (["stream", "--bootstrap", "127.0.0.1:1", "--checkpoint", str(tmp_path / "ck")],
-                 ["batch", "--bootstrap", "127.0.0.1:1", "--jars", str(tmp_path / "absent")]):
+    for args, env in ((["stream", "--bootstrap", "127.0.0.1:1", "--checkpoint", str(tmp_path / "ck")],
+                       {JARS_ENV: str(tmp_path / "absent")}),
+                      (["batch", "--bootstrap", "127.0.0.1:1", "--jars", str(tmp_path / "absent")], {})):
         result = subprocess.run([sys.executable, "-m", "pipelines", *args], capture_output=True, text=True,
-                                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+                                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **env}, timeout=120)
         assert result.returncode == 2
         assert result.stderr.count("\n") == 1 and result.stderr.startswith("gateway-recon: Spark's Kafka connector")
 
