@@ -225,15 +225,19 @@ class AccessControl:
         grants.set(stored, from_roles)
 
     def _role_changed(self, path: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._reload_role(path.rsplit("/", 1)[-1]))
+        self._reread_later(self.refresh_role, "role", path)
+
+    def _reread_later(self, refresh, kind: str, path: str) -> None:
+        """A watched node changed: reread the grants it names in the background."""
+        task = asyncio.get_running_loop().create_task(self._reread(refresh, kind, path.rsplit("/", 1)[-1]))
         self._reloads.add(task)
         task.add_done_callback(self._reloads.discard)
 
-    async def _reload_role(self, role: str) -> None:
+    async def _reread(self, refresh, kind: str, name: str) -> None:
         try:
-            await self.refresh_role(role)
+            await refresh(name)
         except Exception as exc:   # the store is unreachable: the next change fires again
-            log.warning("rereading the grants of role %s failed: %s", role, exc)
+            log.warning("rereading the grants of %s %s failed: %s", kind, name, exc)
 
     def close(self) -> None:
         for cancel in self._watches.values():
@@ -241,15 +245,7 @@ class AccessControl:
         self._watches.clear()
 
     def _changed(self, path: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._reload(path.rsplit("/", 1)[-1]))
-        self._reloads.add(task)
-        task.add_done_callback(self._reloads.discard)
-
-    async def _reload(self, user: str) -> None:
-        try:
-            await self.refresh(user)
-        except Exception as exc:   # the store is unreachable: the next change fires again
-            log.warning("rereading the grants of user %s failed: %s", user, exc)
+        self._reread_later(self.refresh, "user", path)
 
     async def namespace_grants(self, tenant: str, namespace: str) -> list[tuple[str, Permission]]:
         """Every user's written grant in tenant/namespace (default grants are not listed), by user
