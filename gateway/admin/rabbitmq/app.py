@@ -58,6 +58,14 @@ async def _object_body(request: Request) -> dict[str, Any]:
     return body
 
 
+def _named(items: list[dict], name: str, missing: str) -> dict:
+    """The item of a listing with that name, else RabbitMQ's 404."""
+    for item in items:
+        if item["name"] == name:
+            return item
+    raise HTTPException(status.HTTP_404_NOT_FOUND, missing)
+
+
 def _true(value: str | None) -> bool:
     return value is not None and value.lower() == "true"
 
@@ -125,10 +133,7 @@ def rabbitmq_app(state: RabbitState, authenticate):
 
     @app.get("/vhosts/{vhost}")
     async def get_vhost(vhost: str, caller: Authenticated):
-        found = [v for v in await queries.vhosts(state, caller) if v["name"] == segment(vhost)]
-        if not found:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"vhost {segment(vhost)!r} does not exist")
-        return found[0]
+        return _named(await queries.vhosts(state, caller), segment(vhost), f"vhost {segment(vhost)!r} does not exist")
 
     @app.get("/vhosts/{vhost}/permissions")
     async def vhost_permissions(vhost: str, caller: Authenticated):
@@ -140,10 +145,7 @@ def rabbitmq_app(state: RabbitState, authenticate):
 
     @app.get("/users/{name}")
     async def get_user(name: str, caller: Authenticated):
-        found = [u for u in await queries.users(state, caller) if u["name"] == segment(name)]
-        if not found:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {segment(name)} does not exist")
-        return found[0]
+        return _named(await queries.users(state, caller), segment(name), f"user {segment(name)} does not exist")
 
     @app.get("/users/{name}/permissions")
     async def user_permissions(name: str, caller: Authenticated):
@@ -213,10 +215,7 @@ def rabbitmq_app(state: RabbitState, authenticate):
 
     @app.get("/connections/{name}")
     async def get_connection(name: str, caller: Authenticated):
-        found = [c for c in queries.connections(state, caller) if c["name"] == segment(name)]
-        if not found:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {segment(name)!r}")
-        return found[0]
+        return _named(queries.connections(state, caller), segment(name), f"no connection {segment(name)!r}")
 
     @app.get("/connections/{name}/channels")
     async def connection_channels(name: str, caller: Authenticated):
